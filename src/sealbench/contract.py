@@ -1,0 +1,242 @@
+"""Scoring contracts (seed 004): write one, lock it, and prove it was not edited since.
+
+The pure functions here take values (a contract, a clock reading) and return values; the CLI
+reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from .digest import digest_json
+from .errors import ContractError
+from .files import read_model
+from .formats import (
+    AccessClass,
+    AgentSpec,
+    Budget,
+    Controls,
+    PackRef,
+    ScoringContract,
+    check_id,
+)
+from .pack import Pack
+
+DEFAULT_FORBIDDEN = (
+    "conftest.py",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+    "pytest.ini",
+    ".pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+)
+UNSPECIFIED = (None, "", "unspecified")
+
+
+def contract_digest(contract: ScoringContract) -> str:
+    """Digest of every field but ``contract_sha256`` itself."""
+    body = contract.model_dump(mode="json", exclude={"contract_sha256"})
+    return digest_json(body)
+
+
+def load_contract(path: Path) -> ScoringContract:
+    """Read a contract file.
+
+    Raises:
+        ContractError: unreadable, invalid JSON, unknown or mistyped keys.
+    """
+    return read_model(path, ScoringContract, ContractError)
+
+
+def pack_path(contract: ScoringContract, contract_file: Path) -> Path:
+    """The pack directory a contract names, resolved against the contract file's folder.
+
+    Raises:
+        ContractError: the contract names no pack.
+    """
+    if contract.pack is None:
+        raise ContractError("contract names no pack")
+    p = Path(contract.pack.path)
+    return p if p.is_absolute() else (contract_file.parent / p)
+
+
+def new_contract(
+    pack: Pack,
+    contract_file: Path,
+    task_ids: Sequence[str] = (),
+    *,
+    host: str | None = None,
+    model_access: str | None = None,
+    terms_read_on: str | None = None,
+    agent: AgentSpec | None = None,
+    max_attempts: int | None = None,
+    wall_clock_s: float | None = None,
+    feedback: str = "none",
+    narration_probe: bool = True,
+    oracle_validity: str = "required",
+    seed: int = 0,
+) -> tuple[ScoringContract, dict[str, str]]:
+    """Build an unlocked contract over an explicit denominator from a sealed pack.
+
+    Returns the contract and the tasks left out before the lock, with the reason (tasks whose
+    oracle failed validation). Explicitly requested invalid tasks are refused.
+
+    Raises:
+        ContractError: unsealed pack, unknown or duplicate task ids, non-uniform budgets
+            without an explicit cap, explicitly requested invalid tasks.
+    """
+    seal = pack.manifest.seal
+    if seal is None:
+        raise ContractError(f"{pack.root}: the pack is not sealed (run `sealbench pack seal`)")
+    validity = pack.manifest.validity
+    left_out: dict[str, str] = {}
+    if task_ids:
+        ids = list(task_ids)
+        dup = sorted({t for t in ids if ids.count(t) > 1})
+        if dup:
+            raise ContractError(f"duplicate task_ids: {dup}")
+        unknown = [t for t in ids if t not in pack.tasks]
+        if unknown:
+            raise ContractError(f"task ids not in the pack: {unknown}")
+        if validity is not None:
+            bad = {t: validity.tasks[t].reason or "invalid" for t in ids
+                   if t in validity.tasks and not validity.tasks[t].valid}
+            if bad:
+                raise ContractError(f"tasks whose oracle failed validation: {bad}")
+    else:
+        ids = []
+        for tid in pack.tasks:
+            ev = validity.tasks.get(tid) if validity is not None else None
+            if ev is not None and not ev.valid:
+                left_out[tid] = ev.reason or "invalid"
+            else:
+                ids.append(tid)
+    records = [pack.tasks[t].record for t in ids]
+
+    def uniform(field: str) -> float | None:
+        values = {getattr(r, field) for r in records}
+        return values.pop() if len(values) == 1 else None
+
+    attempts = max_attempts if max_attempts is not None else uniform("max_attempts")
+    wall = wall_clock_s if wall_clock_s is not None else uniform("wall_clock_s")
+    if attempts is None or wall is None:
+        raise ContractError(
+            "tasks disagree on max_attempts or wall_clock_s; pass --max-attempts and --wall-clock-s"
+        )
+    forbidden = list(DEFAULT_FORBIDDEN)
+    for t in ids:
+        task = pack.tasks[t]
+        forbidden.extend(p for p in task.hidden_paths() if p not in forbidden)
+        for arg in task.record.oracle_cmd[1:]:
+            if (task.hidden / arg).is_file() and arg not in forbidden:
+                forbidden.append(arg)
+    rel = os.path.relpath(pack.root, contract_file.resolve().parent)
+    contract = ScoringContract(
+        task_ids=ids,
+        controls=Controls(
+            narration_probe=Controls().narration_probe if narration_probe else None,
+            oracle_validity=oracle_validity,  # type: ignore[arg-type]
+        ),
+        access_class=AccessClass(
+            host=host or "unspecified",
+            model_access=model_access or "unspecified",
+            terms_read_on=terms_read_on,
+        ),
+        agent=agent,
+        budget=Budget(max_attempts=int(attempts), wall_clock_s=float(wall), feedback=feedback),  # type: ignore[arg-type]
+        forbidden_paths=forbidden,
+        pack=PackRef(path=rel, sha256=seal.pack_sha256),
+        seed=seed,
+    )
+    return contract, left_out
+
+
+def lock_contract(
+    contract: ScoringContract, run_id: str, now: datetime, pack: Pack | None = None
+) -> ScoringContract:
+    """Apply every seed-004 lock rule and return the locked contract with its sha256.
+
+    Raises:
+        ContractError: already locked; incomplete; quota or permanence assumed; host
+            unspecified; a bad run_id; a pack that does not match or lacks validity evidence.
+    """
+    if contract.locked_at or contract.run_id or contract.contract_sha256:
+        raise ContractError("already locked; start a new contract file")
+    try:
+        check_id(run_id)
+    except ValueError as e:
+        raise ContractError(f"run_id: {e}") from None
+    missing = ["task_ids"] if not contract.task_ids else []
+    missing += [
+        k
+        for k in ("metrics", "controls", "access_class", "agent", "budget", "forbidden_paths", "pack")
+        if getattr(contract, k) is None
+    ]
+    if missing:
+        raise ContractError(f"refusing to lock incomplete contract: {missing}")
+    access = contract.access_class
+    assert access is not None
+    if access.quota_assumed or access.permanence_assumed:
+        raise ContractError("refusing to lock assumed quota or permanence")
+    if access.host in UNSPECIFIED:
+        raise ContractError("set access_class.host before lock")
+    if len(contract.task_ids) != len(set(contract.task_ids)):
+        raise ContractError("duplicate task_ids")
+    if now.tzinfo is None or now.utcoffset() is None or now.utcoffset().total_seconds() != 0:  # type: ignore[union-attr]
+        raise ContractError("lock time must be timezone-aware UTC")
+    if pack is not None:
+        _check_against_pack(contract, pack)
+    locked = contract.model_copy(
+        update={"run_id": run_id, "locked_at": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    )
+    return locked.model_copy(update={"contract_sha256": contract_digest(locked)})
+
+
+def _check_against_pack(contract: ScoringContract, pack: Pack) -> None:
+    assert contract.pack is not None and contract.controls is not None
+    if pack.sealed_digest != contract.pack.sha256:
+        raise ContractError(
+            f"the pack digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}"
+        )
+    unknown = [t for t in contract.task_ids if t not in pack.tasks]
+    if unknown:
+        raise ContractError(f"task ids not in the pack: {unknown}")
+    if contract.controls.oracle_validity == "required":
+        validity = pack.manifest.validity
+        lacking = [
+            t for t in contract.task_ids
+            if validity is None or validity.pack_sha256 != pack.sealed_digest
+            or t not in validity.tasks
+        ]
+        if lacking:
+            raise ContractError(
+                f"no oracle-validity evidence for {len(lacking)} task(s) {lacking[:5]}: "
+                "run `sealbench pack validate` or declare controls.oracle_validity 'unavailable'"
+            )
+        invalid = {t: validity.tasks[t].reason for t in contract.task_ids
+                   if validity and not validity.tasks[t].valid}
+        if invalid:
+            raise ContractError(f"tasks whose oracle failed validation: {invalid}")
+
+
+def require_locked(contract: ScoringContract) -> None:
+    """Refuse an unlocked contract or one edited after lock.
+
+    Raises:
+        ContractError: ``unlocked contract`` or ``contract edited after lock``.
+    """
+    if not contract.locked_at or not contract.run_id:
+        raise ContractError("unlocked contract; no rate emitted")
+    if contract.contract_sha256 is None:
+        raise ContractError("contract edited after lock: contract_sha256 is missing; no rate emitted")
+    actual = contract_digest(contract)
+    if actual != contract.contract_sha256:
+        raise ContractError(
+            f"contract edited after lock: recorded {contract.contract_sha256}, "
+            f"content digests to {actual}; no rate emitted"
+        )

@@ -1,0 +1,110 @@
+"""Everything a run reports, derived from its journal by pure functions.
+
+Scorecards, per-task traces and events.json are functions of the journal's events alone,
+so ``verify`` can re-derive them later and compare byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .digest import canonical_json, is_real_digest, sha256_bytes
+from .formats import Outcome, Scorecard, SeedEvent
+from .scorecard import REQUIRED_SCORE_KEYS
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The files derived from one journal, as bytes keyed by their run-relative path."""
+
+    scorecards: list[Scorecard]
+    files: dict[str, bytes]
+
+
+def trace_bytes(events: Sequence[dict[str, Any]]) -> bytes:
+    """The bytes of ``traces/<task_id>.json``: the task's events in journal order."""
+    return canonical_json(list(events)) + b"\n"
+
+
+def group_by_task(events: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each task's events, in journal order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for ev in events:
+        tid = ev.get("task_id")
+        if tid is not None:
+            out.setdefault(tid, []).append(ev)
+    return out
+
+
+def scorecard_for(task_events: Sequence[dict[str, Any]]) -> Scorecard | None:
+    """The scorecard of one finished task, or None while it has not finished."""
+    started = next((e for e in task_events if e["kind"] == "task_started"), None)
+    finished = next((e for e in reversed(task_events) if e["kind"] == "task_finished"), None)
+    if started is None or finished is None:
+        return None
+    s, f = started["payload"], finished["payload"]
+    trace_sha = sha256_bytes(trace_bytes(task_events))
+    card: dict[str, Any] = {
+        "task_id": finished["task_id"],
+        "passed": f["outcome"] == Outcome.PASS.value,
+        "attempts_used": f["attempts_used"],
+        "max_attempts": s["max_attempts"],
+        "elapsed_ms": f["elapsed_ms"],
+        "wall_clock_s": s["wall_clock_s"],
+        "prompt_template_id": s["prompt_template_id"],
+        "hidden_tests_sha256": s["hidden_tests_sha256"],
+        "tool_trace_sha256": trace_sha,
+        "scorecard_complete": False,
+        "outcome": f["outcome"],
+        "first_attempt_passed": f["first_attempt_passed"],
+        "patch_sha256": f["patch_sha256"],
+    }
+    # Complete only when every control is present and within its published cap.
+    card["scorecard_complete"] = (
+        all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
+        and is_real_digest(card["hidden_tests_sha256"])
+        and card["attempts_used"] <= card["max_attempts"]
+        and card["outcome"] != Outcome.HARNESS_ERROR.value
+    )
+    return Scorecard.model_validate(card)
+
+
+def seed_event(card: Scorecard) -> SeedEvent:
+    """The seed-004 events.json entry of one scorecard."""
+    return SeedEvent(
+        task_id=card.task_id,
+        task_pass=card.outcome is Outcome.PASS,
+        abstain=card.outcome is Outcome.ABSTAIN,
+        wall_seconds=round(card.elapsed_ms / 1000, 3),
+        outcome=card.outcome,
+        attempts_used=card.attempts_used,
+    )
+
+
+def derive(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Derived:
+    """Derive scorecards.jsonl, events.json and traces/ from a journal's events.
+
+    Tasks of the denominator that have not finished get no scorecard and no event, so
+    scoring refuses the run (denominator drift) until it is resumed.
+    """
+    by_task = group_by_task(events)
+    files: dict[str, bytes] = {}
+    cards: list[Scorecard] = []
+    for tid in task_ids:
+        task_events = by_task.get(tid, [])
+        if task_events:
+            files[f"traces/{tid}.json"] = trace_bytes(task_events)
+        card = scorecard_for(task_events)
+        if card is not None:
+            cards.append(card)
+    files["scorecards.jsonl"] = b"".join(
+        canonical_json(c.model_dump(mode="json")) + b"\n" for c in cards
+    )
+    seed = [seed_event(c).model_dump(mode="json", exclude_defaults=False) for c in cards]
+    for entry in seed:
+        entry.pop("excluded_after_lock", None)
+    files["events.json"] = (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return Derived(scorecards=cards, files=files)

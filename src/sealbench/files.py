@@ -1,0 +1,90 @@
+"""Reading formats from files and writing files atomically.
+
+Foreign errors enter here once: a pydantic ValidationError, a JSON syntax error or an
+OSError while reading becomes the caller's refusal class, naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import Refusal
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One line per problem: ``key.path: message`` (``missing required key``, ``unknown key``)."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        kind = e["type"]
+        if kind == "missing":
+            msg = "missing required key"
+        elif kind == "extra_forbidden":
+            msg = "unknown key"
+        else:
+            msg = e["msg"]
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def read_text(path: Path, error: type[Refusal]) -> str:
+    """Read UTF-8 text or raise ``error`` naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror})") from None
+
+
+def read_model(path: Path, model: type[M], error: type[Refusal]) -> M:
+    """Load and validate one JSON file as ``model``, refusing with the file and key named."""
+    text = read_text(path, error)
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as e:
+        if any(x["type"] == "json_invalid" for x in e.errors()):
+            try:
+                json.loads(text)
+            except json.JSONDecodeError as je:
+                raise error(f"{path}: invalid JSON ({je.msg} at line {je.lineno})") from None
+        raise error(f"{path}: {describe_validation_error(e)}") from None
+
+
+def model_json(model: BaseModel) -> str:
+    """The human-readable file form of a model: indented JSON with a final newline."""
+    return json.dumps(model.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` via a fsynced temporary file and a rename.
+
+    A crash leaves either the old file or the new one, never half of one.
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,228 @@
+"""The run journal: append-only JSON lines, one writer, every event hash-chained.
+
+Each line is one :class:`~sealbench.formats.JournalEvent`: ``seq``, UTC ``time``, ``kind``,
+``task_id``, ``attempt``, ``payload``, the previous event's hash (``prev``) and its own
+(``hash``, sha256 over the canonical bytes of every other field). Every append is flushed
+and fsynced before :meth:`Journal.append` returns, so the runner acts only on what is on
+disk. A crash can leave at most a torn last line; :func:`open_for_resume` moves it aside
+(nothing is deleted), records the repair as an event and continues the chain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .digest import canonical_json, sha256_bytes
+from .errors import HarnessError, RunRefusal, VerificationFailed
+
+JOURNAL_VERSION = 1
+_FIELDS = ("journal_version", "seq", "time", "kind", "task_id", "attempt", "payload", "prev", "hash")
+
+
+def utc_now() -> str:
+    """The current time as the journal writes it (UTC, milliseconds, Z)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def event_hash(event: dict[str, Any]) -> str:
+    """The hash of an event: over the canonical bytes of every field except ``hash``."""
+    return sha256_bytes(canonical_json({k: v for k, v in event.items() if k != "hash"}))
+
+
+@dataclass
+class ChainReport:
+    """What reading a journal found."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    torn_tail: bytes = b""
+    good_bytes: int = 0
+
+
+def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str]:
+    """Everything wrong with one parsed event at line ``lineno`` given the chain so far."""
+    where = f"journal.jsonl line {lineno}"
+    if not isinstance(event, dict):
+        return [f"{where}: not a JSON object"]
+    problems = []
+    if tuple(sorted(event)) != tuple(sorted(_FIELDS)):
+        problems.append(f"{where}: fields {sorted(event)} differ from the journal format")
+        return problems
+    if event["seq"] != seq:
+        problems.append(f"{where}: seq {event['seq']} where {seq} was expected (lines reordered, added or dropped)")
+    if event["prev"] != prev:
+        problems.append(f"{where}: prev does not match the hash of the event before it (chain broken)")
+    if event["hash"] != event_hash(event):
+        problems.append(f"{where}: content does not match its hash (edited)")
+    return problems
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(line_number, raw_line_without_newline, complete)`` from a journal file."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            complete = raw.endswith(b"\n")
+            yield lineno, raw[:-1] if complete else raw, complete
+
+
+def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
+    """Read and verify a journal; report every problem, and a torn last line apart.
+
+    A last line without its newline, or one that is not JSON, is a torn tail (a crash
+    mid-write), not tampering. Every other defect is listed in ``problems`` with its line.
+    """
+    report = ChainReport()
+    prev: str | None = None
+    seq = 0
+    pending_bad: tuple[int, bytes] | None = None
+    offset = 0
+    for lineno, raw, complete in iter_lines(path):
+        if pending_bad is not None:
+            report.problems.append(f"journal.jsonl line {pending_bad[0]}: not valid JSON")
+            pending_bad = None
+        try:
+            event = json.loads(raw) if complete else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            event = None
+        if event is None:
+            # Only the last line may be torn; a later complete line makes this one a defect.
+            pending_bad = (lineno, raw)
+            report.torn_tail = raw + (b"\n" if complete else b"")
+            continue
+        problems = check_event(event, lineno, seq, prev)
+        report.problems.extend(problems)
+        if isinstance(event, dict) and "hash" in event:
+            prev = event["hash"]
+        seq += 1
+        offset += len(raw) + 1
+        report.good_bytes = offset
+        if keep_events:
+            report.events.append(event)
+    if pending_bad is None:
+        report.torn_tail = b""
+    return report
+
+
+class Journal:
+    """The single writer of one journal file. Thread-safe; every append is durable."""
+
+    def __init__(self, path: Path, seq: int, prev: str | None, *, fsync: bool = True) -> None:
+        self.path = path
+        self._seq = seq
+        self._prev = prev
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    @classmethod
+    def create(cls, path: Path, *, fsync: bool = True) -> Journal:
+        """Start a new journal; refuses to touch an existing one.
+
+        Raises:
+            RunRefusal: the file exists already (resume it instead).
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            raise RunRefusal(f"{path} exists; resume it with --resume or choose a new --out")
+        return cls(path, 0, None, fsync=fsync)
+
+    @property
+    def next_seq(self) -> int:
+        return self._seq
+
+    def append(
+        self,
+        kind: str,
+        *,
+        task_id: str | None = None,
+        attempt: int | None = None,
+        payload: dict[str, Any] | None = None,
+        time: str | None = None,
+    ) -> dict[str, Any]:
+        """Append one event and make it durable before returning it.
+
+        Raises:
+            HarnessError: the write failed (disk full, I/O error); the file is cut back to
+                its last complete event so nothing half-written remains.
+        """
+        with self._lock:
+            event: dict[str, Any] = {
+                "journal_version": JOURNAL_VERSION,
+                "seq": self._seq,
+                "time": time or utc_now(),
+                "kind": kind,
+                "task_id": task_id,
+                "attempt": attempt,
+                "payload": payload or {},
+                "prev": self._prev,
+            }
+            event["hash"] = event_hash(event)
+            line = canonical_json(event) + b"\n"
+            try:
+                written = os.write(self._fd, line)
+                if written != len(line):
+                    raise OSError(28, "short write")
+                if self._fsync:
+                    os.fsync(self._fd)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._size)
+                raise HarnessError(
+                    f"journal write failed ({e.strerror or e}); the run stopped with every "
+                    f"earlier event kept: free space and resume"
+                ) from None
+            self._size += len(line)
+            self._seq += 1
+            self._prev = event["hash"]
+            return event
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def open_for_resume(path: Path, *, fsync: bool = True) -> tuple[Journal, list[dict[str, Any]]]:
+    """Verify a journal, repair a torn last line, and reopen it for appending.
+
+    The torn bytes are moved to ``journal.torn-<seq>`` beside the journal (nothing is
+    deleted) and a ``journal_repaired`` event records their length and digest.
+
+    Raises:
+        RunRefusal: no journal at ``path``.
+        VerificationFailed: the chain is broken anywhere but a torn last line.
+    """
+    if not path.is_file():
+        raise RunRefusal(f"{path}: no journal to resume")
+    report = read_chain(path)
+    if report.problems:
+        raise VerificationFailed(report.problems)
+    events = report.events
+    prev = events[-1]["hash"] if events else None
+    torn = report.torn_tail
+    if torn:
+        aside = path.with_name(f"{path.name}.torn-{len(events)}")
+        aside.write_bytes(torn)
+        with path.open("r+b") as f:
+            f.truncate(report.good_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+    journal = Journal(path, len(events), prev, fsync=fsync)
+    if torn:
+        events.append(
+            journal.append(
+                "journal_repaired",
+                payload={"torn_bytes": len(torn), "torn_sha256": sha256_bytes(torn), "moved_to": aside.name},
+            )
+        )
+    return journal, events

@@ -1,0 +1,355 @@
+"""Task packs: loading with refusals, sealing, checking, and the visible-tests control.
+
+A pack is a directory::
+
+    pack.json                         name, description, provenance, seal, validity
+    prompts/<prompt_template_id>.txt  frozen prompt templates
+    tasks/<task_id>/task.json         the task record (seed 000 plus runner fields)
+    tasks/<task_id>/prompt.md         the task's prompt text
+    tasks/<task_id>/workspace/        what the agent starts from
+    tasks/<task_id>/hidden/           hidden tests, overlaid on a workspace copy at grading
+    tasks/<task_id>/solution/         optional reference files (builtin:reference copies them)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .digest import UnsafeTree, digest_json, is_real_digest, same_digest, sha256_bytes, tree_digest
+from .errors import PackError, VerificationFailed
+from .files import model_json, read_model, read_text, write_atomic
+from .formats import PackManifest, Seal, TaskDigests, TaskRecord, check_id
+
+PACK_FORMAT = "sealbench.pack/1"
+# Lines too common to prove a leak: boilerplate shared by tests and code alike.
+_BOILERPLATE = frozenset(
+    {
+        'if __name__ == "__main__":',
+        "if __name__ == '__main__':",
+        "unittest.main()",
+        "pytest.main()",
+        "raise NotImplementedError",
+        "raise NotImplementedError()",
+    }
+)
+MIN_LEAK_LINE = 16
+
+
+@dataclass(frozen=True)
+class Task:
+    """One loaded task: its record, its folder and its prompt texts."""
+
+    record: TaskRecord
+    dir: Path
+    prompt: str
+    template: str
+
+    @property
+    def task_id(self) -> str:
+        return self.record.task_id
+
+    @property
+    def workspace(self) -> Path:
+        return self.dir / "workspace"
+
+    @property
+    def hidden(self) -> Path:
+        return self.dir / "hidden"
+
+    @property
+    def solution(self) -> Path:
+        return self.dir / "solution"
+
+    def hidden_paths(self) -> list[str]:
+        """Relative paths of the hidden test files (where they land in the grading copy)."""
+        out: list[str] = []
+        for dirpath, _dirs, files in os.walk(self.hidden):
+            for name in files:
+                out.append((Path(dirpath) / name).relative_to(self.hidden).as_posix())
+        return sorted(out)
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A loaded (not necessarily sealed) pack."""
+
+    root: Path
+    manifest: PackManifest
+    tasks: dict[str, Task]
+
+    @property
+    def sealed_digest(self) -> str | None:
+        return self.manifest.seal.pack_sha256 if self.manifest.seal else None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    resolved = path.resolve()
+    return resolved == root or root in resolved.parents
+
+
+def _iter_task_dirs(root: Path) -> Iterator[Path]:
+    tasks_dir = root / "tasks"
+    if not tasks_dir.is_dir():
+        raise PackError(f"{tasks_dir}: missing tasks/ directory")
+    for entry in sorted(tasks_dir.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_dir():
+            raise PackError(f"{entry}: expected a task folder")
+        if not _inside(entry, root):
+            raise PackError(f"{entry}: symlink leaves the pack")
+        yield entry
+
+
+def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = None) -> Task:
+    """Load one task folder, refusing with the file and key named.
+
+    Raises:
+        PackError: malformed record, id mismatch, missing prompt or template, unsafe symlink.
+    """
+    task_json = task_dir / "task.json"
+    record = read_model(task_json, TaskRecord, PackError)
+    try:
+        check_id(task_dir.name)
+    except ValueError as e:
+        raise PackError(f"{task_dir}: folder name: {e}") from None
+    if record.task_id != task_dir.name:
+        raise PackError(
+            f"{task_json}: task_id: {record.task_id!r} differs from its folder {task_dir.name!r}"
+        )
+    if record.required_tests and not record.junit_xml:
+        raise PackError(f"{task_json}: required_tests: needs junit_xml to be checked")
+    if record.junit_xml is not None and (
+        record.junit_xml.startswith("/") or ".." in Path(record.junit_xml).parts
+    ):
+        raise PackError(f"{task_json}: junit_xml: must be a relative path inside the workspace")
+    prompt = read_text(task_dir / "prompt.md", PackError)
+    cache = templates if templates is not None else {}
+    template = cache.get(record.prompt_template_id)
+    if template is None:
+        tpath = root / "prompts" / f"{record.prompt_template_id}.txt"
+        if not tpath.is_file():
+            raise PackError(
+                f"{task_json}: prompt_template_id: no template {record.prompt_template_id!r} "
+                f"(expected {tpath})"
+            )
+        if not _inside(tpath, root):
+            raise PackError(f"{tpath}: symlink leaves the pack")
+        template = read_text(tpath, PackError)
+        cache[record.prompt_template_id] = template
+    for sub in ("workspace", "hidden", "solution", "prompt.md", "task.json"):
+        p = task_dir / sub
+        if p.is_symlink() and not _inside(p, root):
+            raise PackError(f"{p}: symlink leaves the pack")
+    return Task(record=record, dir=task_dir, prompt=prompt, template=template)
+
+
+def load_pack(root: Path) -> Pack:
+    """Load a pack directory and every task in it.
+
+    Raises:
+        PackError: naming the file and key of the first problem found.
+    """
+    root = root.resolve()
+    if not root.is_dir():
+        raise PackError(f"{root}: not a pack directory")
+    manifest = read_model(root / "pack.json", PackManifest, PackError)
+    templates: dict[str, str] = {}
+    tasks: dict[str, Task] = {}
+    folded: dict[str, str] = {}
+    for task_dir in _iter_task_dirs(root):
+        task = load_task(task_dir, root, templates)
+        key = task.task_id.lower()
+        if key in folded:
+            raise PackError(
+                f"{task_dir}: duplicate task id {task.task_id!r} (collides with {folded[key]!r})"
+            )
+        folded[key] = task.task_id
+        tasks[task.task_id] = task
+    if not tasks:
+        raise PackError(f"{root}/tasks: the pack has no tasks")
+    return Pack(root=root, manifest=manifest, tasks=tasks)
+
+
+def task_digests(task: Task, root: Path, record: TaskRecord | None = None) -> TaskDigests:
+    """Compute the digests of one task's parts (``record`` overrides the loaded record).
+
+    Raises:
+        PackError: a symlink leaves the pack or a special file is present.
+    """
+    rec = record or task.record
+    try:
+        return TaskDigests(
+            record=digest_json(rec.model_dump(mode="json")),
+            prompt=sha256_bytes(task.prompt.encode("utf-8")),
+            template=sha256_bytes(task.template.encode("utf-8")),
+            workspace=tree_digest(task.workspace, root),
+            hidden_tests=tree_digest(task.hidden, root),
+            solution=tree_digest(task.solution, root) if task.solution.exists() else None,
+        )
+    except UnsafeTree as e:
+        raise PackError(f"{e.path}: {e.why}") from None
+
+
+def pack_digest(name: str, digests: dict[str, TaskDigests]) -> str:
+    """The pack digest: over the pack's name and every task's digests, in id order."""
+    return digest_json(
+        {
+            "format": PACK_FORMAT,
+            "name": name,
+            "tasks": {tid: digests[tid].model_dump(mode="json") for tid in sorted(digests)},
+        }
+    )
+
+
+def _text_files(root: Path) -> Iterator[tuple[str, str]]:
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            try:
+                yield path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+
+
+def _leak_lines(text: str) -> set[str]:
+    lines = set()
+    for raw in text.splitlines():
+        line = raw.strip()
+        if len(line) < MIN_LEAK_LINE or line in _BOILERPLATE:
+            continue
+        if line.startswith(("#", "import ", "from ")):
+            continue
+        lines.add(line)
+    return lines
+
+
+def visible_test_leaks(task: Task) -> list[str]:
+    """Where hidden test content is visible to the agent (seed 000: refuse to grade then).
+
+    A leak is a hidden test file's name, or one of its non-trivial lines (at least 16
+    characters, not a comment, an import or boilerplate), appearing in the prompt, the
+    template or a workspace file.
+    """
+    visible: list[tuple[str, str]] = [("prompt.md", task.prompt), ("template", task.template)]
+    visible.extend((f"workspace/{rel}", text) for rel, text in _text_files(task.workspace))
+    leaks: list[str] = []
+    for rel, text in _text_files(task.hidden):
+        name = Path(rel).name
+        lines = _leak_lines(text)
+        for where, vtext in visible:
+            if name in vtext:
+                leaks.append(f"hidden test name {name!r} appears in {where}")
+            for line in sorted(lines):
+                if line in vtext:
+                    leaks.append(f"line of hidden/{rel} appears in {where}: {line[:60]!r}")
+                    break
+    return leaks
+
+
+def _refuse_leaks(pack: Pack, tasks: Iterable[Task]) -> None:
+    problems: list[str] = []
+    for task in tasks:
+        problems.extend(f"{task.task_id}: {leak}" for leak in visible_test_leaks(task))
+    if problems:
+        raise PackError(
+            "hidden tests are visible to the agent; refusing to grade against them: "
+            + "; ".join(problems[:5])
+            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+        )
+
+
+def seal_pack(root: Path) -> Pack:
+    """Seal a pack in place: fill placeholder hidden-test digests, write the seal.
+
+    Raises:
+        PackError: a load refusal, a real hidden_tests_sha256 that does not match, or
+            hidden tests visible to the agent.
+    """
+    pack = load_pack(root)
+    _refuse_leaks(pack, pack.tasks.values())
+    digests: dict[str, TaskDigests] = {}
+    rewrites: list[tuple[Path, TaskRecord]] = []
+    for tid, task in pack.tasks.items():
+        hidden = tree_digest(task.hidden, pack.root)
+        recorded = task.record.hidden_tests_sha256
+        record = task.record
+        if is_real_digest(recorded):
+            if not same_digest(recorded, hidden):
+                raise PackError(
+                    f"{task.dir / 'task.json'}: hidden_tests_sha256: recorded {recorded} "
+                    f"but hidden/ digests to {hidden}"
+                )
+            if recorded != hidden:
+                record = record.model_copy(update={"hidden_tests_sha256": hidden})
+                rewrites.append((task.dir / "task.json", record))
+        else:
+            record = record.model_copy(update={"hidden_tests_sha256": hidden})
+            rewrites.append((task.dir / "task.json", record))
+        digests[tid] = task_digests(task, pack.root, record)
+    seal = Seal(pack_sha256=pack_digest(pack.manifest.name, digests), tasks=digests)
+    for path, record in rewrites:
+        write_atomic(path, model_json(record))
+    # A new seal invalidates validity evidence bound to an older digest.
+    validity = pack.manifest.validity
+    if validity is not None and validity.pack_sha256 != seal.pack_sha256:
+        validity = None
+    manifest = pack.manifest.model_copy(update={"seal": seal, "validity": validity})
+    write_atomic(pack.root / "pack.json", model_json(manifest))
+    return load_pack(pack.root)
+
+
+def check_pack(root: Path, task_ids: Iterable[str] | None = None) -> Pack:
+    """Verify a sealed pack without writing; report every mismatch.
+
+    Raises:
+        PackError: not sealed, a placeholder digest, or hidden tests visible to the agent.
+        VerificationFailed: any digest differs from the seal (every one is listed).
+    """
+    pack = load_pack(root)
+    seal = pack.manifest.seal
+    if seal is None:
+        raise PackError(f"{pack.root / 'pack.json'}: seal: the pack is not sealed (run `sealbench pack seal`)")
+    wanted = list(pack.tasks) if task_ids is None else list(task_ids)
+    problems: list[str] = []
+    for tid in wanted:
+        task = pack.tasks.get(tid)
+        if task is None:
+            problems.append(f"task {tid}: in the seal or contract but not in the pack")
+            continue
+        if not is_real_digest(task.record.hidden_tests_sha256):
+            raise PackError(
+                f"{task.dir / 'task.json'}: hidden_tests_sha256: placeholder "
+                f"{task.record.hidden_tests_sha256!r}; run `sealbench pack seal`"
+            )
+    _refuse_leaks(pack, (pack.tasks[t] for t in wanted if t in pack.tasks))
+    if set(seal.tasks) != set(pack.tasks):
+        extra = sorted(set(pack.tasks) - set(seal.tasks))
+        gone = sorted(set(seal.tasks) - set(pack.tasks))
+        if extra:
+            problems.append(f"tasks not in the seal: {extra}")
+        if gone:
+            problems.append(f"sealed tasks missing from the pack: {gone}")
+    computed: dict[str, TaskDigests] = {}
+    for tid, task in pack.tasks.items():
+        d = task_digests(task, pack.root)
+        computed[tid] = d
+        sealed = seal.tasks.get(tid)
+        if sealed is None:
+            continue
+        if not same_digest(task.record.hidden_tests_sha256, d.hidden_tests):
+            problems.append(f"task {tid}: hidden tests differ from hidden_tests_sha256")
+        for part in ("record", "prompt", "template", "workspace", "hidden_tests", "solution"):
+            if getattr(sealed, part) != getattr(d, part):
+                problems.append(f"task {tid}: {part} differs from the seal")
+    if not problems and pack_digest(pack.manifest.name, computed) != seal.pack_sha256:
+        problems.append("pack digest differs from the seal")
+    if problems:
+        raise VerificationFailed(problems)
+    return pack

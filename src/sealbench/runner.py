@@ -1,0 +1,683 @@
+"""The runner: every task of a locked contract, sandboxed, capped, graded by hidden tests.
+
+For each task of the denominator, until a pass, max_attempts or the wall-clock cap:
+materialise the workspace, run one agent attempt in the sandbox with the time that
+remains, capture the patch, grade it in a pristine copy (patch applied, forbidden paths
+checked, hidden tests verified and overlaid, oracle run in the sandbox), and journal every
+step before acting on it. The journal is the only source of truth: scorecards, traces and
+events.json are derived from it (:mod:`sealbench.derive`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
+from .contract import load_contract, pack_path, require_locked
+from .derive import derive
+from .digest import same_digest, sha256_bytes, tree_digest
+from .errors import HarnessError, RunRefusal
+from .files import write_atomic
+from .formats import Budget, Outcome, ScoringContract
+from .journal import Journal, open_for_resume
+from .pack import Pack, Task, check_pack
+from .sandbox import Limits, Sandbox, SandboxResult, SandboxSpec, open_sandbox
+from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
+
+FEEDBACK_CAP = 16 * 1024
+
+
+class JournalStopped(Exception):
+    """Internal: the journal could not be written; the run must stop at once."""
+
+
+def default_jobs() -> int:
+    """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy."""
+    return max(2, min(16, 4 * (os.cpu_count() or 1)))
+
+
+@dataclass
+class RunOptions:
+    """Knobs of one ``sealbench run`` that are not part of the measurement."""
+
+    jobs: int = field(default_factory=default_jobs)
+    sandbox: str = "auto"
+    resume: bool = False
+    progress: bool | None = None
+    keep_work: bool = False
+    fsync: bool = True
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass
+class RunResult:
+    """What a finished (or stopped) run left behind."""
+
+    run_dir: Path
+    outcomes: dict[str, str]
+    complete: bool
+    interrupted: bool = False
+
+
+@dataclass
+class _Ctx:
+    contract: ScoringContract
+    budget: Budget
+    pack: Pack
+    run_dir: Path
+    journal: Journal
+    agent: ResolvedAgent
+    sandbox: Sandbox
+    options: RunOptions
+    stop: threading.Event
+    probe: bool = False
+    template_override: str | None = None
+
+    def j(self, kind: str, task_id: str | None = None, attempt: int | None = None, **payload: Any) -> None:
+        try:
+            self.journal.append(kind, task_id=task_id, attempt=attempt, payload=payload)
+        except HarnessError as e:
+            raise JournalStopped(str(e)) from None
+
+
+def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path) -> dict[str, str]:
+    seed = task.record.seed if task.record.seed is not None else ctx.contract.seed
+    bin_dirs = [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+    return {
+        "PATH": ":".join(dict.fromkeys(bin_dirs)),
+        "HOME": "/tmp/home",
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": str(seed),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "SEALBENCH_SEED": str(seed),
+        "SEALBENCH_TASK_ID": task.task_id,
+        "SEALBENCH_ATTEMPT": str(attempt),
+        "SEALBENCH_MAX_ATTEMPTS": str(ctx.budget.max_attempts),
+        "SEALBENCH_WORKSPACE": str(ws),
+        "SEALBENCH_PROMPT_FILE": str(prompt_file),
+        "SEALBENCH_TRACE_DIR": str(ws / META_DIR / "trace"),
+    }
+
+
+def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, feedback: str) -> str:
+    """Fill a frozen template in one pass: {task_prompt} {task_id} {attempt} {max_attempts} {feedback}."""
+    import re
+
+    values = {
+        "task_prompt": task.prompt.rstrip("\n"),
+        "task_id": task.task_id,
+        "attempt": str(attempt),
+        "max_attempts": str(max_attempts),
+        "feedback": feedback,
+    }
+    return re.sub(r"\{(" + "|".join(values) + r")\}", lambda m: values[m.group(1)], template)
+
+
+def _store_blob(run_dir: Path, path: Path) -> str:
+    """Move a captured output file into blobs/ under its digest; returns the digest."""
+    data = path.read_bytes()
+    digest = sha256_bytes(data)
+    dest = run_dir / "blobs" / digest.removeprefix("sha256:")
+    if not dest.exists():
+        os.replace(path, dest)
+    else:
+        path.unlink()
+    return digest
+
+
+def _store_bytes(run_dir: Path, data: bytes) -> str:
+    digest = sha256_bytes(data)
+    dest = run_dir / "blobs" / digest.removeprefix("sha256:")
+    if not dest.exists():
+        write_atomic(dest, data)
+    return digest
+
+
+def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
+               tag: str, readonly: Sequence[Path] = ()) -> tuple[SandboxResult, dict[str, Any]]:
+    tmp = ctx.run_dir / "tmp"
+    out, err = tmp / f"{tag}.out", tmp / f"{tag}.err"
+    spec = SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
+                       stdout_path=out, stderr_path=err, limits=ctx.options.limits,
+                       readonly_paths=tuple(readonly))
+    res = ctx.sandbox.run(spec)
+    facts = {
+        "exit_code": res.exit_code,
+        "signal": res.signal,
+        "timed_out": res.timed_out,
+        "elapsed_ms": int(res.elapsed_s * 1000),
+        "stdout": _store_blob(ctx.run_dir, out),
+        "stderr": _store_blob(ctx.run_dir, err),
+        "stdout_bytes": res.stdout_bytes,
+        "stderr_bytes": res.stderr_bytes,
+        "stdout_truncated": res.stdout_truncated,
+        "stderr_truncated": res.stderr_truncated,
+    }
+    return res, facts
+
+
+def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, prompt_file: Path,
+               remaining: float) -> dict[str, Any]:
+    agent = ctx.agent
+    if agent.kind == "command":
+        values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
+                  "max_attempts": str(ctx.budget.max_attempts), "task_id": task.task_id}
+        argv = render_argv(agent.command, values)
+        mounts = [Path(m) for m in (ctx.contract.agent.mounts if ctx.contract.agent else [])]
+        _res, facts = _sandboxed(ctx, argv, tw.ws, _env(ctx, task, tw.ws, attempt, prompt_file),
+                                 remaining, f"{task.task_id}.{attempt}.agent", mounts)
+        return facts
+    started = time.monotonic()
+    if agent.kind == "builtin":
+        assert agent.builtin is not None
+        action = agent.builtin(task, tw.ws, attempt)
+        return {"exit_code": 0, "timed_out": False, "elapsed_ms": int((time.monotonic() - started) * 1000),
+                "action": action}
+    assert agent.callable is not None
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["action"] = agent.callable(task.record.model_dump(mode="json"), tw.ws, attempt)  # type: ignore[misc]
+        except Exception as e:  # the agent's failure, recorded as its exit
+            box["error"] = f"{type(e).__name__}: {e}"
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(remaining)
+    timed_out = worker.is_alive()
+    facts = {"exit_code": None if timed_out else (1 if "error" in box else 0), "timed_out": timed_out,
+             "elapsed_ms": int((time.monotonic() - started) * 1000)}
+    if "error" in box:
+        facts["error"] = box["error"]
+    try:
+        import json
+
+        json.dumps(box.get("action"))
+        facts["action"] = box.get("action")
+    except (TypeError, ValueError):
+        facts["action"] = repr(box.get("action"))
+    return facts
+
+
+def _junit_verdict(path: Path, required: Sequence[str]) -> dict[str, Any]:
+    """Read a JUnit XML report: counts, failures and whether every required test passed."""
+    if not path.is_file():
+        return {"ok": False, "why": "no JUnit report written"}
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        return {"ok": False, "why": f"unreadable JUnit report: {e}"}
+    passed: set[str] = set()
+    ran = failed = 0
+    for case in root.iter("testcase"):
+        name = case.get("name", "")
+        cls = case.get("classname", "")
+        if case.find("skipped") is not None:
+            continue
+        ran += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+            continue
+        passed.update({name, f"{cls}::{name}", f"{cls}.{name}"})
+    missing = [t for t in required if t not in passed]
+    ok = ran > 0 and failed == 0 and not missing
+    why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
+    return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
+
+
+def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes, changed: list[str],
+           remaining: float) -> dict[str, Any]:
+    """Grade one attempt in a new directory; never in the agent's."""
+    hidden_paths = task.hidden_paths()
+    forbidden = forbidden_hits(changed, ctx.contract.forbidden_paths or [], hidden_paths)
+    grade_dir = tw.root / f"grade-{attempt}"
+    if grade_dir.exists():
+        shutil.rmtree(grade_dir)
+    copy_tree(task.workspace, grade_dir)
+    applies, apply_msg = apply_patch(grade_dir, patch)
+    result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
+                              "no_forbidden_path": not forbidden, "tests_green": False}
+    if apply_msg:
+        result["apply_message"] = apply_msg[:2000]
+    if applies and not forbidden:
+        # The pack could change under a long run: grade only against the sealed tests.
+        if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, ctx.pack.root)):
+            raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
+        overlay(task.hidden, grade_dir)
+        env = _env(ctx, task, grade_dir, attempt, grade_dir / META_DIR / "none")
+        res, facts = _sandboxed(ctx, task.record.oracle_cmd, grade_dir, env, remaining,
+                                f"{task.task_id}.{attempt}.oracle")
+        result["oracle"] = facts
+        green = res.exit_code == 0 and not res.timed_out
+        if task.record.junit_xml:
+            verdict = _junit_verdict(grade_dir / task.record.junit_xml, task.record.required_tests)
+            result["junit"] = verdict
+            green = green and bool(verdict["ok"])
+        result["tests_green"] = green
+        result["oracle_timed_out"] = res.timed_out
+    result["task_pass"] = bool(result["tests_green"] and applies and not forbidden)
+    if not ctx.options.keep_work:
+        shutil.rmtree(grade_dir, ignore_errors=True)
+    return result
+
+
+def _feedback(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, remaining: float) -> str:
+    policy = ctx.budget.feedback
+    if policy == "none":
+        return ""
+    if policy == "pass_fail":
+        return f"Attempt {attempt} did not pass the hidden tests."
+    cmd = task.record.visible_test_cmd
+    if not cmd:
+        return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)"
+    env = _env(ctx, task, tw.ws, attempt, tw.ws / META_DIR / "prompt.md")
+    _res, facts = _sandboxed(ctx, cmd, tw.ws, env, min(remaining, 60.0), f"{task.task_id}.{attempt}.visible")
+    blob = ctx.run_dir / "blobs" / str(facts["stdout"]).removeprefix("sha256:")
+    out = blob.read_bytes()[:FEEDBACK_CAP].decode("utf-8", "replace")
+    ctx.j("feedback", task.task_id, attempt, policy=policy, visible_tests=facts)
+    return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}"
+
+
+@dataclass
+class _Prior:
+    """What a resumed task had already used."""
+
+    attempts_started: int = 0
+    consumed_s: float = 0.0
+    first_attempt_passed: bool | None = None
+    finished: bool = False
+    started: bool = False
+    last_patch: str | None = None
+    last_result: str | None = None
+
+
+def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
+    out: dict[str, _Prior] = {}
+    open_attempts: dict[tuple[str, int], float] = {}
+    for ev in events:
+        tid = ev["task_id"]
+        if tid is None:
+            continue
+        p = out.setdefault(tid, _Prior())
+        kind, payload = ev["kind"], ev["payload"]
+        if kind == "task_started":
+            p.started = True
+        elif kind == "attempt_started":
+            p.attempts_started = max(p.attempts_started, ev["attempt"])
+            open_attempts[(tid, ev["attempt"])] = float(payload["budget_s"])
+        elif kind == "attempt_finished":
+            open_attempts.pop((tid, ev["attempt"]), None)
+            p.consumed_s += payload["elapsed_ms"] / 1000
+            p.last_result = payload["result"]
+            if ev["attempt"] == 1:
+                p.first_attempt_passed = payload["result"] == Outcome.PASS.value
+        elif kind == "attempt_interrupted":
+            open_attempts.pop((tid, ev["attempt"]), None)
+            p.consumed_s += float(payload["charged_s"])
+            p.last_result = None
+            if ev["attempt"] == 1:
+                p.first_attempt_passed = False
+        elif kind == "patch_captured":
+            p.last_patch = payload.get("patch_sha256")
+        elif kind == "task_finished":
+            p.finished = True
+    for (tid, _attempt), budget in open_attempts.items():
+        out[tid].consumed_s += budget
+    return out
+
+
+def _final_outcome(result: str) -> Outcome:
+    if result == "probe_pass":
+        return Outcome.PASS
+    if result == "probe_fail":
+        return Outcome.FAIL
+    return Outcome(result)
+
+
+def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
+    """Run one task to its end; returns its outcome. Journal failures propagate."""
+    tid = task.task_id
+    budget = ctx.budget
+    max_attempts = 1 if ctx.probe else budget.max_attempts
+    if not prior.started:
+        ctx.j("task_started", tid, max_attempts=max_attempts, wall_clock_s=budget.wall_clock_s,
+              prompt_template_id="narration-probe" if ctx.probe else task.record.prompt_template_id,
+              hidden_tests_sha256=task.record.hidden_tests_sha256)
+    t0 = time.monotonic()
+    deadline = t0 + budget.wall_clock_s - prior.consumed_s
+    first = prior.first_attempt_passed
+    attempts_used = prior.attempts_started
+    patch_digest = prior.last_patch
+    outcome: Outcome | None = None
+    detail: dict[str, Any] = {}
+    tw = TaskWorkspace(ctx.run_dir / "work" / ("probe-" + tid if ctx.probe else tid), task.workspace)
+    try:
+        if prior.last_result not in (None, Outcome.FAIL.value):
+            # The run stopped between an attempt's end and the task's: its result stands.
+            outcome = _final_outcome(prior.last_result)
+            if ctx.probe:
+                detail["probe_passed"] = prior.last_result == "probe_pass"
+        else:
+            tw.materialise()
+        feedback = ""
+        for attempt in range(attempts_used + 1, max_attempts + 1):
+            if outcome is not None:
+                break
+            if ctx.stop.is_set():
+                return "interrupted"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                outcome = Outcome.TIMEOUT
+                break
+            ctx.j("attempt_started", tid, attempt, budget_s=round(remaining, 3))
+            attempts_used = attempt
+            a0 = time.monotonic()
+            template = ctx.template_override or task.template
+            prompt = render_prompt(template, task, attempt, max_attempts, feedback)
+            prompt_file = tw.ws / META_DIR / "prompt.md"
+            prompt_file.write_text(prompt, encoding="utf-8")
+            agent_facts = _run_agent(ctx, task, tw, attempt, prompt_file, remaining)
+            ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
+                  transcript=tree_digest(tw.ws / META_DIR / "trace"), **agent_facts)
+            changed = tw.changes()
+            patch = tw.capture_patch() if changed else b""
+            patch_digest = _store_bytes(ctx.run_dir, patch) if patch else None
+            ctx.j("patch_captured", tid, attempt, patch_sha256=patch_digest, empty=not patch,
+                  changed=changed[:200], changed_count=len(changed))
+            result: str
+            if agent_facts["timed_out"]:
+                result = Outcome.TIMEOUT.value
+            elif ctx.probe:
+                result = "probe_pass" if not patch else "probe_fail"
+            elif agent_facts["exit_code"] == 0 and not patch:
+                result = Outcome.ABSTAIN.value
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    result = Outcome.TIMEOUT.value
+                else:
+                    grade = _grade(ctx, task, tw, attempt, patch, changed, remaining)
+                    ctx.j("graded", tid, attempt, **grade)
+                    if grade["task_pass"]:
+                        result = Outcome.PASS.value
+                    elif grade.get("oracle_timed_out"):
+                        result = Outcome.TIMEOUT.value
+                    else:
+                        result = Outcome.FAIL.value
+            ctx.j("attempt_finished", tid, attempt, result=result,
+                  elapsed_ms=int((time.monotonic() - a0) * 1000))
+            if attempt == 1:
+                first = result == Outcome.PASS.value
+            if ctx.probe:
+                detail["probe_passed"] = result == "probe_pass"
+            if ctx.probe or result != Outcome.FAIL.value:
+                outcome = _final_outcome(result)
+                break
+            if attempt < max_attempts:
+                feedback = _feedback(ctx, task, tw, attempt, deadline - time.monotonic())
+        if outcome is None:
+            outcome = Outcome.FAIL
+    except JournalStopped:
+        raise
+    except Exception as e:
+        # The harness failed, not the agent: recorded, and the task stays in the denominator.
+        outcome = Outcome.HARNESS_ERROR
+        detail["error"] = f"{type(e).__name__}: {e}"
+        ctx.j("harness_error", tid, attempts_used or None, error=detail["error"])
+    finally:
+        if not ctx.options.keep_work:
+            shutil.rmtree(tw.root, ignore_errors=True)
+    elapsed_ms = int((time.monotonic() - t0 + prior.consumed_s) * 1000)
+    ctx.j("task_finished", tid, outcome=outcome.value, attempts_used=attempts_used, elapsed_ms=elapsed_ms,
+          first_attempt_passed=bool(first), patch_sha256=patch_digest, **detail)
+    if patch_digest and not ctx.probe:
+        blob = ctx.run_dir / "blobs" / patch_digest.removeprefix("sha256:")
+        write_atomic(ctx.run_dir / "patches" / f"{tid}.patch", blob.read_bytes())
+    return outcome.value
+
+
+def _host_facts(sandbox: Sandbox, agent: ResolvedAgent) -> dict[str, Any]:
+    return {
+        "sealbench_version": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "sandbox": sandbox.describe(),
+        "agent": agent.describe(),
+    }
+
+
+class _Progress:
+    """A rich progress display on a terminal, plain lines otherwise."""
+
+    def __init__(self, total: int, done: int, enabled: bool | None, label: str) -> None:
+        self.total, self.done = total, done
+        self.counts: dict[str, int] = {}
+        self.t0 = time.monotonic()
+        self.live = sys.stderr.isatty() if enabled is None else enabled
+        self.label = label
+        self._bar: Any = None
+        if self.live:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                                 TimeRemainingColumn(), transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total, completed=done, counts="")
+
+    def update(self, task_id: str, outcome: str) -> None:
+        self.done += 1
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        counts = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, counts=counts)
+        else:
+            print(f"[{self.done}/{self.total}] {task_id}: {outcome} ({time.monotonic() - self.t0:.1f}s)",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def write_derived(run_dir: Path, events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> None:
+    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events."""
+    derived = derive(events, task_ids)
+    for rel, data in derived.files.items():
+        write_atomic(run_dir / rel, data)
+
+
+def execute(
+    contract_file: Path,
+    run_dir: Path,
+    options: RunOptions | None = None,
+    *,
+    python_agent: PythonAgent | None = None,
+    probe: bool = False,
+    on_started: Callable[[Journal], None] | None = None,
+) -> RunResult:
+    """Run (or resume) a locked contract into ``run_dir``; the probe runs into ``run_dir/probe``.
+
+    Raises:
+        ContractError: unlocked or edited contract.
+        PackError, VerificationFailed: the pack does not match its seal or the contract.
+        RunRefusal: no sandbox, a journal that exists (without resume), a resume with a
+            different contract, pack or agent.
+        HarnessError: the journal could not be written (every earlier event is kept).
+    """
+    opts = options or RunOptions()
+    contract = load_contract(contract_file)
+    require_locked(contract)
+    assert contract.budget is not None and contract.agent is not None and contract.pack is not None
+    pack = check_pack(pack_path(contract, contract_file), contract.task_ids)
+    if pack.sealed_digest != contract.pack.sha256:
+        raise RunRefusal(f"the pack's digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
+    agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
+    sandbox = open_sandbox(opts.sandbox)
+    base = run_dir / "probe" if probe else run_dir
+    base.mkdir(parents=True, exist_ok=True)
+    for sub in ("blobs", "tmp", "patches", "traces"):
+        (base / sub).mkdir(exist_ok=True)
+    jpath = base / "journal.jsonl"
+    contract_bytes = contract_file.read_bytes()
+    header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
+              "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
+              **_host_facts(sandbox, agent)}
+    if opts.resume:
+        journal, events = open_for_resume(jpath, fsync=opts.fsync)
+        first = events[0]["payload"] if events else {}
+        for key in ("contract_sha256", "pack_sha256"):
+            if first.get(key) != header[key]:
+                journal.close()
+                raise RunRefusal(f"cannot resume: the journal's {key} {first.get(key)} differs from {header[key]}")
+        if first.get("agent") != header["agent"]:
+            journal.close()
+            raise RunRefusal("cannot resume with a different agent than the journal's")
+        prior = _prior_state(events)
+    else:
+        if jpath.exists():
+            raise RunRefusal(f"{jpath} exists; resume it with --resume or choose a new --out")
+        if not probe:
+            write_atomic(base / "scoring_contract.json", contract_bytes)
+        journal = Journal.create(jpath, fsync=opts.fsync)
+        events = []
+        prior = {}
+    stop = threading.Event()
+    template = None
+    if probe:
+        template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
+    ctx = _Ctx(contract=contract, budget=contract.budget, pack=pack, run_dir=base, journal=journal,
+               agent=agent, sandbox=sandbox, options=opts, stop=stop, probe=probe, template_override=template)
+    outcomes: dict[str, str] = {}
+    interrupted = False
+    try:
+        if opts.resume:
+            ctx.j("run_resumed", **header)
+            for tid, p in prior.items():
+                # Every attempt that had started is used; none is given back.
+                if not p.finished and p.attempts_started and _has_open_attempt(events, tid, p.attempts_started):
+                    charged = _open_budget(events, tid, p.attempts_started)
+                    ctx.j("attempt_interrupted", tid, p.attempts_started, reason="runner stopped mid-attempt",
+                          charged_s=charged)
+        else:
+            ctx.j("run_started", **header)
+        if on_started is not None:
+            on_started(journal)
+        todo = [pack.tasks[t] for t in contract.task_ids if not prior.get(t, _Prior()).finished]
+        done_before = len(contract.task_ids) - len(todo)
+        progress = _Progress(len(contract.task_ids), done_before, opts.progress,
+                             "probe" if probe else str(contract.run_id))
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+                futures: dict[Future[str], str] = {
+                    pool.submit(_run_task, ctx, t, prior.get(t.task_id, _Prior())): t.task_id for t in todo
+                }
+                pending = set(futures)
+                try:
+                    while pending:
+                        finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            tid = futures[fut]
+                            outcome = fut.result()
+                            outcomes[tid] = outcome
+                            if outcome != "interrupted":
+                                progress.update(tid, outcome)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    stop.set()
+                    for fut in pending:
+                        fut.cancel()
+                    ctx.j("run_interrupted", reason="keyboard interrupt", pending=len(pending))
+                    wait(pending)
+                except JournalStopped:
+                    stop.set()
+                    for fut in pending:
+                        fut.cancel()
+                    raise
+        finally:
+            progress.close()
+        complete = not interrupted and all(v != "interrupted" for v in outcomes.values())
+        if complete:
+            ctx.j("run_finished", outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())})
+    except JournalStopped as e:
+        raise HarnessError(str(e)) from None
+    finally:
+        journal.close()
+        shutil.rmtree(base / "tmp", ignore_errors=True)
+        if not opts.keep_work:
+            shutil.rmtree(base / "work", ignore_errors=True)
+    from .journal import read_chain
+
+    all_events = read_chain(jpath).events
+    if probe:
+        write_probe_summary(run_dir, all_events, contract.task_ids)
+    else:
+        write_derived(base, all_events, contract.task_ids)
+    return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted)
+
+
+def _has_open_attempt(events: Sequence[dict[str, Any]], tid: str, attempt: int) -> bool:
+    closing = {"attempt_finished", "attempt_interrupted"}
+    return not any(e["task_id"] == tid and e["attempt"] == attempt and e["kind"] in closing for e in events)
+
+
+def _open_budget(events: Sequence[dict[str, Any]], tid: str, attempt: int) -> float:
+    for e in events:
+        if e["task_id"] == tid and e["attempt"] == attempt and e["kind"] == "attempt_started":
+            return float(e["payload"]["budget_s"])
+    return 0.0
+
+
+def probe_summary(events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:
+    """narration_probe.json from the probe journal: per task, whether the patch was empty."""
+    per_task: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        if ev["kind"] == "patch_captured":
+            per_task[ev["task_id"]] = {"patch_empty": ev["payload"]["empty"],
+                                       "patch_sha256": ev["payload"]["patch_sha256"]}
+    tasks = []
+    for tid in task_ids:
+        entry = per_task.get(tid)
+        tasks.append({"task_id": tid, "ran": entry is not None,
+                      "patch_empty": entry["patch_empty"] if entry else None,
+                      "probe_pass": bool(entry and entry["patch_empty"])})
+    failed = [t["task_id"] for t in tasks if t["ran"] and not t["probe_pass"]]
+    ran = sum(1 for t in tasks if t["ran"])
+    return {
+        "probe_version": 1,
+        "control": "narration_probe: summary only; a non-empty patch fails the probe",
+        "n": len(task_ids),
+        "ran": ran,
+        "emitted_no_patch": ran - len(failed),
+        "failed": failed,
+        "sentence": f"narration probe emitted no patch on {ran - len(failed)} of {len(task_ids)} task(s) of this slice",
+        "tasks": tasks,
+        "note": "a control reported beside the rate; it never enters the numerator",
+    }
+
+
+def write_probe_summary(run_dir: Path, events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> None:
+    import json
+
+    summary = probe_summary(events, task_ids)
+    write_atomic(run_dir / "narration_probe.json", json.dumps(summary, indent=2) + "\n")

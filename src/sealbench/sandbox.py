@@ -1,0 +1,955 @@
+"""Run one untrusted command under hard caps, isolated from the host.
+
+Agent code is hostile: this module assumes the command tries to read the hidden tests, write
+outside its workspace, phone home, outlive its attempt, fork-bomb the machine and flood its
+output. Every backend enforces the same caps; only ``bubblewrap`` also isolates.
+
+Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
+-----------------------------------------------------------------------
+* Namespaces: new user, mount, pid, network, ipc, uts and cgroup namespaces
+  (``--unshare-all --unshare-user``), every capability dropped (``--cap-drop ALL``), no nested
+  user namespaces (``--disable-userns``), ``no_new_privs`` set by bwrap.
+* Filesystem: the root is an empty tmpfs made read-only. Read-only binds of ``/usr``, ``/bin``,
+  ``/sbin``, ``/lib``, ``/lib32``, ``/lib64``, ``/etc`` (those that exist; merged-usr symlinks
+  are recreated as symlinks), the interpreter's ``sys.base_prefix`` / ``sys.prefix`` and the
+  spec's ``readonly_paths``, each at its host path. A fresh size-capped tmpfs on ``/tmp`` and
+  ``/dev/shm``, bwrap's minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) made
+  read-only, a private ``/proc`` showing only the sandbox's processes, no ``/sys``. ``HOME``
+  is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` is
+  the only writable host directory. Everything else of the host (``/root``, ``/home``,
+  ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
+* Network: an empty network namespace with only a loopback device, so the host's loopback
+  services, its resolver and the outside world are unreachable.
+* Processes: the command runs in its own session and process group; at the deadline the group
+  gets SIGTERM and, :data:`KILL_GRACE_S` later, SIGKILL. When bwrap exits, its
+  ``--die-with-parent`` pid-1 reaper dies and the kernel kills everything left in the pid
+  namespace; :meth:`run` returns only once that reaper has exited, which the kernel reports
+  only after every other process of the namespace is gone (a per-run cgroup, when there is
+  one, is also swept and must be empty).
+* Caps: RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 are set before exec; the
+  process count is bounded by a per-run ``pids`` cgroup (v1 or v2) when one is writable, else
+  by RLIMIT_NPROC when not root (see :func:`process_limit_method`). stdout and stderr are
+  captured through pipes, at most ``output_bytes`` each is kept and the rest is counted and
+  discarded, so the command never blocks on a full pipe.
+
+Known limits
+------------
+* ``/etc`` is exposed whole (minus entries that are not world-readable, which are masked):
+  hostnames, users and groups, installed package configuration and any world-readable secret
+  an administrator left there are visible. The Python prefix exposes its site-packages.
+* The command runs as uid 0 of its user namespace, mapped to the caller's uid: without
+  capabilities it cannot bypass file permissions, but it can read whatever the caller's uid
+  may read among the exposed paths and it owns the files it writes in the workdir.
+* No seccomp filter: the whole syscall surface of the kernel is reachable; no memory cgroup:
+  memory is bounded per process (RLIMIT_AS) and by the tmpfs sizes, not per run.
+* CPU time is bounded only by the wall-clock deadline.
+* A command killed by a signal inside bwrap is reported like a shell does, as exit code
+  ``128 + signal`` (``signal`` stays ``None``); :class:`NoSandbox` reports the signal itself.
+* The environment is exactly ``spec.env`` plus ``PWD`` (bwrap always sets it; :class:`NoSandbox`
+  sets it too, to the workdir).
+
+:class:`NoSandbox` applies the same caps, kill policy and output capture to a plain subprocess
+(``kind`` "none"): it isolates nothing. A util-linux ``unshare`` backend is deliberately not
+provided: without a per-launch mount helper it cannot hide the host filesystem, so the hidden
+tests would be readable and a grade obtained under it would mean nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+
+from sealbench.errors import HarnessError, RunRefusal, UsageError
+
+__all__ = [
+    "KILL_GRACE_S",
+    "BubblewrapSandbox",
+    "Limits",
+    "NoSandbox",
+    "Sandbox",
+    "SandboxResult",
+    "SandboxSpec",
+    "open_sandbox",
+    "process_limit_method",
+]
+
+KILL_GRACE_S: Final = 0.5
+"""Seconds between SIGTERM and SIGKILL once the deadline has passed."""
+
+_REAP_S: Final = 5.0
+_DRAIN_S: Final = 2.0
+_SWEEP_S: Final = 2.0
+_CHUNK: Final = 1 << 16
+_STDERR_HEAD: Final = 4096
+_POLL_TICK_S: Final = 0.005
+_SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
+_KERNEL_DIRS: Final = ("/proc", "/dev", "/sys")
+# bwrap's outer monitor, its pid-1 reaper and its short-lived setup helper share the cgroup.
+_BWRAP_HELPERS: Final = 3
+_RLIMITS_TEXT: Final = "RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 set before exec"
+_KILL_TEXT: Final = f"SIGTERM to the process group at the deadline, SIGKILL {KILL_GRACE_S} s later"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard caps for one sandboxed run.
+
+    ``processes`` bounds live processes and threads of the command (sandbox helpers excluded);
+    ``output_bytes`` bounds what is kept of each of stdout and stderr; ``tmp_bytes`` is the
+    size of each private tmpfs (``/tmp``, ``/dev/shm``, a ``HOME`` outside the workdir).
+
+    Raises:
+        ValueError: a cap is not a positive integer.
+    """
+
+    address_space_bytes: int = 4 * 2**30
+    processes: int = 256
+    file_size_bytes: int = 256 * 2**20
+    open_files: int = 512
+    output_bytes: int = 1 * 2**20
+    tmp_bytes: int = 512 * 2**20
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to run, where, and under which caps.
+
+    ``workdir`` is absolute, the only writable host directory, mounted at the same path and
+    used as the working directory. ``env`` is the complete environment inside (the caller
+    builds it clean). ``timeout_s`` is a hard wall-clock deadline measured from start.
+    Captured output goes to ``stdout_path`` / ``stderr_path`` on the host (keep them outside
+    the workdir, or the command can overwrite them).
+
+    Raises:
+        ValueError: argv is empty, a path is relative, the timeout is not positive, or an
+            environment entry cannot be passed to a process.
+    """
+
+    argv: tuple[str, ...]
+    workdir: Path
+    env: Mapping[str, str]
+    timeout_s: float
+    stdout_path: Path
+    stderr_path: Path
+    limits: Limits = field(default_factory=Limits)
+    readonly_paths: tuple[Path, ...] = ()
+    network: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
+            raise ValueError(f"argv must be a non-empty tuple of strings without NUL: {self.argv!r}")
+        for name in ("workdir", "stdout_path", "stderr_path"):
+            if not Path(getattr(self, name)).is_absolute():
+                raise ValueError(f"{name} must be absolute: {getattr(self, name)}")
+        for path in self.readonly_paths:
+            if not Path(path).is_absolute():
+                raise ValueError(f"readonly path must be absolute: {path}")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ValueError(f"timeout_s must be positive and finite: {self.timeout_s!r}")
+        for key, value in self.env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"environment entry cannot be passed to a process: {key!r}")
+        home = self.env.get("HOME")
+        if home is not None and not os.path.isabs(home):
+            raise ValueError(f"HOME must be absolute: {home!r}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What happened to one sandboxed command.
+
+    ``exit_code`` is ``None`` when the command was killed (by the deadline or, outside bwrap,
+    by any signal, then named in ``signal``). Byte counts are everything the command wrote,
+    kept or discarded.
+    """
+
+    exit_code: int | None
+    timed_out: bool
+    elapsed_s: float
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    signal: int | None
+
+
+class Sandbox(Protocol):
+    """A way to run one untrusted command under :class:`Limits`."""
+
+    kind: str
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        """Run ``spec`` to completion or to its deadline.
+
+        Raises:
+            HarnessError: the sandbox could not start the command or clean up after it.
+        """
+        ...
+
+    def describe(self) -> dict[str, str]:
+        """Facts to record in a run journal (kind, tool version, enforcement methods)."""
+        ...
+
+
+# --- process-count enforcement ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PidsHierarchy:
+    """A writable ``pids`` cgroup hierarchy, with ``root`` the sealbench parent cgroup."""
+
+    version: int
+    root: Path
+
+    def describe(self) -> str:
+        return f"pids cgroup v{self.version} ({self.root})"
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w", encoding="ascii") as handle:
+        handle.write(text)
+
+
+def _unescape_mount_field(text: str) -> str:
+    # /proc/self/mounts escapes blanks and backslashes as octal (\040 ...).
+    return text.encode().decode("unicode_escape") if "\\" in text else text
+
+
+def _cgroup_mounts() -> Iterator[tuple[Path, str, set[str]]]:
+    try:
+        lines = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+            yield Path(_unescape_mount_field(parts[1])), parts[2], set(parts[3].split(","))
+
+
+def _prepare_hierarchy(mount: Path, fstype: str, options: set[str]) -> _PidsHierarchy | None:
+    if fstype == "cgroup":
+        if "pids" not in options:
+            return None
+        hierarchy = _PidsHierarchy(1, mount / "sealbench")
+        hierarchy.root.mkdir(exist_ok=True)
+    else:
+        if "pids" not in (mount / "cgroup.controllers").read_text(encoding="ascii").split():
+            return None
+        hierarchy = _PidsHierarchy(2, mount / "sealbench")
+        if "pids" not in (mount / "cgroup.subtree_control").read_text(encoding="ascii").split():
+            _write_text(mount / "cgroup.subtree_control", "+pids")
+        hierarchy.root.mkdir(exist_ok=True)
+        _write_text(hierarchy.root / "cgroup.subtree_control", "+pids")
+    probe = hierarchy.root / f"probe-{os.getpid()}-{threading.get_ident()}"
+    probe.mkdir()
+    try:
+        _write_text(probe / "pids.max", "max")
+    finally:
+        probe.rmdir()
+    # Leftovers of crashed harness processes: empty ones go, populated ones stay visible.
+    for stale in hierarchy.root.glob("run-*"):
+        with contextlib.suppress(OSError):
+            stale.rmdir()
+    return hierarchy
+
+
+@functools.cache
+def _pids_hierarchy() -> _PidsHierarchy | None:
+    for mount, fstype, options in _cgroup_mounts():
+        try:
+            hierarchy = _prepare_hierarchy(mount, fstype, options)
+        except OSError:
+            continue
+        if hierarchy is not None:
+            return hierarchy
+    return None
+
+
+def process_limit_method() -> str:
+    """Say how ``Limits.processes`` is enforced on this machine, for the run journal.
+
+    A per-run ``pids`` cgroup is preferred; RLIMIT_NPROC is the fallback when not root (it is
+    counted per uid, so the caller's other processes share it); as root without a writable
+    ``pids`` cgroup the cap is not enforced, and the returned text says so.
+    """
+    hierarchy = _pids_hierarchy()
+    if hierarchy is not None:
+        return hierarchy.describe()
+    if os.geteuid() != 0:
+        return f"RLIMIT_NPROC (per uid {os.getuid()}, raised by the tasks it already runs)"
+    return "unenforced: root ignores RLIMIT_NPROC and no writable pids cgroup was found"
+
+
+class _RunCgroup:
+    """One per-run pids cgroup: created before the launch, emptied and removed after it."""
+
+    _names = itertools.count()
+
+    def __init__(self, hierarchy: _PidsHierarchy, max_pids: int) -> None:
+        self.version = hierarchy.version
+        self.path = hierarchy.root / f"run-{os.getpid()}-{next(self._names)}"
+        self.path.mkdir()
+        try:
+            _write_text(self.path / "pids.max", str(max_pids))
+        except OSError:
+            self.path.rmdir()
+            raise
+        self.procs_file = os.fsencode(self.path / "cgroup.procs")
+
+    def _members(self) -> list[int]:
+        return [int(pid) for pid in (self.path / "cgroup.procs").read_text(encoding="ascii").split()]
+
+    def kill_all(self, timeout_s: float = _SWEEP_S) -> bool:
+        """SIGKILL every member until the cgroup is empty; False if some outlive ``timeout_s``."""
+        with contextlib.suppress(OSError):
+            # No member can fork any more, so one sweep usually empties the cgroup.
+            _write_text(self.path / "pids.max", "0")
+        if self.version == 2 and (self.path / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                _write_text(self.path / "cgroup.kill", "1")
+        give_up = time.monotonic() + timeout_s
+        pause = 0.0001
+        while True:
+            members = self._members()
+            if not members:
+                return True
+            if time.monotonic() > give_up:
+                return False
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            # Usually only bwrap's reaper is still exiting: a short first pause saves a launch
+            # most of the fixed tick.
+            time.sleep(pause)
+            pause = min(pause * 2, _POLL_TICK_S)
+
+    def remove(self) -> None:
+        give_up = time.monotonic() + _SWEEP_S
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > give_up:
+                    raise
+                time.sleep(_POLL_TICK_S)
+
+
+def _uid_tasks(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+    return count
+
+
+def _make_preexec(limits: Limits, cgroup: _RunCgroup | None, nproc: int | None) -> Callable[[], None]:
+    wanted = [
+        (resource.RLIMIT_AS, limits.address_space_bytes),
+        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        (resource.RLIMIT_NOFILE, limits.open_files),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if nproc is not None:
+        wanted.append((resource.RLIMIT_NPROC, nproc))
+    settings: list[tuple[int, tuple[int, int]]] = []
+    for which, value in wanted:
+        _, hard = resource.getrlimit(which)
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        # Soft and hard both: the command must not be able to raise its own caps.
+        settings.append((which, (capped, capped)))
+    procs_file = cgroup.procs_file if cgroup is not None else None
+
+    def preexec() -> None:
+        # Runs between fork and exec, so every descendant is born inside the cgroup and under
+        # the rlimits; it only makes syscalls with values prepared before the fork.
+        if procs_file is not None:
+            fd = os.open(procs_file, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        for which, pair in settings:
+            resource.setrlimit(which, pair)
+
+    return preexec
+
+
+# --- supervision -------------------------------------------------------------------------
+
+
+class _Capture:
+    """One output pipe: keeps at most ``cap`` bytes in ``out_fd``, counts and drops the rest."""
+
+    def __init__(self, read_fd: int, out_fd: int, cap: int) -> None:
+        self.read_fd = read_fd
+        self.out_fd = out_fd
+        self.cap = cap
+        self.kept = 0
+        self.total = 0
+        self.head = bytearray()
+
+    def pump(self) -> bool:
+        """Move one chunk; False at EOF."""
+        data = os.read(self.read_fd, _CHUNK)
+        if not data:
+            return False
+        self.total += len(data)
+        if len(self.head) < _STDERR_HEAD:
+            self.head += data[: _STDERR_HEAD - len(self.head)]
+        room = self.cap - self.kept
+        if room > 0:
+            view = memoryview(data)[:room]
+            while view:
+                view = view[os.write(self.out_fd, view) :]
+            self.kept += min(room, len(data))
+        return True
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.kept
+
+
+class _Supervisor:
+    """Drains the output pipes while waiting for the child, without threads."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], captures: list[_Capture], status_fd: int | None):
+        self.proc = proc
+        self.poller = select.poll()
+        self.captures = {capture.read_fd: capture for capture in captures}
+        self.status_fd = status_fd
+        self.status = bytearray()
+        for fd in [*self.captures, *([status_fd] if status_fd is not None else [])]:
+            self.poller.register(fd, select.POLLIN)
+        self.pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.pidfd = os.pidfd_open(proc.pid)
+            self.poller.register(self.pidfd, select.POLLIN)
+        self.exited = False
+        self.reaper_pidfd: int | None = None
+
+    def _child_exited(self) -> bool:
+        # WNOWAIT leaves the zombie in place: its pid, hence its process group, stays reserved.
+        info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return info is not None and info.si_pid != 0
+
+    def _step(self, timeout_s: float) -> None:
+        tick = timeout_s if self.pidfd is not None or self.exited else min(timeout_s, _POLL_TICK_S)
+        for fd, _events in self.poller.poll(max(0, math.ceil(tick * 1000))):
+            if fd == self.pidfd:
+                self.exited = True
+                self.poller.unregister(fd)
+            elif fd == self.status_fd:
+                chunk = os.read(fd, _CHUNK)
+                self.status += chunk
+                if not chunk:
+                    self.poller.unregister(fd)
+                    self.status_fd = None
+                elif self.reaper_pidfd is None and b"\n" in self.status:
+                    self._watch_reaper()
+            elif not self.captures[fd].pump():
+                self.poller.unregister(fd)
+                del self.captures[fd]
+        if self.pidfd is None and not self.exited:
+            self.exited = self._child_exited()
+
+    def _watch_reaper(self) -> None:
+        # bwrap's first status record names the pid-1 reaper of the sandbox; it is alive now,
+        # since the monitor (our child) has not exited yet.
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, OSError):
+            first = json.loads(bytes(self.status).split(b"\n", 1)[0])
+            self.reaper_pidfd = os.pidfd_open(int(first["child-pid"]))
+
+    def wait_reaper(self, deadline: float) -> bool:
+        """Wait until the sandbox's pid-1 reaper is gone (True) or ``deadline`` passes.
+
+        The kernel signals its exit only after every other process of the pid namespace has
+        been killed and reaped, which pipe EOF alone does not guarantee.
+        """
+        if self.reaper_pidfd is None:
+            return True
+        waiter = select.poll()
+        waiter.register(self.reaper_pidfd, select.POLLIN)
+        return bool(waiter.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000))))
+
+    def wait_exit(self, deadline: float) -> bool:
+        """Pump until the child exits (True) or ``deadline`` passes (False)."""
+        while not self.exited:
+            remaining = deadline - time.monotonic()
+            self._step(max(0.0, remaining))
+            if remaining <= 0:
+                break
+        return self.exited
+
+    def drain(self, deadline: float) -> bool:
+        """Pump until every pipe is at EOF (True) or ``deadline`` passes (False)."""
+        while self.captures or self.status_fd is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._step(remaining)
+        return True
+
+    def close(self) -> None:
+        for fd in (self.pidfd, self.reaper_pidfd):
+            if fd is not None:
+                os.close(fd)
+        self.pidfd = self.reaper_pidfd = None
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _open_output(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+
+
+@dataclass
+class _Launch:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    pass_fds: tuple[int, ...]
+
+
+class _ProcessSandbox:
+    """Shared launch, cap, kill and capture machinery of the backends."""
+
+    kind: str = "abstract"
+    _helpers = 0
+    _status_pipe = False
+
+    def _hierarchy(self) -> _PidsHierarchy | None:
+        return _pids_hierarchy()
+
+    def _check_workdir(self, spec: SandboxSpec) -> None:
+        workdir = os.path.normpath(spec.workdir)
+        if not spec.workdir.is_dir():
+            raise HarnessError(f"sandbox workdir does not exist or is not a directory: {spec.workdir}")
+        if workdir == "/" or any(_within(workdir, d) for d in (*_SYSTEM_DIRS, *_KERNEL_DIRS)):
+            raise HarnessError(f"refusing a system directory as sandbox workdir: {spec.workdir}")
+        for path in spec.readonly_paths:
+            if not path.exists():
+                raise HarnessError(f"read-only path for the sandbox does not exist: {path}")
+
+    def _launch(self, spec: SandboxSpec, status_fd: int | None) -> _Launch:
+        raise NotImplementedError
+
+    def _failed_to_start(self, status: bytes, returncode: int) -> bool:
+        return False
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        """Run ``spec`` to completion or to its deadline, then kill everything it left.
+
+        Raises:
+            HarnessError: the spec points at missing host paths, the command could not be
+                started, output could not be written, or its processes could not be removed.
+        """
+        self._check_workdir(spec)
+        hierarchy = self._hierarchy()
+        nproc: int | None = None
+        if hierarchy is None and os.geteuid() != 0:
+            nproc = spec.limits.processes + self._helpers + _uid_tasks(os.getuid())
+        opened: list[int] = []
+        cgroup: _RunCgroup | None = None
+        try:
+            if hierarchy is not None:
+                cgroup = _RunCgroup(hierarchy, spec.limits.processes + self._helpers)
+            out_fd = _open_output(spec.stdout_path)
+            opened.append(out_fd)
+            err_fd = _open_output(spec.stderr_path)
+            opened.append(err_fd)
+            pipes: list[tuple[int, int]] = []
+            for _ in range(3 if self._status_pipe else 2):
+                pipes.append(os.pipe())
+                opened += pipes[-1]
+            return self._supervise(spec, cgroup, nproc, out_fd, err_fd, pipes, opened)
+        except OSError as exc:
+            raise HarnessError(f"{self.kind} sandbox failed for {spec.argv[0]!r}: {exc}") from exc
+        finally:
+            for fd in opened:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if cgroup is not None:
+                try:
+                    cgroup.remove()
+                except OSError as exc:
+                    raise HarnessError(f"could not remove run cgroup {cgroup.path}: {exc}") from exc
+
+    def _supervise(
+        self,
+        spec: SandboxSpec,
+        cgroup: _RunCgroup | None,
+        nproc: int | None,
+        out_fd: int,
+        err_fd: int,
+        pipes: list[tuple[int, int]],
+        opened: list[int],
+    ) -> SandboxResult:
+        status_read, status_write = pipes[2] if len(pipes) > 2 else (None, None)
+        launch = self._launch(spec, status_write)
+        preexec = _make_preexec(spec.limits, cgroup, nproc)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=pipes[0][1],
+                stderr=pipes[1][1],
+                env=launch.env,
+                cwd=launch.cwd,
+                pass_fds=launch.pass_fds,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise HarnessError(f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: {exc}") from exc
+        for _, write_end in pipes:
+            # Closed exactly once: another thread may be handed this number right after.
+            opened.remove(write_end)
+            os.close(write_end)
+        stdout = _Capture(pipes[0][0], out_fd, spec.limits.output_bytes)
+        stderr = _Capture(pipes[1][0], err_fd, spec.limits.output_bytes)
+        supervisor = _Supervisor(proc, [stdout, stderr], status_read)
+        sent: int | None = None
+        try:
+            timed_out = not supervisor.wait_exit(start + spec.timeout_s)
+            if timed_out:
+                _signal_group(proc.pid, signal.SIGTERM)
+                sent = signal.SIGTERM
+                if not supervisor.wait_exit(time.monotonic() + KILL_GRACE_S):
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    sent = signal.SIGKILL
+                    if cgroup is not None:
+                        cgroup.kill_all()
+                    if not supervisor.wait_exit(time.monotonic() + _REAP_S):
+                        raise HarnessError(f"{self.kind} sandbox: pid {proc.pid} survived SIGKILL")
+            # The leader is an unreaped zombie here, so its group id cannot name anyone else.
+            _signal_group(proc.pid, signal.SIGKILL)
+            if cgroup is not None and not cgroup.kill_all():
+                raise HarnessError(f"{self.kind} sandbox: processes in {cgroup.path} survived SIGKILL")
+            returncode = proc.wait()
+            supervisor.drain(time.monotonic() + _DRAIN_S)
+            if not supervisor.wait_reaper(time.monotonic() + _DRAIN_S):
+                raise HarnessError(f"{self.kind} sandbox: its pid namespace outlived bwrap")
+            elapsed = time.monotonic() - start
+        finally:
+            if proc.returncode is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.kill()
+                proc.wait()
+            supervisor.close()
+        if not timed_out and self._failed_to_start(bytes(supervisor.status), returncode):
+            detail = stderr.head.decode("utf-8", "replace").strip() or f"exit status {returncode}"
+            raise HarnessError(f"the {self.kind} sandbox failed to start {spec.argv[0]!r}: {detail}")
+        if timed_out:
+            exit_code, died_of = None, (-returncode if returncode < 0 else sent)
+        elif returncode < 0:
+            exit_code, died_of = None, -returncode
+        else:
+            exit_code, died_of = returncode, None
+        return SandboxResult(
+            exit_code=exit_code,
+            timed_out=timed_out,
+            elapsed_s=elapsed,
+            stdout_bytes=stdout.total,
+            stderr_bytes=stderr.total,
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            signal=died_of,
+        )
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+# --- backends ----------------------------------------------------------------------------
+
+
+class NoSandbox(_ProcessSandbox):
+    """A plain subprocess with the same caps, kill policy and output capture; no isolation."""
+
+    kind = "none"
+
+    def _launch(self, spec: SandboxSpec, status_fd: int | None) -> _Launch:
+        home = spec.env.get("HOME")
+        if home is not None:
+            os.makedirs(home, exist_ok=True)
+        env = dict(spec.env)
+        env["PWD"] = str(spec.workdir)
+        return _Launch(list(spec.argv), env, str(spec.workdir), ())
+
+    def describe(self) -> dict[str, str]:
+        """Facts to record in a run journal."""
+        return {
+            "kind": self.kind,
+            "tool": "subprocess",
+            "tool_version": f"python {sys.version.split()[0]}",
+            "process_limit": process_limit_method(),
+            "rlimits": _RLIMITS_TEXT,
+            "kill": _KILL_TEXT + "; leftovers killed by process group and pids cgroup",
+            "network": "host network (not isolated)",
+            "filesystem": "host filesystem (not isolated)",
+        }
+
+
+def _etc_masks() -> list[str]:
+    args: list[str] = []
+    for root, dirs, files in os.walk("/etc"):
+        for name in sorted([*dirs, *files]):
+            path = os.path.join(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode) or mode & stat.S_IROTH:
+                continue
+            if stat.S_ISDIR(mode):
+                dirs.remove(name)
+                args += ["--tmpfs", path, "--remount-ro", path]
+            else:
+                args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
+@functools.cache
+def _system_binds() -> tuple[str, ...]:
+    args: list[str] = []
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    if os.path.isdir("/etc") and not os.path.islink("/etc"):
+        args += _etc_masks()
+    return tuple(args)
+
+
+@functools.cache
+def _python_prefixes() -> tuple[str, ...]:
+    candidates = sorted(
+        {os.path.abspath(p) for p in (sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix)}
+    )
+    kept: list[str] = []
+    for prefix in candidates:
+        if prefix == "/" or not os.path.isdir(prefix):
+            continue
+        if any(_within(prefix, d) for d in (*_SYSTEM_DIRS, *kept)):
+            continue
+        kept.append(prefix)
+    return tuple(kept)
+
+
+@functools.cache
+def _bwrap_version(executable: str) -> tuple[str, tuple[int, ...]]:
+    try:
+        text = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HarnessError(f"cannot run {executable} --version: {exc}") from exc
+    numbers = tuple(int(n) for n in text.split()[-1].split(".") if n.isdigit()) if text else ()
+    return text, numbers
+
+
+class BubblewrapSandbox(_ProcessSandbox):
+    """Isolating backend built on ``bwrap``; see the module docstring for the model.
+
+    Raises:
+        HarnessError: ``bwrap`` is not installed or does not run (``executable`` names it).
+    """
+
+    kind = "bubblewrap"
+    _helpers = _BWRAP_HELPERS
+    _status_pipe = True
+
+    def __init__(self, executable: str | None = None) -> None:
+        found = shutil.which(executable or "bwrap")
+        if found is None:
+            raise HarnessError(f"bubblewrap executable not found: {executable or 'bwrap'}")
+        self.executable = found
+        self.version_text, version = _bwrap_version(found)
+        # Options newer than some distributions' bwrap are dropped rather than failing there.
+        self._disable_userns = version >= (0, 8)
+        self._sized_tmpfs = version >= (0, 7)
+        self._fixed = self._fixed_args()
+
+    def _fixed_args(self) -> tuple[str, ...]:
+        args = [self.executable, "--unshare-all", "--unshare-user", "--cap-drop", "ALL"]
+        if self._disable_userns:
+            args.append("--disable-userns")
+        args += ["--die-with-parent", "--hostname", "sandbox", *_system_binds(), "--proc", "/proc"]
+        return tuple(args)
+
+    def _tmpfs(self, path: str, size: int) -> list[str]:
+        return ["--size", str(size), "--tmpfs", path] if self._sized_tmpfs else ["--tmpfs", path]
+
+    def _home_args(self, spec: SandboxSpec) -> tuple[list[str], list[str]]:
+        """Arguments creating HOME: (before the binds, after the workdir bind)."""
+        home = spec.env.get("HOME")
+        if home is None:
+            return [], []
+        home = os.path.normpath(home)
+        # Created from inside, after the writable mounts exist: a host-side makedirs would
+        # follow symlinks a previous attempt planted in the workdir.
+        if _within(home, os.path.normpath(spec.workdir)) or _within(home, "/tmp"):
+            return [], ["--dir", home]
+        if home == "/" or any(_within(home, d) or _within(d, home) for d in (*_SYSTEM_DIRS, *_KERNEL_DIRS)):
+            raise HarnessError(f"HOME cannot be a system directory inside the sandbox: {home}")
+        # Before the binds, so that a HOME such as /root does not hide the Python prefix.
+        return self._tmpfs(home, spec.limits.tmp_bytes), []
+
+    def _launch(self, spec: SandboxSpec, status_fd: int | None) -> _Launch:
+        assert status_fd is not None  # _status_pipe makes run() create it
+        size = spec.limits.tmp_bytes
+        workdir = str(spec.workdir)
+        args = [*self._fixed, "--json-status-fd", str(status_fd)]
+        if spec.network:
+            args.append("--share-net")
+        args += ["--dev", "/dev", *self._tmpfs("/dev/shm", size), "--remount-ro", "/dev"]
+        # Mounts under /tmp (a workdir from tempfile, a venv) must come after the /tmp tmpfs.
+        home_first, home_last = self._home_args(spec)
+        args += [*self._tmpfs("/tmp", size), *home_first]
+        for path in (*_python_prefixes(), *(str(p) for p in spec.readonly_paths)):
+            args += ["--ro-bind", path, path]
+        args += ["--bind", workdir, workdir, *home_last]
+        args += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
+        for key, value in spec.env.items():
+            args += ["--setenv", key, value]
+        args += ["--", *spec.argv]
+        return _Launch(args, {}, None, (status_fd,))
+
+    def _failed_to_start(self, status: bytes, returncode: int) -> bool:
+        # bwrap reports "exit-code" only for a command it managed to exec.
+        for line in status.splitlines():
+            with contextlib.suppress(ValueError):
+                if "exit-code" in json.loads(line):
+                    return False
+        return True
+
+    def describe(self) -> dict[str, str]:
+        """Facts to record in a run journal."""
+        hardening = "--cap-drop ALL" + (", --disable-userns" if self._disable_userns else "")
+        return {
+            "kind": self.kind,
+            "tool": self.executable,
+            "tool_version": self.version_text,
+            "process_limit": process_limit_method(),
+            "rlimits": _RLIMITS_TEXT,
+            "kill": _KILL_TEXT + "; pid namespace torn down with bwrap (--die-with-parent)",
+            "network": "private network namespace, loopback only",
+            "filesystem": (
+                "read-only "
+                + ", ".join(p for p in _SYSTEM_DIRS if os.path.lexists(p))
+                + ", "
+                + ", ".join(_python_prefixes())
+                + "; /etc entries not world-readable masked; tmpfs /tmp and /dev/shm"
+                + ("" if self._sized_tmpfs else " (unsized)")
+                + "; workdir the only writable host path"
+            ),
+            "namespaces": "user, mount, pid, net, ipc, uts, cgroup; " + hardening,
+        }
+
+    def smoke_test(self) -> None:
+        """Run ``true`` inside a scratch workdir.
+
+        Raises:
+            HarnessError: the sandbox does not start or ``true`` fails inside it.
+        """
+        with tempfile.TemporaryDirectory(prefix="sealbench-smoke-") as scratch:
+            root = Path(scratch)
+            (root / "work").mkdir()
+            result = self.run(
+                SandboxSpec(
+                    argv=("true",),
+                    workdir=root / "work",
+                    env={"PATH": "/usr/bin:/bin"},
+                    timeout_s=30.0,
+                    stdout_path=root / "stdout",
+                    stderr_path=root / "stderr",
+                )
+            )
+            if result.exit_code != 0:
+                detail = (root / "stderr").read_text(encoding="utf-8", errors="replace").strip()
+                raise HarnessError(f"`true` failed inside bubblewrap ({result}): {detail}")
+
+
+# --- selection ---------------------------------------------------------------------------
+
+_BACKENDS: Final = ("auto", "bubblewrap", "unshare", "none")
+_opened: dict[tuple[str, str | None], Sandbox | RunRefusal] = {}
+_opened_lock = threading.Lock()
+
+
+def _open_bubblewrap(executable: str | None) -> Sandbox | RunRefusal:
+    try:
+        sandbox = BubblewrapSandbox(executable)
+        sandbox.smoke_test()
+    except HarnessError as exc:
+        return RunRefusal(f"bubblewrap is not usable here: {exc}")
+    return sandbox
+
+
+def open_sandbox(requested: str = "auto", *, bwrap_executable: str | None = None) -> Sandbox:
+    """Return the sandbox to run agents in; the smoke test result is cached per process.
+
+    ``"auto"`` and ``"bubblewrap"`` need a ``bwrap`` that runs ``true`` inside the full
+    isolation; ``"none"`` returns :class:`NoSandbox`. ``"unshare"`` is refused (see the module
+    docstring). ``bwrap_executable`` overrides the ``bwrap`` found on PATH.
+
+    Raises:
+        RunRefusal: no sandbox of the requested kind works on this machine.
+        UsageError: ``requested`` is not one of auto, bubblewrap, unshare, none.
+    """
+    if requested not in _BACKENDS:
+        raise UsageError(f"unknown sandbox {requested!r}; choose one of {', '.join(_BACKENDS)}")
+    if requested == "none":
+        return NoSandbox()
+    if requested == "unshare":
+        raise RunRefusal(
+            "the unshare sandbox is not supported: it cannot hide the host filesystem (hidden tests "
+            "would be readable); install bubblewrap (apt-get install bubblewrap)"
+        )
+    with _opened_lock:
+        key = ("bubblewrap", bwrap_executable)
+        if key not in _opened:
+            _opened[key] = _open_bubblewrap(bwrap_executable)
+        outcome = _opened[key]
+    if isinstance(outcome, RunRefusal):
+        if requested == "auto":
+            raise RunRefusal(
+                f"no sandbox available ({outcome}); install bubblewrap (apt-get install bubblewrap) "
+                "or pass --sandbox none to run agents without isolation"
+            )
+        raise RunRefusal(str(outcome))
+    return outcome

@@ -1,0 +1,139 @@
+"""Scoring (seed 004): a rate for a locked contract, or a refusal. Pure functions.
+
+Every check runs over events in task-id order so the verdict never depends on the order of
+events.json.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from .contract import require_locked
+from .errors import ScoreRefusal
+from .files import describe_validation_error
+from .formats import Interval95, Outcome, Rate, ScoringContract, SeedEvent
+from .stats import wilson_interval
+
+NOTE = "valid only for this slice, metric, and access class"
+
+
+def parse_events(raw: Any, source: str = "events.json") -> list[SeedEvent]:
+    """Validate raw events.json content (a list of objects) into events.
+
+    Raises:
+        ScoreRefusal: not a list, an entry without task_id or task_pass, unknown keys, bad types.
+    """
+    if not isinstance(raw, list):
+        raise ScoreRefusal(f"{source}: expected a JSON list of events")
+    events: list[SeedEvent] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ScoreRefusal(f"{source}: event {i}: expected an object")
+        tid = item.get("task_id")
+        if not isinstance(tid, str):
+            raise ScoreRefusal(f"{source}: event {i}: missing task_id")
+        if "task_pass" not in item:
+            raise ScoreRefusal(f"missing task_pass: {tid}")
+        try:
+            events.append(SeedEvent.model_validate(item))
+        except ValidationError as e:
+            raise ScoreRefusal(f"{source}: event {i} ({tid}): {describe_validation_error(e)}") from None
+    return events
+
+
+def parse_events_json(text: str, source: str = "events.json") -> list[SeedEvent]:
+    """Parse events.json text.
+
+    Raises:
+        ScoreRefusal: invalid JSON or any refusal of :func:`parse_events`.
+    """
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScoreRefusal(f"{source}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    return parse_events(raw, source)
+
+
+def evidence_sentence(passed: int, n: int) -> str:
+    """Seed 004's left-column voice: a count on a locked run, never a bare percentage."""
+    return f"{passed} of {n} task_pass on this locked run_id"
+
+
+def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
+    """Score events under a locked contract, or refuse.
+
+    Raises:
+        ContractError: unlocked or edited contract.
+        ScoreRefusal: assumed quota or permanence, duplicate task_ids, an event outside the
+            slice, a post-lock exclusion, a silent rerun, denominator drift, an abstain that
+            passes, harness errors.
+    """
+    require_locked(contract)
+    access = contract.access_class
+    if access is None or access.quota_assumed or access.permanence_assumed:
+        raise ScoreRefusal("assumed quota or permanence; no rate emitted")
+    allowed = list(contract.task_ids)
+    if len(allowed) != len(set(allowed)):
+        raise ScoreRefusal("duplicate task_ids")
+    allowed_set = set(allowed)
+    ordered = sorted(events, key=lambda e: (e.task_id, e.model_dump_json()))
+    by_id: dict[str, SeedEvent] = {}
+    for ev in ordered:
+        tid = ev.task_id
+        if tid not in allowed_set:
+            raise ScoreRefusal(f"event outside locked slice: {tid}")
+        if ev.excluded_after_lock:
+            raise ScoreRefusal(f"post-lock exclusion starts a new study: {tid}")
+        if tid in by_id:
+            raise ScoreRefusal(f"two events for task {tid}: a silent rerun; no rate emitted")
+        by_id[tid] = ev
+    missing = [tid for tid in allowed if tid not in by_id]
+    if missing:
+        raise ScoreRefusal(f"denominator drift, missing {missing}")
+    for tid in sorted(allowed):
+        ev = by_id[tid]
+        if ev.abstain and ev.task_pass:
+            raise ScoreRefusal(f"abstain cannot pass: {tid}")
+        if ev.outcome is Outcome.ABSTAIN and not ev.abstain:
+            raise ScoreRefusal(f"outcome abstain without abstain flag: {tid}")
+        if ev.outcome is not None and ev.task_pass != (ev.outcome is Outcome.PASS):
+            raise ScoreRefusal(f"task_pass {ev.task_pass} contradicts outcome {ev.outcome}: {tid}")
+    harness = sorted(t for t, ev in by_id.items() if ev.outcome is Outcome.HARNESS_ERROR)
+    if harness:
+        raise ScoreRefusal(
+            f"harness errors in {len(harness)} task(s) {harness[:5]}: "
+            "rerun under a new run_id; no rate emitted"
+        )
+    n = len(allowed)
+    passed = sum(1 for ev in by_id.values() if ev.task_pass)
+    outcomes = {o.value: 0 for o in Outcome}
+    for ev in by_id.values():
+        if ev.outcome is not None:
+            outcomes[ev.outcome.value] += 1
+        elif ev.abstain:
+            outcomes[Outcome.ABSTAIN.value] += 1
+        else:
+            outcomes[(Outcome.PASS if ev.task_pass else Outcome.FAIL).value] += 1
+    lo, hi = wilson_interval(passed, n)
+    assert contract.run_id is not None and contract.locked_at is not None
+    assert contract.contract_sha256 is not None
+    return Rate(
+        run_id=contract.run_id,
+        locked_at=contract.locked_at,
+        contract_sha256=contract.contract_sha256,
+        pack_sha256=contract.pack.sha256 if contract.pack else None,
+        n=n,
+        task_pass_count=passed,
+        task_pass_rate=passed / n,
+        wilson_95=Interval95(low=lo, high=hi),
+        sentence=evidence_sentence(passed, n),
+        outcomes=outcomes,
+        budget=contract.budget,
+        access_class=access,
+        controls=contract.controls,
+        note=NOTE,
+    )

@@ -1,0 +1,85 @@
+"""Shared fixtures: real packs in temporary directories, locked contracts, the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealbench.cli import main
+from sealbench.contract import lock_contract, new_contract
+from sealbench.files import model_json, write_atomic
+from sealbench.formats import AgentSpec, ScoringContract
+from sealbench.pack import load_pack, seal_pack
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "sealbench" / "examples" / "sample_pack"
+SEED_IDS = ["t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_missing_test", "t_22_reject_network_call"]
+SEEDS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+LOCK_TIME = datetime(2026, 10, 12, 9, 30, tzinfo=UTC)
+
+
+@pytest.fixture
+def raw_pack(tmp_path: Path) -> Path:
+    """An unsealed copy of the sample pack."""
+    dest = tmp_path / "pack"
+    shutil.copytree(SAMPLE, dest)
+    return dest
+
+
+@pytest.fixture
+def sealed_pack(raw_pack: Path) -> Path:
+    seal_pack(raw_pack)
+    return raw_pack
+
+
+def make_contract(
+    pack_dir: Path,
+    out: Path,
+    *,
+    task_ids: Sequence[str] = (),
+    command: str = "builtin:reference",
+    run_id: str | None = "run-1",
+    host: str = "operator-supplied free server option",
+    **kwargs: Any,
+) -> ScoringContract:
+    """Write (and by default lock) a contract for a sealed pack."""
+    pack = load_pack(pack_dir)
+    contract, _ = new_contract(
+        pack, out, task_ids, host=host, agent=AgentSpec(label="test agent", command=command,
+                                                         mounts=kwargs.pop("mounts", [])),
+        oracle_validity=kwargs.pop("oracle_validity", "unavailable"), **kwargs,
+    )
+    if run_id is not None:
+        contract = lock_contract(contract, run_id, LOCK_TIME, pack)
+    write_atomic(out, model_json(contract))
+    return contract
+
+
+@pytest.fixture
+def seed_contract(sealed_pack: Path, tmp_path: Path) -> tuple[Path, ScoringContract]:
+    """Seed 004's four-task slice, locked."""
+    path = tmp_path / "scoring_contract.json"
+    return path, make_contract(sealed_pack, path, task_ids=SEED_IDS)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def write_json(path: Path, value: Any) -> Path:
+    path.write_text(json.dumps(value, indent=2), encoding="utf-8")
+    return path

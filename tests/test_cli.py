@@ -1,0 +1,96 @@
+"""The command line: exit codes mean outcomes, refusals are one line, schemas print."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import SEED_IDS, write_json
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def test_help_lists_exit_codes(cli: Cli) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli("--help")
+    assert info.value.code == 0
+
+
+def test_usage_error_exits_2(cli: Cli) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli("contract", "lock")
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize("name", ["task", "pack", "contract", "journal-event", "scorecard", "rate", "events"])
+def test_schema_prints_json_schema(cli: Cli, name: str) -> None:
+    code, out, _ = cli("schema", name)
+    schema = json.loads(out)
+    assert code == 0 and schema["type"] == "object"
+    assert schema.get("additionalProperties") is False
+
+
+def test_seed_004_flow_through_the_cli(cli: Cli, raw_pack: Path, tmp_path: Path) -> None:
+    contract = tmp_path / "scoring_contract.json"
+    assert cli("pack", "seal", raw_pack)[0] == 0
+    assert cli("pack", "check", raw_pack)[0] == 0
+    args = ["contract", "new", raw_pack, "-o", contract, "--agent-label", "ref", "--agent", "builtin:reference",
+            "--oracle-validity-unavailable"]
+    for tid in SEED_IDS:
+        args += ["--task", tid]
+    assert cli(*args)[0] == 0
+    events = write_json(tmp_path / "events.json", [
+        {"task_id": "t_03_rename_helper", "task_pass": True, "abstain": False, "wall_seconds": 40},
+        {"task_id": "t_11_fix_off_by_one", "task_pass": False, "abstain": False, "wall_seconds": 55},
+        {"task_id": "t_18_add_missing_test", "task_pass": False, "abstain": False, "wall_seconds": 200},
+        {"task_id": "t_22_reject_network_call", "task_pass": True, "abstain": False, "wall_seconds": 30},
+    ])
+    code, _, err = cli("score", contract, events)
+    assert (code, err.strip()) == (3, "sealbench: refused: unlocked contract; no rate emitted")
+    code, _, err = cli("contract", "lock", contract, "--run-id", "run_2026_10_12_a")
+    assert code == 3 and "set access_class.host before lock" in err
+    raw = json.loads(contract.read_text())
+    raw["access_class"]["host"] = "operator-supplied free server option"
+    write_json(contract, raw)
+    assert cli("contract", "lock", contract, "--run-id", "run_2026_10_12_a")[0] == 0
+    code, out, _ = cli("score", contract, events)
+    rate = json.loads(out)
+    assert code == 0 and (rate["n"], rate["task_pass_count"]) == (4, 2)
+    code, _, err = cli("contract", "lock", contract, "--run-id", "again")
+    assert code == 3 and "already locked" in err
+    raw = json.loads(contract.read_text())
+    raw["task_ids"] = raw["task_ids"][:3]
+    write_json(contract, raw)
+    code, _, err = cli("score", contract, events)
+    assert code == 3 and "contract edited after lock" in err
+
+
+def test_tampered_pack_exits_4(cli: Cli, sealed_pack: Path) -> None:
+    (sealed_pack / "tasks" / SEED_IDS[0] / "prompt.md").write_text("changed")
+    code, _, err = cli("pack", "check", sealed_pack)
+    assert code == 4 and "prompt differs from the seal" in err
+
+
+def test_bad_input_is_a_refusal_not_a_crash(cli: Cli, tmp_path: Path) -> None:
+    code, _, err = cli("pack", "check", tmp_path / "nowhere")
+    assert code == 3 and err.startswith("sealbench: refused:") and "Traceback" not in err
+
+
+def test_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
+    exe = Path(sys.executable).parent / "sealbench"
+    if not exe.exists():
+        pytest.skip("console script not installed (run through make test)")
+    proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 0 and proc.stdout.startswith("sealbench ")
+
+
+def test_cli_import_is_lazy() -> None:
+    code = "import sys, sealbench.cli; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'rich'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

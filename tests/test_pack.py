@@ -1,0 +1,197 @@
+"""Pack loading refuses every malformed or unsafe input, naming the file and the key."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealbench.digest import tree_digest
+from sealbench.errors import PackError, VerificationFailed
+from sealbench.pack import check_pack, load_pack, seal_pack, visible_test_leaks
+
+TASK = "t_11_fix_off_by_one"
+
+
+def edit_record(pack: Path, change: Callable[[dict[str, Any]], None], task: str = TASK) -> Path:
+    path = pack / "tasks" / task / "task.json"
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r.pop("max_attempts"), "max_attempts: missing required key"),
+        (lambda r: r.pop("oracle_cmd"), "oracle_cmd: missing required key"),
+        (lambda r: r.pop("hidden_tests_sha256"), "hidden_tests_sha256: missing required key"),
+        (lambda r: r.update(retries_hidden=3), "retries_hidden: unknown key"),
+        (lambda r: r.update(max_attempts=True), "max_attempts: Input should be a valid integer"),
+        (lambda r: r.update(max_attempts=0), "max_attempts: Input should be greater than or equal to 1"),
+        (lambda r: r.update(max_attempts="2"), "max_attempts: Input should be a valid integer"),
+        (lambda r: r.update(wall_clock_s=0), "wall_clock_s: Input should be greater than 0"),
+        (lambda r: r.update(wall_clock_s=False), "wall_clock_s"),
+        (lambda r: r.update(oracle_cmd=[]), "oracle_cmd: List should have at least 1 item"),
+        (lambda r: r.update(oracle_cmd="pytest -q"), "oracle_cmd: Input should be a valid array"),
+        (lambda r: r.update(oracle_cmd=["python", 3]), "oracle_cmd.1: Input should be a valid string"),
+        (lambda r: r.update(oracle_cmd=[""]), "oracle_cmd.0"),
+        (lambda r: r.update(task_id=""), "task_id"),
+        (lambda r: r.update(task_id="a" * 129), "task_id"),
+        (lambda r: r.update(task_id="../escape"), "task_id"),
+        (lambda r: r.update(task_id="a/b"), "task_id"),
+        (lambda r: r.update(task_id="x..y"), "task_id"),
+        (lambda r: r.update(task_id="other-task"), "differs from its folder"),
+        (lambda r: r.update(prompt_template_id="missing-v9"), "no template 'missing-v9'"),
+        (lambda r: r.update(required_tests=["t"]), "required_tests: needs junit_xml"),
+        (lambda r: r.update(junit_xml="../out.xml"), "junit_xml: must be a relative path"),
+    ],
+)
+def test_bad_task_record_is_refused_naming_file_and_key(
+    raw_pack: Path, change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    path = edit_record(raw_pack, change)
+    with pytest.raises(PackError) as info:
+        load_pack(raw_pack)
+    assert message in str(info.value)
+    assert str(path) in str(info.value) or "tasks" in str(info.value)
+
+
+def test_seed_record_with_placeholder_loads(raw_pack: Path) -> None:
+    pack = load_pack(raw_pack)
+    assert pack.tasks[TASK].record.hidden_tests_sha256 == "pending-local-hash"
+    assert len(pack.tasks) == 5
+
+
+def test_invalid_json_is_refused_with_line(raw_pack: Path) -> None:
+    (raw_pack / "tasks" / TASK / "task.json").write_text('{"task_id": ')
+    with pytest.raises(PackError, match="invalid JSON"):
+        load_pack(raw_pack)
+
+
+def test_duplicate_ids_differing_only_in_case_are_refused(raw_pack: Path) -> None:
+    src = raw_pack / "tasks" / TASK
+    dst = raw_pack / "tasks" / TASK.upper()
+    os.rename(src, dst)
+    edit_record(raw_pack, lambda r: r.update(task_id=TASK.upper()), TASK.upper())
+    import shutil
+
+    shutil.copytree(dst, src)
+    edit_record(raw_pack, lambda r: r.update(task_id=TASK), TASK)
+    with pytest.raises(PackError, match="duplicate task id"):
+        load_pack(raw_pack)
+
+
+def test_symlink_leaving_the_pack_is_refused(raw_pack: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("x")
+    (raw_pack / "tasks" / TASK / "workspace" / "leak.txt").symlink_to(outside)
+    with pytest.raises(PackError, match="symlink leaves the pack"):
+        seal_pack(raw_pack)
+
+
+def test_symlinked_task_folder_leaving_the_pack_is_refused(raw_pack: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.move(str(raw_pack / "tasks" / TASK), tmp_path / TASK)
+    (raw_pack / "tasks" / TASK).symlink_to(tmp_path / TASK)
+    with pytest.raises(PackError, match="symlink leaves the pack"):
+        load_pack(raw_pack)
+
+
+def test_missing_prompt_is_refused(raw_pack: Path) -> None:
+    (raw_pack / "tasks" / TASK / "prompt.md").unlink()
+    with pytest.raises(PackError, match=r"prompt\.md: file not found"):
+        load_pack(raw_pack)
+
+
+def test_non_utf8_prompt_is_refused(raw_pack: Path) -> None:
+    (raw_pack / "tasks" / TASK / "prompt.md").write_bytes(b"caf\xe9")
+    with pytest.raises(PackError, match="not UTF-8"):
+        load_pack(raw_pack)
+
+
+def test_seal_fills_placeholder_and_check_passes(raw_pack: Path) -> None:
+    pack = seal_pack(raw_pack)
+    task = pack.tasks[TASK]
+    assert task.record.hidden_tests_sha256 == tree_digest(task.hidden, pack.root)
+    assert pack.sealed_digest is not None and pack.sealed_digest.startswith("sha256:")
+    assert check_pack(raw_pack).sealed_digest == pack.sealed_digest
+
+
+def test_seal_refuses_real_digest_that_does_not_match(raw_pack: Path) -> None:
+    edit_record(raw_pack, lambda r: r.update(hidden_tests_sha256="sha256:" + "0" * 64))
+    with pytest.raises(PackError, match="hidden_tests_sha256: recorded sha256:0000"):
+        seal_pack(raw_pack)
+
+
+def test_check_refuses_unsealed_pack(raw_pack: Path) -> None:
+    with pytest.raises(PackError, match="not sealed"):
+        check_pack(raw_pack)
+
+
+def test_pack_digest_ignores_mtimes_and_permissions_but_not_exec_bit(sealed_pack: Path) -> None:
+    before = check_pack(sealed_pack).sealed_digest
+    f = sealed_pack / "tasks" / TASK / "workspace" / "window.py"
+    os.utime(f, (1, 1))
+    os.chmod(f, 0o600)
+    assert check_pack(sealed_pack).sealed_digest == before
+    os.chmod(f, 0o755)
+    with pytest.raises(VerificationFailed, match="workspace differs from the seal"):
+        check_pack(sealed_pack)
+
+
+@pytest.mark.parametrize(
+    ("part", "expected"),
+    [
+        ("hidden/test_oracle_window.py", "hidden tests differ from hidden_tests_sha256"),
+        ("workspace/window.py", "workspace differs from the seal"),
+        ("prompt.md", "prompt differs from the seal"),
+        ("solution/window.py", "solution differs from the seal"),
+    ],
+)
+def test_check_reports_every_tampered_part(sealed_pack: Path, part: str, expected: str) -> None:
+    with (sealed_pack / "tasks" / TASK / part).open("a") as f:
+        f.write("\n# edited\n")
+    with pytest.raises(VerificationFailed) as info:
+        check_pack(sealed_pack)
+    assert any(expected in p for p in info.value.problems)
+
+
+def test_check_reports_all_problems_not_only_the_first(sealed_pack: Path) -> None:
+    for tid in ("csv-split-001", TASK):
+        for f in (sealed_pack / "tasks" / tid / "workspace").iterdir():
+            f.write_text("changed\n")
+    with pytest.raises(VerificationFailed) as info:
+        check_pack(sealed_pack)
+    assert len([p for p in info.value.problems if "workspace differs" in p]) == 2
+
+
+def test_refuse_hidden_test_line_visible_in_prompt(raw_pack: Path) -> None:
+    prompt = raw_pack / "tasks" / TASK / "prompt.md"
+    prompt.write_text(prompt.read_text() + "\nFor example: assert last_n([1, 2, 3, 4, 5], 2) == [4, 5]\n")
+    with pytest.raises(PackError, match="hidden tests are visible to the agent"):
+        seal_pack(raw_pack)
+
+
+def test_refuse_hidden_test_name_visible_in_workspace(raw_pack: Path) -> None:
+    (raw_pack / "tasks" / TASK / "workspace" / "NOTES.md").write_text("see test_oracle_window.py\n")
+    with pytest.raises(PackError, match=r"hidden test name 'test_oracle_window\.py' appears in workspace/NOTES\.md"):
+        seal_pack(raw_pack)
+
+
+def test_refuse_hidden_test_copied_into_workspace_at_check(sealed_pack: Path) -> None:
+    hidden = sealed_pack / "tasks" / TASK / "hidden" / "test_oracle_window.py"
+    (sealed_pack / "tasks" / TASK / "workspace" / "copy.py").write_text(hidden.read_text())
+    with pytest.raises(PackError, match="visible to the agent"):
+        check_pack(sealed_pack)
+
+
+def test_sample_pack_has_no_leaks(raw_pack: Path) -> None:
+    pack = load_pack(raw_pack)
+    assert {tid: visible_test_leaks(t) for tid, t in pack.tasks.items() if visible_test_leaks(t)} == {}

@@ -1,0 +1,321 @@
+"""The runner in the real sandbox: hard caps, hidden tests, and every known exploit.
+
+Each exploit test runs a hostile agent through ``execute`` and checks that the cheat fails
+and that the journal recorded what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import make_contract
+from sealbench.errors import RunRefusal
+from sealbench.journal import read_chain
+from sealbench.runner import RunOptions, execute
+
+TASK = "t_11_fix_off_by_one"
+FIX = "def last_n(items, n):\n    return items[-n:] if n > 0 else []\n"
+
+
+def bwrap_available() -> bool:
+    try:
+        from sealbench.sandbox import open_sandbox
+
+        open_sandbox("bubblewrap")
+        return True
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot start here (make setup installs it)")
+
+
+def run(sealed_pack: Path, tmp_path: Path, command: str, *, task_ids: tuple[str, ...] = (TASK,),
+        name: str = "run", options: RunOptions | None = None, **kw: Any) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
+    contract_file = tmp_path / f"{name}.contract.json"
+    make_contract(sealed_pack, contract_file, task_ids=task_ids, command=command, run_id=name, **kw)
+    run_dir = tmp_path / name
+    execute(contract_file, run_dir, options or RunOptions(progress=False))
+    events = read_chain(run_dir / "journal.jsonl").events
+    cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+    return run_dir, events, cards
+
+
+def kinds(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == kind]
+
+
+def sh(script: str) -> str:
+    """A command template running ``script`` with sh; braces for placeholders stay literal."""
+    import shlex
+
+    return "sh -c " + shlex.quote(script)
+
+
+def py(code: str) -> str:
+    import shlex
+
+    return "python -c " + shlex.quote(code)
+
+
+# --- honest agents --------------------------------------------------------------------
+
+
+def test_reference_agent_passes_every_sample_task(sealed_pack: Path, tmp_path: Path) -> None:
+    ids = tuple(sorted(p.name for p in (sealed_pack / "tasks").iterdir()))
+    _, events, cards = run(sealed_pack, tmp_path, "builtin:reference", task_ids=ids)
+    assert [c["outcome"] for c in cards] == ["pass"] * 5
+    assert all(c["attempts_used"] == 1 and c["first_attempt_passed"] and c["scorecard_complete"] for c in cards)
+    assert events[0]["kind"] == "run_started" and events[-1]["kind"] == "run_finished"
+
+
+def test_noop_agent_abstains_and_cannot_pass(sealed_pack: Path, tmp_path: Path) -> None:
+    _, _, cards = run(sealed_pack, tmp_path, "builtin:noop")
+    assert cards[0]["outcome"] == "abstain" and cards[0]["passed"] is False
+
+
+def test_exploit_exit_zero_without_changes_is_abstain(sealed_pack: Path, tmp_path: Path) -> None:
+    _, events, cards = run(sealed_pack, tmp_path, "true")
+    assert cards[0]["outcome"] == "abstain"
+    assert kinds(events, "graded") == []
+
+
+def two_attempt_agent() -> str:
+    return sh(
+        'if [ "$SEALBENCH_ATTEMPT" = 1 ]; then printf "def last_n(items, n):\\n    return items[1:]\\n" > window.py; '
+        f'else printf {json.dumps(FIX)} > window.py; fi'
+    )
+
+
+def test_honest_agent_fixing_on_second_attempt_passes_with_two_attempts(sealed_pack: Path, tmp_path: Path) -> None:
+    _, events, cards = run(sealed_pack, tmp_path, two_attempt_agent())
+    assert cards[0]["outcome"] == "pass" and cards[0]["attempts_used"] == 2
+    assert cards[0]["first_attempt_passed"] is False
+    assert [e["payload"]["result"] for e in kinds(events, "attempt_finished")] == ["fail", "pass"]
+
+
+def test_same_agent_with_max_attempts_1_fails(sealed_pack: Path, tmp_path: Path) -> None:
+    _, events, cards = run(sealed_pack, tmp_path, two_attempt_agent(), max_attempts=1)
+    assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 1 and cards[0]["max_attempts"] == 1
+    assert len(kinds(events, "attempt_started")) == 1
+
+
+def test_agent_gets_placeholders_env_and_prompt(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = sh('printf "%s|%s|%s|%s\\n" "{task_id}" "{attempt}" "{max_attempts}" "$SEALBENCH_SEED" > seen.txt; '
+             'cp "{prompt_file}" prompt_copy.md; echo transcript > "$SEALBENCH_TRACE_DIR/t.txt"')
+    run_dir, events, _ = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert f"+{TASK}|1|1|0" in patch
+    assert "attempt 1 of 1" in patch and "It returns one item too few" in patch
+    assert "test_oracle_window" not in patch
+    assert kinds(events, "agent_finished")[0]["payload"]["transcript"] != kinds(events, "agent_finished")[0]["payload"]["prompt_sha256"]
+
+
+def test_pass_fail_feedback_reaches_the_agent_and_never_hidden_output(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = sh('cat "{prompt_file}" >> prompts_seen.txt; printf "def last_n(items, n):\\n    return []\\n" > window.py')
+    run_dir, _, cards = run(sealed_pack, tmp_path, cmd, feedback="pass_fail")
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert "Attempt 1 did not pass the hidden tests." in patch
+    assert "test_returns_exactly_n_items" not in patch and "assert" not in patch
+    assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 2
+
+
+# --- exploits -------------------------------------------------------------------------
+
+
+def test_exploit_edits_hidden_test_path(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = sh(f'printf {json.dumps(FIX)} > window.py; echo "def test_ok(): pass" > test_oracle_window.py')
+    _, events, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    graded = kinds(events, "graded")[0]["payload"]
+    assert graded["forbidden"] == ["test_oracle_window.py"] and graded["task_pass"] is False
+    assert cards[0]["outcome"] == "fail"
+
+
+def test_exploit_conftest_skips_everything(sealed_pack: Path, tmp_path: Path) -> None:
+    conftest = ("import pytest\\ndef pytest_collection_modifyitems(items):\\n"
+                "    for i in items: i.add_marker(pytest.mark.skip)\\n")
+    _, events, cards = run(sealed_pack, tmp_path, sh(f'printf "{conftest}" > conftest.py'), max_attempts=1)
+    assert kinds(events, "graded")[0]["payload"]["forbidden"] == ["conftest.py"]
+    assert cards[0]["outcome"] == "fail"
+
+
+@pytest.mark.parametrize("path", ["sitecustomize.py", "usercustomize.py", "force.pth", "pkg/sitecustomize.py"])
+def test_exploit_sitecustomize_or_pth_forces_exit_zero(sealed_pack: Path, tmp_path: Path, path: str) -> None:
+    body = "import os; os._exit(0)"
+    _, events, cards = run(sealed_pack, tmp_path,
+                           sh(f'mkdir -p "$(dirname {path})"; echo "{body}" > {path}'), max_attempts=1)
+    assert kinds(events, "graded")[0]["payload"]["forbidden"] == [path]
+    assert cards[0]["outcome"] == "fail"
+
+
+def test_exploit_reads_hidden_tests_from_pack_path(sealed_pack: Path, tmp_path: Path) -> None:
+    hidden = sealed_pack / "tasks" / TASK / "hidden" / "test_oracle_window.py"
+    cmd = sh(f'cat {hidden} > stolen.txt 2>&1; ls {sealed_pack} >> stolen.txt 2>&1; '
+             f'cat {tmp_path}/run.contract.json >> stolen.txt 2>&1; true')
+    run_dir, _, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    stolen = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert "No such file or directory" in stolen
+    assert "test_returns_exactly_n_items" not in stolen and "forbidden_paths" not in stolen
+    assert cards[0]["outcome"] == "fail"
+
+
+def test_exploit_network_connection_to_loopback(sealed_pack: Path, tmp_path: Path) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted: list[Any] = []
+
+    def accept() -> None:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not accepted:
+            try:
+                accepted.append(server.accept())
+            except TimeoutError:
+                continue
+
+    t = threading.Thread(target=accept)
+    t.start()
+    cmd = py(f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    r = 'connected'\n"
+             "except OSError as e:\n    r = 'refused: ' + str(e)\nopen('net.txt', 'w').write(r + '\\n')\n")
+    run_dir, _, _ = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    t.join()
+    server.close()
+    assert accepted == []
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert "+refused" in patch and "+connected" not in patch
+
+
+def test_exploit_background_process_edits_workspace_after_attempt(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = sh(f'(sleep 1; printf {json.dumps(FIX)} > window.py; touch late.txt) > /dev/null 2>&1 & exit 0')
+    run_dir, _events, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1,
+                                 options=RunOptions(progress=False, keep_work=True))
+    time.sleep(1.5)
+    ws = run_dir / "work" / TASK / "ws"
+    assert not (ws / "late.txt").exists()
+    assert "items[-n:]" not in (ws / "window.py").read_text()
+    assert cards[0]["outcome"] == "abstain"
+
+
+def test_exploit_floods_stdout(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = py("import sys\nfor _ in range(50): sys.stdout.write('x' * 1_000_000)")
+    t0 = time.monotonic()
+    _, events, _ = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    facts = kinds(events, "agent_finished")[0]["payload"]
+    assert facts["stdout_bytes"] == 50_000_000 and facts["stdout_truncated"] is True
+    assert time.monotonic() - t0 < 20
+
+
+def test_exploit_sleeps_past_cap_is_killed_within_1s(sealed_pack: Path, tmp_path: Path) -> None:
+    _, events, cards = run(sealed_pack, tmp_path, sh("trap '' TERM; sleep 30"), wall_clock_s=2.0)
+    assert cards[0]["outcome"] == "timeout"
+    facts = kinds(events, "agent_finished")[0]["payload"]
+    assert facts["timed_out"] is True
+    assert facts["elapsed_ms"] < 2000 + 1000
+    assert len(kinds(events, "attempt_started")) == 1
+
+
+def test_exploit_fork_bomb_is_contained(sealed_pack: Path, tmp_path: Path) -> None:
+    marker = f"sealbench-bomb-{uuid.uuid4().hex}"
+    cmd = f"bash -c 'b() {{ b | b & }}; b' {marker}"
+    _, _, cards = run(sealed_pack, tmp_path, cmd, wall_clock_s=3.0, max_attempts=1)
+    assert cards[0]["outcome"] in ("timeout", "fail", "abstain")
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == []
+
+
+def test_exploit_writes_outside_workspace(sealed_pack: Path, tmp_path: Path) -> None:
+    target = tmp_path / f"escape-{uuid.uuid4().hex}"
+    cmd = sh(f'echo x > {target}; echo x > /tmp/{target.name}; echo x > $HOME/{target.name}; '
+             f'echo x > ../{target.name}; true')
+    run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    assert not target.exists() and not Path("/tmp", target.name).exists()
+    assert not list(tmp_path.rglob(target.name))
+
+
+def test_exploit_prints_fake_passed_lines(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = sh('echo "tests/test_oracle_window.py::test_returns_exactly_n_items PASSED"; '
+             'echo "============ 3 passed in 0.01s ============"; echo "# touched" >> window.py')
+    _, _, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    assert cards[0]["outcome"] == "fail"
+
+
+def test_exploit_symlink_on_hidden_test_path_redirects_overlay(sealed_pack: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original")
+    cmd = sh(f"ln -s {victim} test_oracle_window.py")
+    _, events, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    assert victim.read_text() == "original"
+    assert kinds(events, "graded")[0]["payload"]["forbidden"] == ["test_oracle_window.py"]
+    assert cards[0]["outcome"] == "fail"
+
+
+def test_exploit_git_config_in_workspace_runs_nothing_on_host(sealed_pack: Path, tmp_path: Path) -> None:
+    marker = tmp_path / f"fsmonitor-{uuid.uuid4().hex}"
+    cmd = sh(f'git config core.fsmonitor "touch {marker}"; git config core.hooksPath /tmp; '
+             f'printf {json.dumps(FIX)} > window.py')
+    _, _, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    assert not marker.exists()
+    assert cards[0]["outcome"] == "pass"
+
+
+def test_agent_timeout_counts_oracle_time_against_the_cap(sealed_pack: Path, tmp_path: Path) -> None:
+    cmd = sh(f'sleep 1.6; printf {json.dumps(FIX)} > window.py')
+    _, _events, cards = run(sealed_pack, tmp_path, cmd, wall_clock_s=1.8, max_attempts=1)
+    assert cards[0]["outcome"] == "timeout"
+
+
+def test_unlocked_contract_is_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    from sealbench.errors import ContractError
+
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=(TASK,), run_id=None)
+    with pytest.raises(ContractError, match="unlocked contract"):
+        execute(contract_file, tmp_path / "r", RunOptions(progress=False))
+
+
+def test_existing_journal_is_not_overwritten(sealed_pack: Path, tmp_path: Path) -> None:
+    run_dir, _, _ = run(sealed_pack, tmp_path, "builtin:noop")
+    with pytest.raises(RunRefusal, match="exists; resume it"):
+        execute(tmp_path / "run.contract.json", run_dir, RunOptions(progress=False))
+
+
+def test_junit_required_tests_must_all_pass(sealed_pack: Path, tmp_path: Path) -> None:
+    from sealbench.runner import _junit_verdict
+
+    report = tmp_path / "r.xml"
+    report.write_text('<testsuite><testcase classname="m" name="a"/><testcase classname="m" name="b">'
+                      '<skipped/></testcase></testsuite>')
+    assert _junit_verdict(report, ["m::a"])["ok"] is True
+    assert _junit_verdict(report, ["m::b"])["ok"] is False
+    report.write_text("<testsuite></testsuite>")
+    assert _junit_verdict(report, [])["why"] == "no test ran"
+    assert _junit_verdict(tmp_path / "missing.xml", [])["ok"] is False
+
+
+def test_python_callable_agent_is_recorded_as_unsandboxed(sealed_pack: Path, tmp_path: Path) -> None:
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=(TASK,), command="builtin:noop")
+
+    def agent(task: dict[str, Any], workspace: Path, attempt: int) -> dict[str, Any]:
+        (workspace / "window.py").write_text(FIX)
+        return {"task": task["task_id"], "attempt": attempt}
+
+    execute(contract_file, tmp_path / "r", RunOptions(progress=False), python_agent=agent)
+    events = read_chain(tmp_path / "r" / "journal.jsonl").events
+    assert events[0]["payload"]["agent"]["kind"] == "python-callable"
+    assert events[0]["payload"]["agent"]["sandboxed"] is False
+    assert kinds(events, "task_finished")[0]["payload"]["outcome"] == "pass"
+    assert os.path.exists(tmp_path / "r" / "scorecards.jsonl")

@@ -1,0 +1,513 @@
+"""Conformance suite for sealbench.sandbox: real processes, real namespaces, no mocks.
+
+Checks that make sense without isolation (caps, kill, output capture, clean environment) run
+for every backend; isolation checks run for the isolating backends only. Each isolation test is
+named after the exploit it blocks. Every sandboxed process carries ``SEALBENCH_MARK=<uuid>`` in
+its environment so that survivors can be found in /proc afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealbench.errors import HarnessError, RunRefusal, UsageError
+from sealbench.sandbox import (
+    KILL_GRACE_S,
+    BubblewrapSandbox,
+    Limits,
+    NoSandbox,
+    Sandbox,
+    SandboxResult,
+    SandboxSpec,
+    open_sandbox,
+    process_limit_method,
+)
+
+PY = sys.executable
+HAVE_BWRAP = shutil.which("bwrap") is not None
+needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not installed")
+ISOLATING = [pytest.param("bubblewrap", marks=needs_bwrap)]
+EVERY = [*ISOLATING, "none"]
+HAS_PIDS_CGROUP = process_limit_method().startswith("pids cgroup")
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose environment carries this test's mark."""
+    needle = f"SEALBENCH_MARK={mark}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                environ = Path("/proc", entry.name, "environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+class Agent:
+    """Builds specs in a private tmp tree: ``work`` is the workdir, its siblings are host-only."""
+
+    def __init__(self, root: Path, sandbox: Sandbox) -> None:
+        self.root = root
+        self.sandbox = sandbox
+        self.workdir = root / "work"
+        self.workdir.mkdir()
+        self.mark = uuid.uuid4().hex
+        self.env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(root / "home"),
+            "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+            "SEALBENCH_MARK": self.mark,
+        }
+
+    def spec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float = 10.0,
+        limits: Limits | None = None,
+        env: dict[str, str] | None = None,
+        readonly_paths: tuple[Path, ...] = (),
+        network: bool = False,
+    ) -> SandboxSpec:
+        return SandboxSpec(
+            argv=tuple(argv),
+            workdir=self.workdir,
+            env=self.env if env is None else env,
+            timeout_s=timeout_s,
+            stdout_path=self.root / "stdout",
+            stderr_path=self.root / "stderr",
+            limits=limits or Limits(processes=64),
+            readonly_paths=readonly_paths,
+            network=network,
+        )
+
+    def run(self, argv: Sequence[str], **kwargs: Any) -> tuple[SandboxResult, str, str]:
+        result = self.sandbox.run(self.spec(argv, **kwargs))
+        return result, self.stdout(), (self.root / "stderr").read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return (self.root / "stdout").read_text(errors="replace")
+
+    def sh(self, script: str, **kwargs: Any) -> tuple[SandboxResult, str, str]:
+        return self.run(["sh", "-c", script], **kwargs)
+
+    def python(self, code: str, **kwargs: Any) -> tuple[SandboxResult, str, str]:
+        return self.run([PY, "-c", code], **kwargs)
+
+
+@pytest.fixture(params=EVERY)
+def agent(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Agent]:
+    sandbox = open_sandbox(request.param)
+    yield Agent(tmp_path, sandbox)
+
+
+@pytest.fixture(params=ISOLATING)
+def jailed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Agent]:
+    sandbox = open_sandbox(request.param)
+    yield Agent(tmp_path, sandbox)
+
+
+def needs_cgroup_without_isolation(agent: Agent) -> None:
+    if agent.sandbox.kind == "none" and not HAS_PIDS_CGROUP:
+        pytest.skip("without a pids cgroup the none backend cannot find escaped processes")
+
+
+# --- every backend: caps, kill, output, environment ---------------------------------------
+
+
+def test_runs_in_workdir_and_reports_exit_code_and_output(agent: Agent) -> None:
+    result, out, err = agent.sh("pwd; echo oops >&2; exit 3")
+    assert result.exit_code == 3 and result.signal is None and not result.timed_out
+    assert out == f"{agent.workdir}\n" and err == "oops\n"
+    assert (result.stdout_bytes, result.stderr_bytes) == (len(out), len(err))
+    assert not result.stdout_truncated and not result.stderr_truncated
+    assert 0 < result.elapsed_s < 5
+
+
+def test_exploit_floods_stdout(agent: Agent) -> None:
+    cap = 1 * 2**20
+    flood, side = 50 * 2**20, 3 * 2**20
+    started = time.monotonic()
+    result, _, _ = agent.sh(
+        f"head -c {flood} /dev/zero; head -c {side} /dev/zero >&2; echo done > finished",
+        limits=Limits(processes=64, output_bytes=cap),
+    )
+    wall = time.monotonic() - started
+    assert result.exit_code == 0 and not result.timed_out
+    assert (agent.workdir / "finished").read_text() == "done\n"  # never blocked on a full pipe
+    assert wall < 10, wall
+    assert (result.stdout_bytes, result.stderr_bytes) == (flood, side)
+    assert result.stdout_truncated and result.stderr_truncated
+    assert (agent.root / "stdout").read_bytes() == b"\0" * cap
+    assert (agent.root / "stderr").stat().st_size == cap
+
+
+def test_exploit_sleeps_past_cap_is_killed_within_1s(agent: Agent) -> None:
+    started = time.monotonic()
+    result, _, _ = agent.run(["sleep", "30"], timeout_s=1.0)
+    wall = time.monotonic() - started
+    assert result.timed_out and result.exit_code is None
+    assert result.signal in (signal.SIGTERM, signal.SIGKILL)
+    assert wall < 2.2 and result.elapsed_s < 2.2, wall
+    assert marked_pids(agent.mark) == []
+
+
+def test_exploit_ignores_sigterm_is_killed_within_1s(agent: Agent) -> None:
+    started = time.monotonic()
+    result, _, _ = agent.sh("trap '' TERM; sleep 30 & sleep 30", timeout_s=1.0)
+    wall = time.monotonic() - started
+    assert result.timed_out and result.exit_code is None
+    assert wall < 1.0 + KILL_GRACE_S + 0.5, wall  # killed within 1 s after the deadline
+    assert marked_pids(agent.mark) == []
+
+
+def test_exploit_background_process_outlives_attempt(agent: Agent) -> None:
+    needs_cgroup_without_isolation(agent)
+    started = time.monotonic()
+    result, _, _ = agent.sh(
+        "(sleep 1; echo x > leaked) >/dev/null 2>&1 &"
+        " setsid sh -c 'sleep 1; echo y > leaked_setsid' >/dev/null 2>&1 &"
+        " nohup sh -c 'sleep 1; echo z > leaked_nohup' >/dev/null 2>&1 &"
+        " exit 0"
+    )
+    assert result.exit_code == 0 and not result.timed_out
+    assert time.monotonic() - started < 1.0  # run() did not wait for the leftovers
+    assert marked_pids(agent.mark) == []  # dead when run() returns
+    time.sleep(1.5)
+    assert sorted(p.name for p in agent.workdir.iterdir()) == []
+
+
+class BubblewrapWithoutCgroup(BubblewrapSandbox):
+    """bubblewrap as a machine without a writable pids cgroup runs it."""
+
+    def _hierarchy(self) -> None:
+        return None
+
+
+@needs_bwrap
+def test_exploit_background_process_outlives_attempt_without_pids_cgroup(tmp_path: Path) -> None:
+    agent = Agent(tmp_path, BubblewrapWithoutCgroup())
+    for _ in range(5):  # the teardown race this guards against is short: give it chances
+        result, _, _ = agent.sh(
+            "setsid sh -c 'sleep 0.5; echo y >> leaked' >/dev/null 2>&1 </dev/null & exit 0"
+        )
+        assert result.exit_code == 0
+        assert marked_pids(agent.mark) == []
+    time.sleep(0.8)
+    assert not (agent.workdir / "leaked").exists()
+
+
+def test_exploit_fork_bomb_is_contained(agent: Agent) -> None:
+    needs_cgroup_without_isolation(agent)
+    if not HAS_PIDS_CGROUP and os.geteuid() == 0:
+        pytest.skip("root without a pids cgroup: the process cap is not enforceable")
+    cap = 32
+    # A Python parent that never forks again keeps the attempt alive until the deadline.
+    bomb = "import subprocess, time; subprocess.Popen(['bash', '-c', 'b() { b | b & }; b']); time.sleep(30)"
+    spec = agent.spec([PY, "-c", bomb], timeout_s=3.0, limits=Limits(processes=cap))
+    peak, probe_s = 0, []
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        future = pool.submit(agent.sandbox.run, spec)
+        while not future.done():
+            peak = max(peak, len(marked_pids(agent.mark)))
+            if time.monotonic() - started > 0.5 and len(probe_s) < 3:
+                t0 = time.monotonic()
+                subprocess.run(["true"], check=True)
+                probe_s.append(time.monotonic() - t0)
+            time.sleep(0.05)
+        result = future.result()
+    assert result.timed_out and result.elapsed_s < 3.0 + 1.0, result
+    assert 2 < peak <= cap, peak  # the bomb really forked, and no further than the cap
+    assert probe_s and max(probe_s) < 1.0, probe_s  # the host can still start processes
+    assert marked_pids(agent.mark) == []
+    if HAS_PIDS_CGROUP:
+        root = Path(process_limit_method().split("(", 1)[1].rstrip(")"))
+        assert list(root.glob(f"run-{os.getpid()}-*")) == []
+
+
+def test_exploit_writes_huge_file_is_stopped_by_rlimit_fsize(agent: Agent) -> None:
+    cap = 2**20
+    result, _, _ = agent.sh("exec head -c 8000000 /dev/zero > big", limits=Limits(file_size_bytes=cap))
+    assert (agent.workdir / "big").stat().st_size == cap
+    # SIGXFSZ: bwrap reports it shell-style as 128 + n, a plain child as the signal itself.
+    if agent.sandbox.kind == "none":
+        assert (result.exit_code, result.signal) == (None, signal.SIGXFSZ)
+    else:
+        assert (result.exit_code, result.signal) == (128 + signal.SIGXFSZ, None)
+
+
+def test_rlimits_are_set_and_cannot_be_raised(agent: Agent) -> None:
+    limits = Limits(address_space_bytes=2 * 2**30, file_size_bytes=3 * 2**20, open_files=100, processes=64)
+    code = (
+        "import resource as r\n"
+        "print(r.getrlimit(r.RLIMIT_AS), r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_NOFILE),"
+        " r.getrlimit(r.RLIMIT_CORE))\n"
+        "try:\n    r.setrlimit(r.RLIMIT_NOFILE, (200, 200)); print('raised')\n"
+        "except (ValueError, OSError): print('refused')\n"
+        "fds = []\n"
+        "try:\n    [fds.append(open('/dev/null')) for _ in range(500)]\n"
+        "except OSError as e: print('EMFILE', e.errno)\n"
+        "try:\n    b = bytearray(3 * 2**30); print('allocated')\n"
+        "except MemoryError: print('MemoryError')\n"
+    )
+    result, out, err = agent.python(code, limits=limits)
+    assert result.exit_code == 0, err
+    a, f, n = 2 * 2**30, 3 * 2**20, 100
+    assert out.splitlines() == [
+        f"({a}, {a}) ({f}, {f}) ({n}, {n}) (0, 0)",
+        "refused",
+        "EMFILE 24",
+        "MemoryError",
+    ]
+
+
+def test_exploit_reads_host_secret_from_environment(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    result, _, _ = agent.run(["env", "-0"])
+    assert result.exit_code == 0
+    inside = dict(item.split("=", 1) for item in agent.stdout().split("\0") if item)
+    assert "SECRET_TOKEN" not in inside
+    assert inside == {**agent.env, "PWD": str(agent.workdir)}
+
+
+def test_command_that_cannot_start_raises_harness_error(agent: Agent) -> None:
+    with pytest.raises(HarnessError, match="nonexistent"):
+        agent.run(["/nonexistent/agent-binary"])
+
+
+def test_missing_host_paths_raise_harness_error(agent: Agent) -> None:
+    with pytest.raises(HarnessError, match="does not exist"):
+        agent.run(["true"], readonly_paths=(agent.root / "missing",))
+    spec = agent.spec(["true"])
+    shutil.rmtree(agent.workdir)
+    with pytest.raises(HarnessError, match="workdir"):
+        agent.sandbox.run(spec)
+
+
+# --- isolating backends: each test is an exploit the sandbox must block -------------------
+
+
+def test_exploit_write_outside_workspace_leaves_host_untouched(jailed: Agent) -> None:
+    sibling = jailed.root / "outside.txt"
+    host_targets = [
+        Path("/etc/sealbench-probe"),
+        Path("/usr/sealbench-probe"),
+        Path("/sealbench-probe"),
+        Path("/root/sealbench-probe"),
+        Path("/usr/bin/sealbench-probe"),
+    ]
+    script = "; ".join(f"(echo pwned > {t}) 2>/dev/null && echo WROTE {t}" for t in host_targets)
+    script += f"; echo pwned > {sibling}; mount -o remount,rw /usr 2>/dev/null && echo REMOUNTED"
+    script += "; unshare -Ur true 2>/dev/null && echo USERNS; echo mine > inside.txt"
+    result, out, _ = jailed.sh(script)
+    assert result.exit_code == 0
+    assert "WROTE" not in out and "REMOUNTED" not in out and "USERNS" not in out, out
+    for target in [*host_targets, sibling]:
+        assert not target.exists(), target
+    assert (jailed.workdir / "inside.txt").read_text() == "mine\n"
+
+
+def test_exploit_reads_hidden_tests_from_sibling_path(jailed: Agent) -> None:
+    hidden = jailed.root / "hidden" / "test_hidden.py"
+    hidden.parent.mkdir()
+    hidden.write_text("SECRET_EXPECTED = 'grader-only-4242'\n")
+    code = (
+        "import os\n"
+        f"for p in ['../hidden/test_hidden.py', {str(hidden)!r}]:\n"
+        "    try:\n        print(open(p).read())\n"
+        "    except OSError as e:\n        print(type(e).__name__)\n"
+        f"print(sorted(os.listdir({str(jailed.root)!r})))\n"
+        "print(sorted(os.listdir('/')))\n"
+        "print(os.path.exists('/work'), os.path.exists('/home'), os.path.exists('/run'))\n"
+    )
+    result, out, err = jailed.python(code)
+    assert result.exit_code == 0, err
+    lines = out.splitlines()
+    assert lines[:2] == ["FileNotFoundError", "FileNotFoundError"]
+    assert lines[2] == "['home', 'work']"  # the run directory holds no hidden/, stdout, stderr
+    top = set(eval(lines[3]))
+    prefix_tops = {Path(p).parts[1] for p in (sys.base_prefix, sys.prefix)}
+    assert top <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "proc", "sbin", "tmp", "usr", *prefix_tops}
+    # A top directory exists inside only when the interpreter's prefix (a venv) lives under it.
+    prefixes = {sys.base_prefix, sys.prefix}
+    expected = [any(p == d or p.startswith(d + "/") for p in prefixes) for d in ("/work", "/home", "/run")]
+    assert lines[4] == " ".join(str(e) for e in expected)
+
+
+def test_readonly_paths_are_visible_but_not_writable(jailed: Agent) -> None:
+    shared = jailed.root / "task-pack"
+    shared.mkdir()
+    (shared / "README").write_text("public task text\n")
+    result, out, _ = jailed.sh(
+        f"cat {shared}/README; echo x > {shared}/new 2>/dev/null || echo denied", readonly_paths=(shared,)
+    )
+    assert result.exit_code == 0
+    assert out == "public task text\ndenied\n"
+    assert not (shared / "new").exists()
+
+
+def test_private_home_is_writable_and_kept_off_the_host(jailed: Agent) -> None:
+    for home in (jailed.root / "home", Path("/home/agent"), jailed.workdir / ".home"):
+        env = {**jailed.env, "HOME": str(home)}
+        result, out, _ = jailed.sh('echo hi > "$HOME/f" && cat "$HOME/f"', env=env)
+        assert (result.exit_code, out) == (0, "hi\n"), home
+        assert (home / "f").exists() == (home.parent == jailed.workdir), home
+    with pytest.raises(HarnessError, match="HOME"):
+        jailed.run(["true"], env={**jailed.env, "HOME": "/usr"})
+
+
+def test_exploit_network_connection_to_loopback_is_refused(jailed: Agent) -> None:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as server,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+    ):
+        port = server.getsockname()[1]
+        udp.bind(("127.0.0.1", 0))
+        udp_port = udp.getsockname()[1]
+        code = (
+            "import socket\n"
+            f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\n"
+            "except OSError as e: print(type(e).__name__)\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)\n"
+            f"s.connect(('127.0.0.1', {udp_port})); s.send(b'\\x12\\x34\\x01\\x00\\x00\\x01' + bytes(6))\n"
+            "try:\n    s.recv(512); print('ANSWERED')\n"
+            "except OSError as e: print(type(e).__name__)\n"
+        )
+        result, out, err = jailed.python(code)
+        assert result.exit_code == 0, err
+        assert out.split() == ["ConnectionRefusedError", "ConnectionRefusedError"], out
+        server.setblocking(False)
+        udp.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()
+        with pytest.raises(BlockingIOError):
+            udp.recv(512)
+
+
+def test_network_knob_shares_host_loopback_as_control(jailed: Agent) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        code = (
+            f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')"
+        )
+        result, out, _ = jailed.python(code, network=True)
+        assert (result.exit_code, out) == (0, "CONNECTED\n")
+
+
+def test_exploit_dns_lookup_fails(jailed: Agent) -> None:
+    # The lookup runs only after proving there is no interface but lo, so no query can leave.
+    code = (
+        "import socket, sys\n"
+        "devs = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
+        "print(devs)\n"
+        "if devs != ['lo']: sys.exit(3)\n"
+        "try:\n    socket.getaddrinfo('example.com', 443); print('RESOLVED')\n"
+        "except socket.gaierror as e: print('gaierror')\n"
+    )
+    result, out, err = jailed.python(code)
+    assert result.exit_code == 0, err
+    assert out.splitlines() == ["['lo']", "gaierror"]
+
+
+def test_exploit_kills_host_process(jailed: Agent) -> None:
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        result, out, _ = jailed.sh(
+            f"kill -9 {victim.pid} 2>/dev/null || echo unreachable; ls /proc | grep -c '^[0-9]'"
+        )
+        assert result.exit_code == 0
+        lines = out.split()
+        assert lines[0] == "unreachable" and int(lines[1]) < 10  # only the sandbox's own pids
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+# --- selection and description ------------------------------------------------------------
+
+
+@needs_bwrap
+def test_open_sandbox_auto_picks_bubblewrap_once() -> None:
+    first = open_sandbox("auto")
+    assert first.kind == "bubblewrap" and isinstance(first, BubblewrapSandbox)
+    assert open_sandbox("auto") is first and open_sandbox("bubblewrap") is first
+    facts = first.describe()
+    assert facts["kind"] == "bubblewrap" and facts["tool_version"].startswith("bubblewrap ")
+    assert facts["process_limit"] == process_limit_method()
+    assert facts["network"].startswith("private network namespace")
+
+
+def test_open_sandbox_none_unknown_and_unshare() -> None:
+    none = open_sandbox("none")
+    assert isinstance(none, NoSandbox) and none.describe()["kind"] == "none"
+    assert "not isolated" in none.describe()["filesystem"]
+    with pytest.raises(UsageError):
+        open_sandbox("docker")
+    with pytest.raises(RunRefusal, match="install bubblewrap"):
+        open_sandbox("unshare")
+
+
+def test_open_sandbox_without_bubblewrap_refuses_with_advice(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-bwrap")
+    with pytest.raises(RunRefusal, match=r"install bubblewrap.*--sandbox none"):
+        open_sandbox("auto", bwrap_executable=missing)
+    with pytest.raises(RunRefusal, match="not usable"):
+        open_sandbox("bubblewrap", bwrap_executable=missing)
+
+
+def test_process_limit_method_matches_privileges() -> None:
+    method = process_limit_method()
+    if (
+        os.geteuid() == 0
+        and Path("/sys/fs/cgroup/pids").is_dir()
+        and os.access("/sys/fs/cgroup/pids", os.W_OK)
+    ):
+        assert method.startswith("pids cgroup v1")
+    elif os.geteuid() != 0 and not method.startswith("pids cgroup"):
+        assert method.startswith("RLIMIT_NPROC")
+
+
+def test_invalid_specs_and_limits_are_rejected(tmp_path: Path) -> None:
+    base = dict(
+        workdir=tmp_path, env={}, timeout_s=1.0, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e"
+    )
+    with pytest.raises(ValueError, match="argv"):
+        SandboxSpec(argv=(), **base)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="workdir"):
+        SandboxSpec(argv=("true",), **{**base, "workdir": Path("rel")})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        SandboxSpec(argv=("true",), **{**base, "timeout_s": 0})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="environment"):
+        SandboxSpec(argv=("true",), **{**base, "env": {"A=B": "x"}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="processes"):
+        Limits(processes=0)
+
+
+def test_concurrent_runs_do_not_interfere(tmp_path: Path) -> None:
+    sandbox = open_sandbox("bubblewrap") if HAVE_BWRAP else open_sandbox("none")
+    agents = []
+    for i in range(4):
+        (tmp_path / str(i)).mkdir()
+        agents.append(Agent(tmp_path / str(i), sandbox))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda a: a.sh("echo $SEALBENCH_MARK; sleep 0.2"), agents))
+    assert [out for _, out, _ in results] == [f"{a.mark}\n" for a in agents]
