@@ -154,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("pass --out RUN_DIR (or --resume RUN_DIR)")
     opts = _run_options(args)
     opts.resume = bool(args.resume)
-    result = execute(Path(args.contract), run_dir, opts)
+    result = execute(Path(args.contract), run_dir, opts, command_line=["sealbench", *sys.argv[1:]])
     if result.interrupted:
         print(f"interrupted; continue with: sealbench run {args.contract} --resume {run_dir}", file=sys.stderr)
         return 130
@@ -167,7 +167,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     opts.resume = args.resume
     run_dir = Path(args.out)
-    result = execute(Path(args.contract), run_dir, opts, probe=True)
+    result = execute(Path(args.contract), run_dir, opts, probe=True, command_line=["sealbench", *sys.argv[1:]])
     if result.interrupted:
         print(f"interrupted; continue with: sealbench probe {args.contract} --out {run_dir} --resume",
               file=sys.stderr)

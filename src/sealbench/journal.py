@@ -76,26 +76,24 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
 def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
     """Read and verify a journal; report every problem, and a torn last line apart.
 
-    A last line without its newline, or one that is not JSON, is a torn tail (a crash
-    mid-write), not tampering. Every other defect is listed in ``problems`` with its line.
+    A last line without its newline is a torn tail (a crash mid-write), kept apart for
+    repair. Every other defect is listed in ``problems`` with its line.
     """
     report = ChainReport()
     prev: str | None = None
     seq = 0
-    pending_bad: tuple[int, bytes] | None = None
     offset = 0
     for lineno, raw, complete in iter_lines(path):
-        if pending_bad is not None:
-            report.problems.append(f"journal.jsonl line {pending_bad[0]}: not valid JSON")
-            pending_bad = None
+        if not complete:
+            # Only the last line can lack its newline: a crash mid-write, repaired, not judged.
+            report.torn_tail = raw
+            continue
         try:
-            event = json.loads(raw) if complete else None
+            event = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            event = None
-        if event is None:
-            # Only the last line may be torn; a later complete line makes this one a defect.
-            pending_bad = (lineno, raw)
-            report.torn_tail = raw + (b"\n" if complete else b"")
+            report.problems.append(f"journal.jsonl line {lineno}: not valid JSON (edited)")
+            seq += 1
+            offset += len(raw) + 1
             continue
         problems = check_event(event, lineno, seq, prev)
         report.problems.extend(problems)
@@ -106,8 +104,6 @@ def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
         report.good_bytes = offset
         if keep_events:
             report.events.append(event)
-    if pending_bad is None:
-        report.torn_tail = b""
     return report
 
 

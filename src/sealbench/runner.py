@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -302,11 +303,22 @@ class _Prior:
     started: bool = False
     last_patch: str | None = None
     last_result: str | None = None
+    open_attempt: tuple[int, float] | None = None
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
+    """What each task had used when the run stopped, from the journal alone.
+
+    An attempt that started and never finished is used. Its time is charged from its start
+    to the last event the journal holds (a lower bound of the real stop); its work is
+    discarded, since the workspace is materialised afresh on resume.
+    """
     out: dict[str, _Prior] = {}
-    open_attempts: dict[tuple[str, int], float] = {}
+    open_attempts: dict[tuple[str, int], str] = {}
     for ev in events:
         tid = ev["task_id"]
         if tid is None:
@@ -317,7 +329,7 @@ def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
             p.started = True
         elif kind == "attempt_started":
             p.attempts_started = max(p.attempts_started, ev["attempt"])
-            open_attempts[(tid, ev["attempt"])] = float(payload["budget_s"])
+            open_attempts[(tid, ev["attempt"])] = ev["time"]
         elif kind == "attempt_finished":
             open_attempts.pop((tid, ev["attempt"]), None)
             p.consumed_s += payload["elapsed_ms"] / 1000
@@ -334,8 +346,14 @@ def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
             p.last_patch = payload.get("patch_sha256")
         elif kind == "task_finished":
             p.finished = True
-    for (tid, _attempt), budget in open_attempts.items():
-        out[tid].consumed_s += budget
+    if events:
+        last = _parse_time(events[-1]["time"])
+        for (tid, attempt), started in open_attempts.items():
+            charged = max(0.0, (last - _parse_time(started)).total_seconds())
+            out[tid].open_attempt = (attempt, round(charged, 3))
+            out[tid].consumed_s += charged
+            if attempt == 1:
+                out[tid].first_attempt_passed = False
     return out
 
 
@@ -515,8 +533,11 @@ def execute(
     python_agent: PythonAgent | None = None,
     probe: bool = False,
     on_started: Callable[[Journal], None] | None = None,
+    command_line: Sequence[str] | None = None,
 ) -> RunResult:
     """Run (or resume) a locked contract into ``run_dir``; the probe runs into ``run_dir/probe``.
+
+    ``command_line`` is recorded in the journal as the exact command that started the run.
 
     Raises:
         ContractError: unlocked or edited contract.
@@ -541,11 +562,13 @@ def execute(
     jpath = base / "journal.jsonl"
     contract_bytes = contract_file.read_bytes()
     header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
+              "argv": list(command_line) if command_line is not None else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
               **_host_facts(sandbox, agent)}
     if opts.resume:
         journal, events = open_for_resume(jpath, fsync=opts.fsync)
-        first = events[0]["payload"] if events else {}
+        # A journal killed before its first event is resumed as a fresh start.
+        first = events[0]["payload"] if events else header
         for key in ("contract_sha256", "pack_sha256"):
             if first.get(key) != header[key]:
                 journal.close()
@@ -571,14 +594,14 @@ def execute(
     outcomes: dict[str, str] = {}
     interrupted = False
     try:
-        if opts.resume:
+        if opts.resume and events:
             ctx.j("run_resumed", **header)
             for tid, p in prior.items():
                 # Every attempt that had started is used; none is given back.
-                if not p.finished and p.attempts_started and _has_open_attempt(events, tid, p.attempts_started):
-                    charged = _open_budget(events, tid, p.attempts_started)
-                    ctx.j("attempt_interrupted", tid, p.attempts_started, reason="runner stopped mid-attempt",
-                          charged_s=charged)
+                if p.open_attempt is not None and not p.finished:
+                    attempt, charged = p.open_attempt
+                    ctx.j("attempt_interrupted", tid, attempt, reason="the runner stopped mid-attempt",
+                          charged_s=charged, charged_basis="attempt start to the last journal event")
         else:
             ctx.j("run_started", **header)
         if on_started is not None:
@@ -634,18 +657,6 @@ def execute(
     else:
         write_derived(base, all_events, contract.task_ids)
     return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted)
-
-
-def _has_open_attempt(events: Sequence[dict[str, Any]], tid: str, attempt: int) -> bool:
-    closing = {"attempt_finished", "attempt_interrupted"}
-    return not any(e["task_id"] == tid and e["attempt"] == attempt and e["kind"] in closing for e in events)
-
-
-def _open_budget(events: Sequence[dict[str, Any]], tid: str, attempt: int) -> float:
-    for e in events:
-        if e["task_id"] == tid and e["attempt"] == attempt and e["kind"] == "attempt_started":
-            return float(e["payload"]["budget_s"])
-    return 0.0
 
 
 def probe_summary(events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:

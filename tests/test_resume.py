@@ -1,0 +1,144 @@
+"""Crash and resume: kill -9 anywhere loses no event and never grants an attempt back."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import make_contract
+from sealbench.derive import derive
+from sealbench.errors import RunRefusal
+from sealbench.journal import read_chain
+from sealbench.runner import RunOptions, execute
+
+IDS = ("t_03_rename_helper", "t_11_fix_off_by_one")
+FIX = "def last_n(items, n):\n    return items[-n:] if n > 0 else []\n"
+AGENT = ("sh -c 'sleep 0.15; if [ \"$SEALBENCH_ATTEMPT\" = 1 ]; then echo \"def last_n(i, n): return []\" > window.py; "
+         "else printf " + json.dumps(FIX).replace("'", "") + " > window.py; fi'")
+
+
+def sealbench_exe() -> str:
+    exe = Path(sys.executable).parent / "sealbench"
+    return str(exe) if exe.exists() else ""
+
+
+def complete_lines(data: bytes) -> bytes:
+    return data[: data.rfind(b"\n") + 1] if b"\n" in data else b""
+
+
+def check_run(run_dir: Path, max_attempts: int, ids: tuple[str, ...] = IDS) -> list[dict[str, Any]]:
+    report = read_chain(run_dir / "journal.jsonl")
+    assert report.problems == [] and report.torn_tail == b""
+    events = report.events
+    started = Counter((e["task_id"], e["attempt"]) for e in events if e["kind"] == "attempt_started")
+    assert all(n == 1 for n in started.values()), started
+    for tid in ids:
+        attempts = [a for (t, a) in started if t == tid]
+        assert len(attempts) <= max_attempts and max(attempts, default=0) <= max_attempts
+        assert sum(1 for e in events if e["kind"] == "task_finished" and e["task_id"] == tid) == 1
+    derived = derive(events, ids)
+    for rel, data in derived.files.items():
+        assert (run_dir / rel).read_bytes() == data, rel
+    return events
+
+
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_kill_9_at_20_random_points_then_resume(sealed_pack: Path, tmp_path: Path) -> None:
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=IDS, command=AGENT, run_id="kill9")
+    rng = random.Random(20261130)
+    interrupted = 0
+    for i in range(20):
+        run_dir = tmp_path / f"run{i}"
+        proc = subprocess.Popen([sealbench_exe(), "run", str(contract_file), "--out", str(run_dir), "--no-progress",
+                                 "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.4, 3.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        journal = run_dir / "journal.jsonl"
+        before = complete_lines(journal.read_bytes()) if journal.exists() else b""
+        if journal.exists():
+            execute(contract_file, run_dir, RunOptions(progress=False, resume=True, jobs=2))
+        else:
+            execute(contract_file, run_dir, RunOptions(progress=False, jobs=2))
+        after = journal.read_bytes()
+        assert after.startswith(before), f"kill point {i}: events written before the kill were lost"
+        events = check_run(run_dir, max_attempts=2)
+        if any(e["kind"] == "run_resumed" for e in events):
+            interrupted += 1
+    assert interrupted >= 10, f"only {interrupted} of 20 kills landed mid-run"
+
+
+def test_resume_counts_an_open_attempt_as_used(sealed_pack: Path, tmp_path: Path) -> None:
+    """A run stopped mid-attempt 1 resumes at attempt 2: the open attempt is not given back."""
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=IDS[1:], command=AGENT, run_id="open", max_attempts=2)
+    run_dir = tmp_path / "run"
+
+    class Stop(BaseException):  # not an Exception: the harness must not record it as its own failure
+        pass
+
+    def stop_after_first_attempt_starts(journal: Any) -> None:
+        original = journal.append
+
+        def append(kind: str, **kw: Any) -> dict[str, Any]:
+            event = original(kind, **kw)
+            if kind == "attempt_started":
+                raise Stop
+            return event
+
+        journal.append = append
+
+    with pytest.raises(Stop):
+        execute(contract_file, run_dir, RunOptions(progress=False), on_started=stop_after_first_attempt_starts)
+    execute(contract_file, run_dir, RunOptions(progress=False, resume=True))
+    events = check_run(run_dir, max_attempts=2, ids=IDS[1:])
+    kinds = [(e["kind"], e["attempt"]) for e in events if e["task_id"] == IDS[1]]
+    assert ("attempt_interrupted", 1) in kinds
+    assert [a for k, a in kinds if k == "attempt_started"] == [1, 2]
+    card = json.loads((run_dir / "scorecards.jsonl").read_text())
+    assert card["attempts_used"] == 2 and card["first_attempt_passed"] is False
+
+
+def test_resume_with_a_different_contract_is_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    make_contract(sealed_pack, a, task_ids=IDS[1:], command="builtin:noop", run_id="a")
+    make_contract(sealed_pack, b, task_ids=IDS[1:], command="builtin:noop", run_id="b")
+    execute(a, tmp_path / "run", RunOptions(progress=False))
+    with pytest.raises(RunRefusal, match="cannot resume: the journal's contract_sha256"):
+        execute(b, tmp_path / "run", RunOptions(progress=False, resume=True))
+
+
+def test_resume_with_a_different_agent_is_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    make_contract(sealed_pack, a, task_ids=IDS[1:], command="builtin:noop", run_id="a")
+    execute(a, tmp_path / "run", RunOptions(progress=False))
+    with pytest.raises(RunRefusal, match="different agent"):
+        execute(a, tmp_path / "run", RunOptions(progress=False, resume=True), python_agent=lambda t, w, n: None)
+
+
+def test_resuming_a_finished_run_changes_nothing_derived(sealed_pack: Path, tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    make_contract(sealed_pack, a, task_ids=IDS, command="builtin:reference", run_id="a")
+    execute(a, tmp_path / "run", RunOptions(progress=False))
+    before = (tmp_path / "run" / "scorecards.jsonl").read_bytes()
+    execute(a, tmp_path / "run", RunOptions(progress=False, resume=True))
+    assert (tmp_path / "run" / "scorecards.jsonl").read_bytes() == before
+
+
+def test_rederiving_from_the_journal_reproduces_files_byte_for_byte(sealed_pack: Path, tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    make_contract(sealed_pack, a, task_ids=IDS, command=AGENT, run_id="a")
+    execute(a, tmp_path / "run", RunOptions(progress=False))
+    check_run(tmp_path / "run", max_attempts=2)
+    traces = sorted(p.name for p in (tmp_path / "run" / "traces").iterdir())
+    assert traces == [f"{t}.json" for t in IDS]
