@@ -7,7 +7,7 @@ so ``verify`` can re-derive them later and compare byte for byte.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,27 +84,44 @@ def seed_event(card: Scorecard) -> SeedEvent:
     )
 
 
+def derive_iter(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+    """Stream the derived files: each trace as soon as its task finishes, then
+    scorecards.jsonl and events.json.
+
+    Only the events of tasks still running are held, so a run's memory does not grow with
+    its length. Events of tasks outside ``task_ids`` are ignored.
+    """
+    wanted = set(task_ids)
+    pending: dict[str, list[dict[str, Any]]] = {}
+    cards: dict[str, Scorecard] = {}
+    for ev in events:
+        tid = ev.get("task_id")
+        if tid is None or tid not in wanted:
+            continue
+        pending.setdefault(tid, []).append(ev)
+        if ev["kind"] == "task_finished":
+            task_events = pending.pop(tid)
+            yield f"traces/{tid}.json", trace_bytes(task_events)
+            card = scorecard_for(task_events)
+            if card is not None:
+                cards[tid] = card
+    for tid in task_ids:
+        if tid in pending:
+            yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
+    ordered = [cards[t] for t in task_ids if t in cards]
+    yield "scorecards.jsonl", b"".join(canonical_json(c.model_dump(mode="json")) + b"\n" for c in ordered)
+    seed = [seed_event(c).model_dump(mode="json") for c in ordered]
+    for entry in seed:
+        entry.pop("excluded_after_lock", None)
+    yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def derive(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Derived:
     """Derive scorecards.jsonl, events.json and traces/ from a journal's events.
 
     Tasks of the denominator that have not finished get no scorecard and no event, so
     scoring refuses the run (denominator drift) until it is resumed.
     """
-    by_task = group_by_task(events)
-    files: dict[str, bytes] = {}
-    cards: list[Scorecard] = []
-    for tid in task_ids:
-        task_events = by_task.get(tid, [])
-        if task_events:
-            files[f"traces/{tid}.json"] = trace_bytes(task_events)
-        card = scorecard_for(task_events)
-        if card is not None:
-            cards.append(card)
-    files["scorecards.jsonl"] = b"".join(
-        canonical_json(c.model_dump(mode="json")) + b"\n" for c in cards
-    )
-    seed = [seed_event(c).model_dump(mode="json", exclude_defaults=False) for c in cards]
-    for entry in seed:
-        entry.pop("excluded_after_lock", None)
-    files["events.json"] = (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    files = dict(derive_iter(events, task_ids))
+    cards = [Scorecard.model_validate_json(line) for line in files["scorecards.jsonl"].splitlines() if line]
     return Derived(scorecards=cards, files=files)

@@ -107,6 +107,27 @@ def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
     return report
 
 
+def iter_verified(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield a journal's events one by one, verifying the chain as it goes.
+
+    Raises:
+        VerificationFailed: at the first defect (a torn last line included).
+    """
+    prev: str | None = None
+    for seq, (lineno, raw, complete) in enumerate(iter_lines(path)):
+        if not complete:
+            raise VerificationFailed([f"journal.jsonl line {lineno}: torn last line (resume the run to repair it)"])
+        try:
+            event = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise VerificationFailed([f"journal.jsonl line {lineno}: not valid JSON (edited)"]) from None
+        problems = check_event(event, lineno, seq, prev)
+        if problems:
+            raise VerificationFailed(problems)
+        prev = event["hash"]
+        yield event
+
+
 class Journal:
     """The single writer of one journal file. Thread-safe; every append is durable."""
 

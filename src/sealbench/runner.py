@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,12 +27,12 @@ from typing import Any
 from . import __version__
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
-from .derive import derive
+from .derive import derive_iter
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import write_atomic
 from .formats import Budget, Outcome, ScoringContract
-from .journal import Journal, open_for_resume
+from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
 from .sandbox import Limits, Sandbox, SandboxResult, SandboxSpec, open_sandbox
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
@@ -518,10 +518,9 @@ class _Progress:
             self._bar.stop()
 
 
-def write_derived(run_dir: Path, events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> None:
-    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events."""
-    derived = derive(events, task_ids)
-    for rel, data in derived.files.items():
+def write_derived(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
+    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming."""
+    for rel, data in derive_iter(events, task_ids):
         write_atomic(run_dir / rel, data)
 
 
@@ -547,6 +546,8 @@ def execute(
         HarnessError: the journal could not be written (every earlier event is kept).
     """
     opts = options or RunOptions()
+    # The sandbox mounts by absolute path; a relative --out must not reach it as such.
+    run_dir = run_dir.resolve()
     contract = load_contract(contract_file)
     require_locked(contract)
     assert contract.budget is not None and contract.agent is not None and contract.pack is not None
@@ -649,17 +650,14 @@ def execute(
         shutil.rmtree(base / "tmp", ignore_errors=True)
         if not opts.keep_work:
             shutil.rmtree(base / "work", ignore_errors=True)
-    from .journal import read_chain
-
-    all_events = read_chain(jpath).events
     if probe:
-        write_probe_summary(run_dir, all_events, contract.task_ids)
+        write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
-        write_derived(base, all_events, contract.task_ids)
+        write_derived(base, iter_verified(jpath), contract.task_ids)
     return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted)
 
 
-def probe_summary(events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:
+def probe_summary(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:
     """narration_probe.json from the probe journal: per task, whether the patch was empty."""
     per_task: dict[str, dict[str, Any]] = {}
     for ev in events:
@@ -687,7 +685,7 @@ def probe_summary(events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> 
     }
 
 
-def write_probe_summary(run_dir: Path, events: Sequence[dict[str, Any]], task_ids: Sequence[str]) -> None:
+def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
     import json
 
     summary = probe_summary(events, task_ids)

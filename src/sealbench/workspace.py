@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .digest import sha256_bytes, sha256_file
 from .errors import HarnessError
+from .gitrepo import init_one_commit
 
 META_DIR = ".sealbench"  # prompt file and the agent's trace dir; never part of a patch
 _FIXED_DATE = "2000-01-01T00:00:00Z"
@@ -121,13 +122,7 @@ class TaskWorkspace:
             copy_tree(self.pack_workspace, self.ws)
         except OSError as e:
             raise HarnessError(f"cannot copy workspace {self.pack_workspace}: {e}") from None
-        ceiling = self.root
-        git(["init", "-q", "-b", "main", "."], self.ws, ceiling=ceiling)
-        git(["add", "-A", "."], self.ws, ceiling=ceiling)
-        git(["commit", "-q", "--allow-empty", "-m", "task workspace"], self.ws, ceiling=ceiling)
-        shutil.copytree(self.ws / ".git", self.base_git, symlinks=True)
-        (self.base_git / "info").mkdir(exist_ok=True)
-        (self.base_git / "info" / "exclude").write_text(f"/{META_DIR}/\n")
+        init_one_commit(self.ws, self.ws / ".git")
         self.base = snapshot(self.ws)
         (self.ws / META_DIR / "trace").mkdir(parents=True)
 
@@ -141,6 +136,11 @@ class TaskWorkspace:
         Raises:
             HarnessError: git failed.
         """
+        if not self.base_git.exists():
+            # Made from the pack's copy, only when there is something to capture: most
+            # attempts of a weak agent change nothing, and this is the hot path.
+            init_one_commit(self.pack_workspace, self.base_git)
+            (self.base_git / "info" / "exclude").write_text(f"/{META_DIR}/\n")
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root)
         proc = git(
