@@ -58,6 +58,19 @@ def cmd_pack_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_pack_validate(args: argparse.Namespace) -> int:
+    from .validate import validate_pack
+
+    validity = validate_pack(Path(args.pack), repeat=args.repeat, jobs=args.jobs, sandbox=args.sandbox,
+                             progress=False if args.no_progress else None)
+    bad = {tid: ev for tid, ev in validity.tasks.items() if not ev.valid}
+    print(f"{len(validity.tasks) - len(bad)} of {len(validity.tasks)} task oracles valid "
+          f"(reference passes and empty change fails, {validity.repeat} runs each, sandbox {validity.sandbox})")
+    for tid, ev in bad.items():
+        print(f"  invalid: {tid}: {ev.reason}")
+    return EXIT_OK
+
+
 def cmd_contract_new(args: argparse.Namespace) -> int:
     from .contract import new_contract
     from .errors import UsageError
@@ -210,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = pack.add_parser("check", help="verify a sealed pack without writing")
     p.add_argument("pack")
     p.set_defaults(func=cmd_pack_check)
+    p = pack.add_parser("validate", help="prove each oracle discriminates: reference passes, empty change fails")
+    p.add_argument("pack")
+    p.add_argument("--repeat", type=int, default=3, help="grades of each kind per task (default 3)")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_pack_validate)
 
     con = sub.add_parser("contract", help="write or lock a scoring contract").add_subparsers(
         dest="contract_command", parser_class=_Parser, required=True

@@ -1,0 +1,120 @@
+"""Oracle validity: prove, before any contract is locked, that each oracle discriminates.
+
+For every task, in the sandbox: the reference solution is graded ``repeat`` times and must
+pass every time; the empty change is graded ``repeat`` times and must fail every time. A task
+that does not is marked with its reason (reference fails, empty change passes, flaky) and
+the evidence, which is written into the sealed pack, bound to its digest.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from .agents import resolve_agent
+from .contract import DEFAULT_FORBIDDEN
+from .errors import PackError
+from .files import model_json, write_atomic
+from .formats import Budget, ScoringContract, Validity, ValidityEvidence
+from .journal import Journal
+from .pack import Pack, Task, check_pack
+from .runner import RunOptions, _Ctx, _grade, _Progress
+from .sandbox import open_sandbox
+from .workspace import TaskWorkspace
+
+
+def verdict(reference: list[bool], empty: list[bool]) -> tuple[bool, str | None]:
+    """The validity of one task from its repeated grades (pure)."""
+    reasons = []
+    if len(set(reference)) > 1 or len(set(empty)) > 1:
+        reasons.append("flaky")
+    if not any(reference):
+        reasons.append("reference fails")
+    if all(empty) and empty:
+        reasons.append("empty change passes")
+    return (not reasons, ", ".join(reasons) or None)
+
+
+def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
+    tw = TaskWorkspace(ctx.run_dir / "work" / task.task_id, task.workspace)
+    try:
+        tw.materialise()
+        if not task.solution.is_dir():
+            return ValidityEvidence(valid=False, reason="no reference solution", reference_passes=[],
+                                    empty_change_passes=[])
+        reference = resolve_agent("reference", "builtin:reference")
+        assert reference.builtin is not None
+        reference.builtin(task, tw.ws, 1)
+        changed = tw.changes()
+        patch = tw.capture_patch() if changed else b""
+        wall = task.record.wall_clock_s
+        ref = [bool(_grade(ctx, task, tw, i, patch, changed, wall)["task_pass"]) for i in range(1, repeat + 1)]
+        empty = [bool(_grade(ctx, task, tw, repeat + i, b"", [], wall)["task_pass"]) for i in range(1, repeat + 1)]
+    except Exception as e:  # the evidence records the harness failure instead of guessing
+        return ValidityEvidence(valid=False, reason=f"harness error: {type(e).__name__}: {e}",
+                                reference_passes=[], empty_change_passes=[])
+    finally:
+        shutil.rmtree(tw.root, ignore_errors=True)
+    valid, reason = verdict(ref, empty)
+    return ValidityEvidence(valid=valid, reason=reason, reference_passes=ref, empty_change_passes=empty)
+
+
+def validate_pack(
+    root: Path,
+    *,
+    repeat: int = 3,
+    jobs: int = 2,
+    sandbox: str = "auto",
+    progress: bool | None = None,
+    on_task: Callable[[str, ValidityEvidence], None] | None = None,
+) -> Validity:
+    """Validate every oracle of a sealed pack and record the evidence in its pack.json.
+
+    Raises:
+        PackError, VerificationFailed: the pack is unsealed or does not match its seal.
+        RunRefusal: no sandbox.
+    """
+    if repeat < 1:
+        raise PackError("--repeat must be at least 1")
+    pack: Pack = check_pack(root)
+    assert pack.sealed_digest is not None
+    box = open_sandbox(sandbox)
+    scratch = Path(tempfile.mkdtemp(prefix="sealbench-validate-"))
+    try:
+        (scratch / "blobs").mkdir()
+        (scratch / "tmp").mkdir()
+        forbidden = list(DEFAULT_FORBIDDEN)
+        contract = ScoringContract(forbidden_paths=forbidden)
+        journal = Journal.create(scratch / "journal.jsonl", fsync=False)
+        first = next(iter(pack.tasks.values())).record
+        ctx = _Ctx(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
+                   pack=pack, run_dir=scratch, journal=journal, agent=resolve_agent("reference", "builtin:reference"),
+                   sandbox=box, options=RunOptions(progress=False), stop=threading.Event())
+        bar = _Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
+        evidence: dict[str, ValidityEvidence] = {}
+        lock = threading.Lock()
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                futures = {pool.submit(_validate_task, ctx, task, repeat): tid for tid, task in pack.tasks.items()}
+                for fut in as_completed(futures):
+                    tid = futures[fut]
+                    ev = fut.result()
+                    with lock:
+                        evidence[tid] = ev
+                    bar.update(tid, "valid" if ev.valid else (ev.reason or "invalid").split(":")[0])
+                    if on_task is not None:
+                        on_task(tid, ev)
+        finally:
+            bar.close()
+            journal.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    validity = Validity(pack_sha256=pack.sealed_digest, repeat=repeat, sandbox=box.kind,
+                        tasks={tid: evidence[tid] for tid in sorted(evidence)})
+    manifest = pack.manifest.model_copy(update={"validity": validity})
+    write_atomic(pack.root / "pack.json", model_json(manifest))
+    return validity
