@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow demo lint typecheck bench clean system-packages data
+.PHONY: setup test test-slow demo lint typecheck bench clean system-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -64,3 +64,6 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .mypy_cache .ruff_cache src/*.egg-info
+
+docs: $(STAMP)
+	$(BIN)/python -c "from pathlib import Path; from sealbench.schema_doc import splice; p = Path('README.md'); p.write_text(splice(p.read_text()))"

@@ -85,37 +85,37 @@ class TaskRecord(Model):
 class TaskDigests(Model):
     """Digests of one task's sealed parts."""
 
-    record: Digest
-    prompt: Digest
-    template: Digest
-    workspace: Digest
-    hidden_tests: Digest
-    solution: Digest | None
+    record: Digest = Field(description="Digest of task.json's canonical JSON.")
+    prompt: Digest = Field(description="Digest of prompt.md.")
+    template: Digest = Field(description="Digest of the frozen prompt template.")
+    workspace: Digest = Field(description="Tree digest of workspace/.")
+    hidden_tests: Digest = Field(description="Tree digest of hidden/ (equals hidden_tests_sha256).")
+    solution: Digest | None = Field(description="Tree digest of solution/, null without one.")
 
 
 class Seal(Model):
     """The seal written by ``pack seal``."""
 
     pack_sha256: Digest = Field(description="Digest over the pack name and every task's digests.")
-    tasks: dict[str, TaskDigests]
+    tasks: dict[str, TaskDigests] = Field(description="Each task's digests, by task id.")
 
 
 class ValidityEvidence(Model):
     """Oracle-validity evidence for one task (``pack validate``)."""
 
-    valid: bool
+    valid: bool = Field(description="True when the reference always passed and the empty change always failed.")
     reason: str | None = Field(None, description="reference fails, empty change passes, flaky")
-    reference_passes: list[bool]
-    empty_change_passes: list[bool]
+    reference_passes: list[bool] = Field(description="Each grade of the reference solution.")
+    empty_change_passes: list[bool] = Field(description="Each grade of the unchanged workspace.")
 
 
 class Validity(Model):
     """Oracle-validity evidence for a sealed pack, bound to its digest."""
 
-    pack_sha256: Digest
-    repeat: int = Field(ge=1)
-    sandbox: str
-    tasks: dict[str, ValidityEvidence]
+    pack_sha256: Digest = Field(description="The sealed pack this evidence is for.")
+    repeat: int = Field(ge=1, description="Grades of each kind per task.")
+    sandbox: str = Field(description="Sandbox the oracles ran in.")
+    tasks: dict[str, ValidityEvidence] = Field(description="Evidence by task id.")
 
 
 class PackManifest(Model):
@@ -132,11 +132,13 @@ class PackManifest(Model):
 class Metrics(Model):
     """Seed 004's metric definitions, fixed before the run."""
 
-    primary: Literal["task_pass"] = "task_pass"
-    task_pass: str = "tests_green AND patch_applies_clean AND no_forbidden_path"
-    abstain: str = "exit_code_0 AND patch_empty"
-    timeout: str = "wall_seconds > wall_clock_s"
-    post_lock_exclusion: Literal["forbidden"] = "forbidden"
+    primary: Literal["task_pass"] = Field("task_pass", description="The metric in the numerator.")
+    task_pass: str = Field("tests_green AND patch_applies_clean AND no_forbidden_path",
+                           description="A conjunction: any false clause fails the task.")
+    abstain: str = Field("exit_code_0 AND patch_empty", description="Stays in n; can never pass.")
+    timeout: str = Field("wall_seconds > wall_clock_s", description="Stays in n as a failure.")
+    post_lock_exclusion: Literal["forbidden"] = Field(
+        "forbidden", description="A task dropped after lock starts a new study (new run_id).")
 
 
 class Controls(Model):
@@ -156,10 +158,10 @@ class Controls(Model):
 class AccessClass(Model):
     """Where the run happened: a condition, not a trophy."""
 
-    host: str | None = "unspecified"
-    model_access: str | None = "unspecified"
-    quota_assumed: bool = False
-    permanence_assumed: bool = False
+    host: str | None = Field("unspecified", description="Where the run happened; must be set before lock.")
+    model_access: str | None = Field("unspecified", description="How the model was reached.")
+    quota_assumed: bool = Field(False, description="True refuses lock and score.")
+    permanence_assumed: bool = Field(False, description="True refuses lock and score.")
     terms_read_on: str | None = Field(
         None, description="ISO date the host's terms were read, if any."
     )
@@ -199,27 +201,28 @@ class PackRef(Model):
 class TieRule(Model):
     """How a paired comparison decides, fixed before the runs."""
 
-    test: Literal["mcnemar_exact"] = "mcnemar_exact"
-    alpha: float = Field(0.05, gt=0, lt=1)
-    correction: Literal["holm"] = "holm"
+    test: Literal["mcnemar_exact"] = Field("mcnemar_exact", description="Exact two-sided McNemar on discordant pairs.")
+    alpha: float = Field(0.05, gt=0, lt=1, description="Below it, a difference is declared; otherwise a tie.")
+    correction: Literal["holm"] = Field("holm", description="Multiple-comparison correction for 3+ runs.")
 
 
 class ScoringContract(Model):
     """The scoring contract (seed 004), locked before the run and immutable after."""
 
-    contract_version: Literal[1] = 1
-    run_id: str | None = None
-    locked_at: str | None = None
+    contract_version: Literal[1] = Field(1, description="Format version of the contract.")
+    run_id: str | None = Field(None, description="Null until lock; a new study needs a new run_id.")
+    locked_at: str | None = Field(None, description="UTC time of the lock; null until then.")
     task_ids: list[str] = Field(default_factory=list, description="The denominator, in order.")
-    metrics: Metrics | None = Field(default_factory=Metrics)
-    controls: Controls | None = Field(default_factory=Controls)
-    access_class: AccessClass | None = Field(default_factory=AccessClass)
-    agent: AgentSpec | None = None
-    budget: Budget | None = None
-    forbidden_paths: list[NonEmptyStr] | None = None
-    pack: PackRef | None = None
+    metrics: Metrics | None = Field(default_factory=Metrics, description="Metric definitions.")
+    controls: Controls | None = Field(default_factory=Controls, description="Control conditions.")
+    access_class: AccessClass | None = Field(default_factory=AccessClass, description="Where the run happened.")
+    agent: AgentSpec | None = Field(None, description="The agent under test; required at lock.")
+    budget: Budget | None = Field(None, description="Caps and feedback policy; required at lock.")
+    forbidden_paths: list[NonEmptyStr] | None = Field(
+        None, description="Patterns a patch may not touch (name anywhere, or path with '/').")
+    pack: PackRef | None = Field(None, description="The sealed pack; required at lock.")
     seed: int = Field(0, description="Seed for tasks that do not pin their own.")
-    tie_rule: TieRule = Field(default_factory=TieRule)
+    tie_rule: TieRule = Field(default_factory=TieRule, description="How paired comparisons decide; fixed before the runs.")
     contract_sha256: str | None = Field(
         None, description="Digest of every other field, recorded at lock."
     )
@@ -242,71 +245,73 @@ LooseOutcome = Annotated[Outcome, Field(strict=False)]
 class SeedEvent(Model):
     """One entry of ``events.json`` in seed 004's shape (one per task in the denominator)."""
 
-    task_id: str
-    task_pass: bool
-    abstain: bool = False
-    wall_seconds: float | None = None
-    excluded_after_lock: bool = False
-    outcome: LooseOutcome | None = None
-    attempts_used: int | None = None
+    task_id: str = Field(description="A task of the locked denominator.")
+    task_pass: bool = Field(description="The primary metric for this task.")
+    abstain: bool = Field(False, description="Exit 0 with an empty patch; cannot pass.")
+    wall_seconds: float | None = Field(None, description="Elapsed wall time of the task.")
+    excluded_after_lock: bool = Field(False, description="True is refused: a post-lock exclusion.")
+    outcome: LooseOutcome | None = Field(None, description="pass, fail, abstain, timeout or harness_error.")
+    attempts_used: int | None = Field(None, description="Attempts the task consumed.")
 
 
 class Scorecard(Model):
     """One task's scorecard: seed 000's ten fields plus outcome, first attempt and patch."""
 
-    task_id: str
-    passed: bool
-    attempts_used: int = Field(ge=0)
-    max_attempts: int = Field(ge=1)
-    elapsed_ms: int = Field(ge=0)
-    wall_clock_s: float
-    prompt_template_id: str
-    hidden_tests_sha256: str
-    tool_trace_sha256: str
-    scorecard_complete: bool
-    outcome: LooseOutcome
-    first_attempt_passed: bool
-    patch_sha256: str | None
-    schema_version: Literal[1] = 1
+    task_id: str = Field(description="The task.")
+    passed: bool = Field(description="Hidden tests green, patch applied clean, no forbidden path.")
+    attempts_used: int = Field(ge=0, description="Attempts started, interrupted ones included.")
+    max_attempts: int = Field(ge=1, description="The published retry cap.")
+    elapsed_ms: int = Field(ge=0, description="Wall time of the task, oracle included.")
+    wall_clock_s: float = Field(description="The published wall-clock cap.")
+    prompt_template_id: str = Field(description="The frozen template used.")
+    hidden_tests_sha256: str = Field(description="Digest of the hidden tests graded against.")
+    tool_trace_sha256: str = Field(description="sha256 of traces/<task_id>.json's bytes.")
+    scorecard_complete: bool = Field(description="True only when every control is present and within its cap.")
+    outcome: LooseOutcome = Field(description="pass, fail, abstain, timeout or harness_error.")
+    first_attempt_passed: bool = Field(description="First-pass yield, beside the within-cap result.")
+    patch_sha256: str | None = Field(description="Digest of the final patch; null when empty.")
+    schema_version: Literal[1] = Field(1, description="Format version of the scorecard.")
 
 
 class Interval95(Model):
     """A 95% interval."""
 
-    low: float
-    high: float
+    low: float = Field(description="Lower bound.")
+    high: float = Field(description="Upper bound.")
 
 
 class Rate(Model):
     """``rate.json``: a rate that carries every knob that produced it."""
 
-    rate_version: Literal[1] = 1
-    run_id: str
-    locked_at: str
-    contract_sha256: str
-    pack_sha256: str | None
-    n: int
-    task_pass_count: int
-    task_pass_rate: float
-    wilson_95: Interval95
+    rate_version: Literal[1] = Field(1, description="Format version of rate.json.")
+    run_id: str = Field(description="The locked run.")
+    locked_at: str = Field(description="When the contract was locked.")
+    contract_sha256: str = Field(description="The locked contract's digest.")
+    pack_sha256: str | None = Field(description="The sealed pack's digest.")
+    n: int = Field(description="The denominator: every locked task, timeouts and abstains included.")
+    task_pass_count: int = Field(description="The numerator.")
+    task_pass_rate: float = Field(description="task_pass_count / n; never printed without the rest.")
+    wilson_95: Interval95 = Field(description="Wilson 95% interval of the rate.")
     sentence: str = Field(description="The evidence sentence, e.g. '2 of 4 task_pass on this locked run_id'.")
-    outcomes: dict[str, int]
-    budget: Budget | None
-    access_class: AccessClass
-    controls: Controls | None
-    note: str = "valid only for this slice, metric, and access class"
+    outcomes: dict[str, int] = Field(description="Count of each outcome.")
+    budget: Budget | None = Field(description="The caps every task had.")
+    access_class: AccessClass = Field(description="Where the run happened.")
+    controls: Controls | None = Field(description="Controls reported beside the rate.")
+    note: str = Field("valid only for this slice, metric, and access class", description="Seed 004's caveat.")
 
 
 class JournalEvent(Model):
     """One line of ``journal.jsonl``: hash-chained, append-only."""
 
-    journal_version: Literal[1] = 1
-    seq: int = Field(ge=0)
+    journal_version: Literal[1] = Field(1, description="Format version of the journal.")
+    seq: int = Field(ge=0, description="0, 1, 2, ... with no gap.")
     time: str = Field(description="UTC, ISO 8601 with Z.")
-    kind: str
-    task_id: str | None = None
-    attempt: int | None = None
-    payload: dict[str, Any] = Field(default_factory=dict)
+    kind: str = Field(description="run_started, task_started, attempt_started, agent_finished, patch_captured, "
+                      "graded, feedback, attempt_finished, attempt_interrupted, harness_error, task_finished, "
+                      "run_interrupted, run_resumed, journal_repaired, run_finished.")
+    task_id: str | None = Field(None, description="The task, for task events.")
+    attempt: int | None = Field(None, description="The attempt, for attempt events.")
+    payload: dict[str, Any] = Field(default_factory=dict, description="What happened; digests name stored outputs.")
     prev: str | None = Field(description="Hash of the previous event; null for the first.")
     hash: str = Field(description="sha256 over the canonical bytes of every other field.")
 
