@@ -142,3 +142,26 @@ def test_rederiving_from_the_journal_reproduces_files_byte_for_byte(sealed_pack:
     check_run(tmp_path / "run", max_attempts=2)
     traces = sorted(p.name for p in (tmp_path / "run" / "traces").iterdir())
     assert traces == [f"{t}.json" for t in IDS]
+
+
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_ctrl_c_stops_cleanly_records_it_and_resume_continues(sealed_pack: Path, tmp_path: Path) -> None:
+    ids = tuple(sorted(p.name for p in (sealed_pack / "tasks").iterdir()))
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=ids, command="sh -c 'sleep 1'", run_id="ctrlc")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sealbench_exe(), "run", str(contract_file), "--out", str(run_dir), "--no-progress",
+                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert f"--resume {run_dir}" in err
+    events = read_chain(run_dir / "journal.jsonl").events
+    assert any(e["kind"] == "run_interrupted" for e in events)
+    assert not all(any(e["kind"] == "task_finished" and e["task_id"] == t for e in events) for t in ids)
+    execute(contract_file, run_dir, RunOptions(progress=False, resume=True))
+    events = read_chain(run_dir / "journal.jsonl").events
+    finished = [e["task_id"] for e in events if e["kind"] == "task_finished"]
+    assert sorted(finished) == sorted(ids)
+    assert events[-1]["kind"] == "run_finished"
