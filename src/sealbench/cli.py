@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -167,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("pass --out RUN_DIR (or --resume RUN_DIR)")
     opts = _run_options(args)
     opts.resume = bool(args.resume)
-    result = execute(Path(args.contract), run_dir, opts, command_line=["sealbench", *sys.argv[1:]])
+    result = execute(Path(args.contract), run_dir, opts, command_line=args.command_line)
     if result.interrupted:
         print(f"interrupted; continue with: sealbench run {args.contract} --resume {run_dir}", file=sys.stderr)
         return 130
@@ -180,7 +180,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     opts.resume = args.resume
     run_dir = Path(args.out)
-    result = execute(Path(args.contract), run_dir, opts, probe=True, command_line=["sealbench", *sys.argv[1:]])
+    result = execute(Path(args.contract), run_dir, opts, probe=True, command_line=args.command_line)
     if result.interrupted:
         print(f"interrupted; continue with: sealbench probe {args.contract} --out {run_dir} --resume",
               file=sys.stderr)
@@ -196,6 +196,54 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(Path(args.dir), sandbox=args.sandbox)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from .bundle import make_bundle
+
+    sign_key = Path(args.sign) if args.sign else None
+    out = make_bundle(Path(args.run_dir), Path(args.out), sign_key=sign_key)
+    print(f"wrote bundle {out}" + (" (signed: SHA256SUMS.sig)" if sign_key else ""))
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .bundle import verify_bundle
+
+    report = verify_bundle(Path(args.bundle), pubkey=Path(args.pubkey) if args.pubkey else None,
+                           pack=Path(args.pack) if args.pack else None)
+    for line in report.lines():
+        print(line)
+    return EXIT_OK
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from .signing import keygen
+
+    private, public = keygen(Path(args.out_prefix))
+    print(f"wrote {private} (private, mode 0600: sign with `sealbench bundle RUN_DIR --sign {private}`)")
+    print(f"wrote {public} (public: publish it; `sealbench verify BUNDLE --pubkey {public}`)")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare
+
+    report = compare([Path(b) for b in (args.a, *args.others)])
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        for line in report.lines():
+            print(line)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    md, html = write_report(Path(args.bundle), Path(args.out) if args.out else None)
+    print(f"wrote {md} and {html}")
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,18 +332,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto")
     p.set_defaults(func=cmd_demo)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    p = sub.add_parser("bundle", help="write OUT/<run_id>/ with SHA256SUMS: what a stranger needs to verify a run")
+    p.add_argument("run_dir")
+    p.add_argument("--out", default="runs", help="where the bundle directory is created (default: runs/)")
+    p.add_argument("--sign", metavar="KEY", help="Ed25519 private key (sealbench keygen): also write SHA256SUMS.sig")
+    p.set_defaults(func=cmd_bundle)
+
+    p = sub.add_parser("verify", help="check a bundle: sums, signature, journal chain, lock; re-derive everything")
+    p.add_argument("bundle")
+    p.add_argument("--pubkey", metavar="KEY", help="public key that must have signed SHA256SUMS")
+    p.add_argument("--pack", help="the sealed pack: check its digest against the contract too")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("report", help="write report.md and a self-contained report.html for a bundle or run directory")
+    p.add_argument("bundle", metavar="BUNDLE", help="a bundle (runs/<run_id>/) or a run directory")
+    p.add_argument("--out", metavar="DIR", help="where to write (default: BUNDLE-report/ beside it; never inside a bundle)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles")
+    p.add_argument("out_prefix", metavar="OUT_PREFIX", help="writes OUT_PREFIX.key (mode 0600) and OUT_PREFIX.pub")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("compare", help="paired comparison of bundles: exact McNemar under the contracts' tie rule")
+    p.add_argument("a", metavar="A", help="a bundle")
+    p.add_argument("others", metavar="B", nargs="+",
+                   help="one or more bundles of the same slice (three or more runs: Holm-adjusted)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.set_defaults(func=cmd_compare)
     return parser
-
-
-_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = ["sealbench", *(sys.argv[1:] if argv is None else argv)]
     if args.version:
         from . import __version__
 

@@ -373,7 +373,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
     if not prior.started:
         ctx.j("task_started", tid, max_attempts=max_attempts, wall_clock_s=budget.wall_clock_s,
               prompt_template_id="narration-probe" if ctx.probe else task.record.prompt_template_id,
-              hidden_tests_sha256=task.record.hidden_tests_sha256)
+              hidden_tests_sha256=task.record.hidden_tests_sha256,
+              oracle_cmd=list(task.record.oracle_cmd))
     t0 = time.monotonic()
     deadline = t0 + budget.wall_clock_s - prior.consumed_s
     first = prior.first_attempt_passed

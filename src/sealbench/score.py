@@ -77,6 +77,8 @@ def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
     if access is None or access.quota_assumed or access.permanence_assumed:
         raise ScoreRefusal("assumed quota or permanence; no rate emitted")
     allowed = list(contract.task_ids)
+    if not allowed:
+        raise ScoreRefusal("empty denominator: the contract locks no task_ids; no rate emitted")
     if len(allowed) != len(set(allowed)):
         raise ScoreRefusal("duplicate task_ids")
     allowed_set = set(allowed)

@@ -1,0 +1,916 @@
+"""Run bundles (seed 004, step 5): a directory a stranger can check and re-derive.
+
+:func:`make_bundle` turns a finished run directory into ``OUT_ROOT/<run_id>/``::
+
+    scoring_contract.json    the locked contract, its exact bytes
+    journal.jsonl            the run's journal, its exact bytes: the source of truth
+    probe/journal.jsonl      the narration probe's journal, when the probe ran
+    blobs/<hex>              every output and patch the journals reference, named by its sha256
+    scorecards.jsonl         \\
+    events.json               | derived from journal.jsonl (derive.derive), seed 004's shape
+    traces/<task_id>.json    /
+    patches/<task_id>.patch  each task's final patch: the blob its task_finished event names
+    rate.json                score() of the contract over the derived events
+    narration_probe.json     derived from probe/journal.jsonl (runner.probe_summary)
+    commands.txt             the argv each journal recorded, and each oracle_cmd if recorded
+    README.md                five lines: slice, access class, terms date, probe result, and
+                             "not a vendor ranking."
+    SHA256SUMS               every file above, in the format ``sha256sum -c`` reads
+    SHA256SUMS.sig           optional: Ed25519 signature of SHA256SUMS (see :mod:`.signing`)
+
+Nothing derived is copied: every derived file is recomputed from the journals by the same
+pure functions the runner and ``score`` use, and the run directory's own copies must agree.
+:func:`verify_bundle` recomputes them again and compares byte for byte, with the sums, the
+signature, the journal chains, the contract's lock and the pins between them, and reports
+every discrepancy at once.
+
+:func:`bundle_files` and :func:`check_bundle` are the pure cores (values in, values out);
+:func:`make_bundle` and :func:`verify_bundle` are the shells that read and write files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .contract import require_locked
+from .derive import derive, seed_event
+from .digest import DIGEST_RE, sha256_bytes
+from .errors import (
+    ContractError,
+    IncompleteScorecard,
+    PackError,
+    Refusal,
+    ScoreRefusal,
+    UsageError,
+    VerificationFailed,
+)
+from .files import describe_validation_error
+from .formats import Rate, Scorecard, ScoringContract, check_id
+from .journal import ChainReport, read_chain
+from .runner import probe_summary
+from .score import score
+from .scorecard import validate_scorecard
+from .signing import check_private_key, fingerprint, read_key, sign, signature_valid
+
+CONTRACT = "scoring_contract.json"
+JOURNAL = "journal.jsonl"
+PROBE_JOURNAL = "probe/journal.jsonl"
+PROBE_SUMMARY = "narration_probe.json"
+RATE = "rate.json"
+COMMANDS = "commands.txt"
+README = "README.md"
+SUMS = "SHA256SUMS"
+SIGNATURE = "SHA256SUMS.sig"
+NOT_A_RANKING = "not a vendor ranking."
+LIBRARY_CALL_NOTE = (
+    "# argv null: started by a library call (sealbench.runner.execute); no command line was recorded"
+)
+
+# Where the runner's journal events name a blob (a file in blobs/ named by its sha256). Only
+# these fields: an agent's free-form "action" payload may hold digest-like strings, and it must
+# not be able to make a bundle demand blobs that were never stored.
+BLOB_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "agent_finished": (("stdout",), ("stderr",)),
+    "graded": (("oracle", "stdout"), ("oracle", "stderr")),
+    "feedback": (("visible_tests", "stdout"), ("visible_tests", "stderr")),
+    "patch_captured": (("patch_sha256",),),
+    "task_finished": (("patch_sha256",),),
+}
+_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
+_SUMS_LINE_RE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def rate_bytes(rate: Rate) -> bytes:
+    """The bytes of ``rate.json``, exactly as ``sealbench run`` writes them beside a run."""
+    return (json.dumps(rate.model_dump(mode="json"), indent=2) + "\n").encode("utf-8")
+
+
+def probe_bytes(summary: Mapping[str, Any]) -> bytes:
+    """The bytes of ``narration_probe.json``, exactly as the runner writes them."""
+    return (json.dumps(summary, indent=2) + "\n").encode("utf-8")
+
+
+def sums_bytes(files: Mapping[str, bytes]) -> bytes:
+    """``SHA256SUMS`` over ``files`` (minus the sums and the signature), sorted by path."""
+    lines = [
+        f"{hashlib.sha256(data).hexdigest()}  {rel}\n"
+        for rel, data in sorted(files.items())
+        if rel not in (SUMS, SIGNATURE)
+    ]
+    return "".join(lines).encode("utf-8")
+
+
+def _dicts(events: Iterable[Any]) -> list[dict[str, Any]]:
+    # A hand-made journal can hold lines that are JSON but not objects; read_chain reports them.
+    return [e for e in events if isinstance(e, dict)]
+
+
+def _payload(event: Mapping[str, Any]) -> dict[str, Any]:
+    payload = event.get("payload")
+    return payload if isinstance(payload, dict) else {}
+
+
+def _where(source: str, event: Mapping[str, Any]) -> str:
+    return f"{source} seq {event.get('seq')} ({event.get('kind')})"
+
+
+def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, str], list[str]]:
+    """The blobs a journal references: ``{hex: where}``, and the malformed references.
+
+    ``where`` names the first event that references the blob (for messages).
+    """
+    refs: dict[str, str] = {}
+    problems: list[str] = []
+    for ev in _dicts(events):
+        for path in BLOB_FIELDS.get(str(ev.get("kind")), ()):
+            value: Any = _payload(ev)
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is None:
+                continue
+            if not isinstance(value, str) or not DIGEST_RE.match(value):
+                problems.append(f"{_where(source, ev)}: {'.'.join(path)} {value!r} is not a blob digest")
+                continue
+            refs.setdefault(value.removeprefix("sha256:"), _where(source, ev))
+    return refs, problems
+
+
+def run_pins(contract: ScoringContract, events: Sequence[Any], source: str, *, probe: bool) -> list[str]:
+    """Everything wrong with how a journal's start (and resume) events pin the contract."""
+    evs = _dicts(events)
+    if not evs:
+        return [f"{source}: no events"]
+    problems: list[str] = []
+    if evs[0].get("kind") != "run_started":
+        problems.append(f"{source}: the first event is {evs[0].get('kind')!r}, not run_started")
+    pack_sha = contract.pack.sha256 if contract.pack else None
+    for ev in evs:
+        if ev.get("kind") not in ("run_started", "run_resumed"):
+            continue
+        p = _payload(ev)
+        where = _where(source, ev)
+        if p.get("contract_sha256") != contract.contract_sha256:
+            problems.append(
+                f"{where}: pins contract {p.get('contract_sha256')}, not {CONTRACT}'s {contract.contract_sha256}"
+            )
+        if p.get("pack_sha256") != pack_sha:
+            problems.append(f"{where}: pins pack {p.get('pack_sha256')}, not {CONTRACT}'s {pack_sha}")
+        if p.get("run_id") != contract.run_id:
+            problems.append(f"{where}: run_id {p.get('run_id')!r}, not {CONTRACT}'s {contract.run_id!r}")
+        if p.get("probe") is not probe:
+            problems.append(f"{where}: probe is {p.get('probe')!r} in the {'probe' if probe else 'run'} journal")
+    return problems
+
+
+def patch_files(events: Sequence[Any], task_ids: Sequence[str], blobs: Mapping[str, bytes]) -> dict[str, bytes]:
+    """``patches/<task_id>.patch``: the blob the task's last task_finished event names."""
+    last: dict[str, str] = {}
+    for ev in _dicts(events):
+        tid = ev.get("task_id")
+        digest = _payload(ev).get("patch_sha256")
+        if ev.get("kind") == "task_finished" and isinstance(tid, str) and isinstance(digest, str):
+            last[tid] = digest
+        elif ev.get("kind") == "task_finished" and isinstance(tid, str):
+            last.pop(tid, None)
+    out: dict[str, bytes] = {}
+    for tid in task_ids:
+        hexname = last.get(tid, "").removeprefix("sha256:")
+        if hexname in blobs:
+            out[f"patches/{tid}.patch"] = blobs[hexname]
+    return out
+
+
+def _one_line(text: object) -> str:
+    # Contract strings are free text: a newline in a host name must not add a README line.
+    return " ".join(str(text).split())
+
+
+def readme_bytes(contract: ScoringContract, probe: Mapping[str, Any] | None) -> bytes:
+    """README.md: exactly five lines (seed 004, step 5)."""
+    agent = contract.agent.label if contract.agent else "an unnamed agent"
+    pack = contract.pack
+    where = f"the pack at {pack.path} ({pack.sha256})" if pack else "an unnamed pack"
+    budget = contract.budget
+    caps = (
+        f"max_attempts {budget.max_attempts}, wall_clock_s {budget.wall_clock_s:g}, feedback {budget.feedback}"
+        if budget
+        else "no budget recorded"
+    )
+    access = contract.access_class
+    if access is None:
+        access_line = "Access class: not recorded."
+        terms = "terms not read"
+    else:
+        access_line = (
+            f"Access class: host {access.host}; model access {access.model_access}; "
+            f"quota assumed {str(access.quota_assumed).lower()}; "
+            f"permanence assumed {str(access.permanence_assumed).lower()}."
+        )
+        terms = f"read on {access.terms_read_on}" if access.terms_read_on else "terms not read"
+    if probe is not None:
+        probe_line = f"Probe result: {probe.get('sentence')}."
+    elif contract.controls is None or contract.controls.narration_probe is None:
+        probe_line = "Probe result: the contract declares no narration probe."
+    else:
+        probe_line = "Probe result: the narration probe has not run."
+    lines = [
+        f"Purpose: measure agent '{agent}' on a locked slice of {len(contract.task_ids)} task(s) from {where}, "
+        f"run_id {contract.run_id}, locked {contract.locked_at}, {caps}.",
+        access_line,
+        f"Host terms: {terms}.",
+        probe_line,
+        NOT_A_RANKING,
+    ]
+    return "".join(_one_line(line) + "\n" for line in lines).encode("utf-8")
+
+
+def _argv_line(argv: Any) -> str:
+    if argv is None:
+        return LIBRARY_CALL_NOTE
+    if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+        return shlex.join(argv)
+    return f"# argv recorded as {json.dumps(argv)}: not a command line"
+
+
+def commands_bytes(
+    events: Sequence[Any], probe_events: Sequence[Any] | None, task_ids: Sequence[str]
+) -> bytes:
+    """commands.txt: the commands the journals recorded, verbatim; nothing is reconstructed.
+
+    Every run_started / run_resumed event's argv (shell-quoted), or the library-call note when
+    it is null; then each task's oracle_cmd as its task_started event recorded it, or a line
+    saying it was not recorded.
+    """
+    lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted)."]
+    journals = [(JOURNAL, _dicts(events))]
+    if probe_events is not None:
+        journals.append((PROBE_JOURNAL, _dicts(probe_events)))
+    for source, evs in journals:
+        for ev in evs:
+            if ev.get("kind") not in ("run_started", "run_resumed"):
+                continue
+            p = _payload(ev)
+            lines.append(f"# {_where(source, ev)} at {ev.get('time')}:")
+            lines.append(_argv_line(p.get("argv")))
+            agent = p.get("agent")
+            if isinstance(agent, dict) and isinstance(agent.get("command"), str):
+                lines.append(
+                    "# agent command template, filled per attempt (the filled argv is not recorded): "
+                    + _one_line(agent["command"])
+                )
+    started: dict[str, dict[str, Any]] = {}
+    for ev in _dicts(events):
+        if ev.get("kind") == "task_started" and ev.get("task_id") in task_ids:
+            started.setdefault(ev["task_id"], ev)
+    for tid in task_ids:
+        first = started.get(tid)
+        cmd = _payload(first).get("oracle_cmd") if first is not None else None
+        if first is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
+            lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({_where(JOURNAL, first)}):")
+            lines.append(shlex.join(cmd))
+        else:
+            lines.append(f"# oracle_cmd of {tid}: not recorded in {JOURNAL}")
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Rederived:
+    """Every file of a bundle that is computed from its journals, and what stood in the way."""
+
+    files: dict[str, bytes]
+    scorecards: list[Scorecard]
+    rate: Rate | None
+    refusal: Refusal | None
+    probe: dict[str, Any] | None
+    blob_refs: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+
+
+def rederive(
+    contract: ScoringContract,
+    events: Sequence[Any],
+    probe_events: Sequence[Any] | None,
+    blobs: Mapping[str, bytes],
+) -> Rederived:
+    """Recompute every derived file from the journals' events, never raising for bad input.
+
+    ``blobs`` maps a blob's hex name to its bytes. What cannot be derived (a referenced blob
+    missing or not matching its name, a journal that breaks the derivation) is listed in
+    ``problems``; a refusal by ``score`` is kept in ``refusal`` and leaves ``rate`` None.
+    """
+    problems: list[str] = []
+    files: dict[str, bytes] = {}
+    task_ids = list(contract.task_ids)
+    refs, bad = blob_refs(events, JOURNAL)
+    problems += bad
+    probe_refs: dict[str, str] = {}
+    if probe_events is not None:
+        probe_refs, bad = blob_refs(probe_events, PROBE_JOURNAL)
+        problems += bad
+    all_refs = {**probe_refs, **refs}
+    for hexname, where in sorted(all_refs.items()):
+        data = blobs.get(hexname)
+        if data is None:
+            problems.append(f"blobs/{hexname}: missing; {where} references it")
+        elif hashlib.sha256(data).hexdigest() != hexname:
+            problems.append(f"blobs/{hexname}: content does not match its name (sha256 {sha256_bytes(data)})")
+    good_blobs = {h: blobs[h] for h in all_refs if h in blobs and hashlib.sha256(blobs[h]).hexdigest() == h}
+    cards: list[Scorecard] = []
+    rate: Rate | None = None
+    refusal: Refusal | None = None
+    summary: dict[str, Any] | None = None
+    # A journal whose chain verifies can still be hand-made: a failure to derive is a finding.
+    try:
+        derived = derive(_dicts(events), task_ids)
+        files.update(derived.files)
+        cards = derived.scorecards
+    except Exception as e:
+        problems.append(f"{JOURNAL}: scorecards, events.json and traces cannot be derived ({type(e).__name__}: {e})")
+    else:
+        try:
+            rate = score(contract, [seed_event(c) for c in cards])
+            files[RATE] = rate_bytes(rate)
+        except Refusal as e:
+            refusal = e
+        except ValueError as e:
+            # score() lets the statistics' ValueError through for an empty denominator.
+            refusal = ScoreRefusal(f"no rate for this denominator ({e})")
+    try:
+        files.update(patch_files(events, task_ids, good_blobs))
+    except Exception as e:
+        problems.append(f"{JOURNAL}: patches cannot be derived ({type(e).__name__}: {e})")
+    if probe_events is not None:
+        try:
+            summary = probe_summary(_dicts(probe_events), task_ids)
+            files[PROBE_SUMMARY] = probe_bytes(summary)
+        except Exception as e:
+            problems.append(f"{PROBE_JOURNAL}: {PROBE_SUMMARY} cannot be derived ({type(e).__name__}: {e})")
+    files[COMMANDS] = commands_bytes(events, probe_events, task_ids)
+    files[README] = readme_bytes(contract, summary)
+    return Rederived(files=files, scorecards=cards, rate=rate, refusal=refusal, probe=summary,
+                     blob_refs=all_refs, problems=problems)
+
+
+def probe_declared(contract: ScoringContract) -> bool:
+    """Whether the contract declares the narration probe control."""
+    return contract.controls is not None and contract.controls.narration_probe is not None
+
+
+def probe_gap(contract: ScoringContract, summary: Mapping[str, Any] | None) -> str | None:
+    """Why a declared narration probe is missing or unfinished, or None when it is not."""
+    if not probe_declared(contract):
+        return None
+    if summary is None:
+        return "the contract declares the narration probe (controls.narration_probe) but it has not run"
+    if summary.get("ran") != summary.get("n"):
+        return f"the narration probe ran on {summary.get('ran')} of {summary.get('n')} task(s) only"
+    return None
+
+
+def parse_contract(data: bytes, source: str = CONTRACT) -> ScoringContract:
+    """Parse a contract file's bytes.
+
+    Raises:
+        ContractError: invalid JSON, unknown or mistyped keys, or a run_id or task id that
+            is not a safe file name.
+    """
+    try:
+        contract = ScoringContract.model_validate_json(data)
+    except ValidationError as e:
+        raise ContractError(f"{source}: {describe_validation_error(e)}") from None
+    # Bundles name a directory after the run_id and files after task ids.
+    for key, value in [("run_id", contract.run_id), *(("task_ids", t) for t in contract.task_ids)]:
+        try:
+            if value is not None:
+                check_id(value)
+        except ValueError as e:
+            raise ContractError(f"{source}: {key}: {e}") from None
+    return contract
+
+
+def bundle_files(
+    contract_bytes: bytes,
+    journal_bytes: bytes,
+    events: Sequence[Any],
+    probe: tuple[bytes, Sequence[Any]] | None,
+    blobs: Mapping[str, bytes],
+) -> dict[str, bytes]:
+    """Every file of a bundle, SHA256SUMS included, from a run's contract, journals and blobs.
+
+    ``events`` are ``journal_bytes``' events as read by :func:`journal.read_chain` (the caller
+    checks the chain); ``probe`` is the probe journal's bytes and events, if it ran.
+
+    Raises:
+        ContractError: the contract is unreadable, unlocked or edited after lock.
+        VerificationFailed: the journals pin another contract or pack, or a referenced blob
+            is missing or does not match its name.
+        ScoreRefusal: what ``score`` refuses, and a declared narration probe that has not run
+            (or not on every task).
+        IncompleteScorecard: a scorecard fails seed 000's validate_scorecard.
+    """
+    contract = parse_contract(contract_bytes)
+    require_locked(contract)
+    probe_events = probe[1] if probe is not None else None
+    problems = run_pins(contract, events, JOURNAL, probe=False)
+    if probe_events is not None:
+        problems += run_pins(contract, probe_events, PROBE_JOURNAL, probe=True)
+    if problems:
+        raise VerificationFailed(problems)
+    r = rederive(contract, events, probe_events, blobs)
+    if r.problems:
+        raise VerificationFailed(r.problems)
+    if r.refusal is not None:
+        raise r.refusal
+    for card in r.scorecards:
+        try:
+            validate_scorecard(card)
+        except IncompleteScorecard as e:
+            raise IncompleteScorecard(f"scorecard of {card.task_id}: {e}") from None
+    gap = probe_gap(contract, r.probe)
+    if gap is not None:
+        raise ScoreRefusal(f"{gap}: run `sealbench probe CONTRACT --out RUN_DIR` first; no bundle written")
+    files = {CONTRACT: contract_bytes, JOURNAL: journal_bytes, **r.files}
+    if probe is not None:
+        files[PROBE_JOURNAL] = probe[0]
+    for hexname in r.blob_refs:
+        files[f"blobs/{hexname}"] = blobs[hexname]
+    files[SUMS] = sums_bytes(files)
+    return files
+
+
+# --------------------------------------------------------------------------- verify core
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _label(entry: Any) -> str:
+    if isinstance(entry, dict):
+        for key in ("task_id", "kind"):
+            if isinstance(entry.get(key), str):
+                seq = f" seq {entry['seq']}" if "seq" in entry else ""
+                return f" ({entry[key]}{seq})"
+    return ""
+
+
+def _keys_differ(expected: Any, actual: Any) -> str:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        keys = sorted(k for k in set(expected) | set(actual) if expected.get(k, ...) != actual.get(k, ...))
+        return f"{', '.join(map(str, keys))} differ"
+    return "differs"
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_difference(rel: str, expected: bytes, actual: bytes, source: str = JOURNAL) -> str:
+    """One line saying where ``actual`` first departs from the ``expected`` derivation."""
+    what = f"what {source} derives"
+    if rel.endswith(".jsonl"):
+        exp_lines, act_lines = expected.splitlines(), actual.splitlines()
+        for i, (e, a) in enumerate(zip(exp_lines, act_lines, strict=False), start=1):
+            if e != a:
+                ej, aj = _json_or_none(e), _json_or_none(a)
+                return f"{rel} line {i}{_label(ej)}: {_keys_differ(ej, aj)} from {what}"
+        return f"{rel}: {len(act_lines)} line(s) where {source} derives {len(exp_lines)}"
+    ej, aj = _json_or_none(expected), _json_or_none(actual)
+    if isinstance(ej, list) and isinstance(aj, list):
+        for i, (e, a) in enumerate(zip(ej, aj, strict=False)):
+            if e != a:
+                return f"{rel}: entry {i}{_label(e)}: {_keys_differ(e, a)} from {what}"
+        if len(ej) != len(aj):
+            return f"{rel}: {len(aj)} entries where {source} derives {len(ej)}"
+    if isinstance(ej, dict) and isinstance(aj, dict) and ej != aj:
+        return f"{rel}: {_keys_differ(ej, aj)} from {what}"
+    try:
+        exp_text, act_text = expected.decode("utf-8"), actual.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{rel}: content (sha256 {sha256_bytes(actual)}) differs from {what} ({sha256_bytes(expected)})"
+    exp_lines_t, act_lines_t = exp_text.splitlines(), act_text.splitlines()
+    for i, (e_line, a_line) in enumerate(zip(exp_lines_t, act_lines_t, strict=False), start=1):
+        if e_line != a_line:
+            return f"{rel} line {i}: {_shorten(a_line)!r} where {source} derives {_shorten(e_line)!r}"
+    return f"{rel}: {len(act_lines_t)} line(s) where {source} derives {len(exp_lines_t)} (or a byte differs at an end)"
+
+
+def check_sums(files: Mapping[str, bytes]) -> list[str]:
+    """Every discrepancy between SHA256SUMS and the files: edited, missing and unlisted."""
+    data = files.get(SUMS)
+    if data is None:
+        return [f"{SUMS}: missing"]
+    problems: list[str] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [f"{SUMS}: not UTF-8 text", *[f"{rel}: not listed in {SUMS}" for rel in sorted(files) if rel != SUMS]]
+    if text and not text.endswith("\n"):
+        problems.append(f"{SUMS}: the last line has no newline")
+    listed: dict[str, int] = {}
+    order: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = _SUMS_LINE_RE.match(line)
+        if m is None:
+            problems.append(f"{SUMS} line {lineno}: not in sha256sum's '<64 hex>  <path>' form")
+            continue
+        hexdigest, rel = m.groups()
+        if rel in (SUMS, SIGNATURE):
+            problems.append(f"{SUMS} line {lineno}: lists {rel}, which it cannot cover")
+            continue
+        if rel in listed:
+            problems.append(f"{SUMS} line {lineno}: {rel} listed twice (first on line {listed[rel]})")
+            continue
+        listed[rel] = lineno
+        order.append(rel)
+        content = files.get(rel)
+        if content is None:
+            problems.append(f"{rel}: listed in {SUMS} line {lineno} but missing from the bundle")
+        elif hashlib.sha256(content).hexdigest() != hexdigest:
+            problems.append(f"{rel}: content differs from its sha256 in {SUMS} line {lineno}")
+    if order != sorted(order):
+        problems.append(f"{SUMS}: paths are not in sorted order")
+    for rel in sorted(files):
+        if rel not in listed and rel not in (SUMS, SIGNATURE):
+            problems.append(f"{rel}: not listed in {SUMS}")
+    return problems
+
+
+@dataclass(frozen=True)
+class PackFinding:
+    """What checking the pack (``verify --pack``) found, gathered by the shell."""
+
+    path: str
+    digest: str | None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """A bundle that verified: what was checked and the values it holds."""
+
+    bundle: Path
+    run_id: str
+    files_checked: int
+    signature: str
+    pack: str
+    contract: ScoringContract
+    rate: Rate
+    scorecards: tuple[Scorecard, ...]
+    probe_sentence: str | None
+    started_at: str
+
+    def lines(self) -> list[str]:
+        """The report as sentences for a terminal."""
+        return [
+            f"ok: bundle {self.bundle} of run {self.run_id} verifies: {self.files_checked} file(s) "
+            f"match SHA256SUMS and everything derived re-derives byte for byte",
+            f"  {self.rate.sentence}; contract {self.rate.contract_sha256}",
+            f"  signature: {self.signature}",
+            f"  pack: {self.pack}",
+            f"  narration probe: {self.probe_sentence or 'not run (the contract declares none)'}",
+        ]
+
+
+@dataclass(frozen=True)
+class BundleFacts:
+    """What a bundle that checks out holds, for :class:`VerifyReport` and comparisons."""
+
+    contract: ScoringContract
+    rate: Rate
+    scorecards: tuple[Scorecard, ...]
+    probe_sentence: str | None
+    started_at: str
+    signature: str
+    pack: str
+
+
+def _check_signature(files: Mapping[str, bytes], public_pem: bytes | None) -> tuple[list[str], str]:
+    sig = files.get(SIGNATURE)
+    if public_pem is None:
+        return [], ("SHA256SUMS.sig present, not checked (pass --pubkey)" if sig is not None else "not signed")
+    key = fingerprint(public_pem)
+    if sig is None:
+        return [f"{SIGNATURE}: missing; the bundle is not signed, so key {key} cannot vouch for it"], ""
+    if SUMS not in files or not signature_valid(public_pem, files[SUMS], sig):
+        return [f"{SIGNATURE}: not a signature of {SUMS} by key {key}"], ""
+    return [], f"SHA256SUMS signed by key {key}"
+
+
+def _scorecard_problems(data: bytes | None) -> list[str]:
+    if data is None:
+        return []
+    problems: list[str] = []
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        card = _json_or_none(line)
+        if not isinstance(card, dict):
+            problems.append(f"scorecards.jsonl line {lineno}: not a JSON object")
+            continue
+        try:
+            validate_scorecard(card)
+        except IncompleteScorecard as e:
+            problems.append(f"scorecards.jsonl line {lineno}{_label(card)}: {e}")
+        except TypeError:
+            problems.append(f"scorecards.jsonl line {lineno}{_label(card)}: attempts_used or max_attempts is not a number")
+    return problems
+
+
+def _chain_problems(chain: ChainReport | None, source: str) -> list[str]:
+    if chain is None:
+        return []
+    # read_chain names the file journal.jsonl; the probe's lives at probe/journal.jsonl.
+    problems = [source + p.removeprefix(JOURNAL) if p.startswith(JOURNAL) else f"{source}: {p}" for p in chain.problems]
+    if chain.torn_tail:
+        problems.append(f"{source}: the last line is torn (an unfinished write; resuming the run repairs it)")
+    return problems
+
+
+def check_bundle(
+    files: Mapping[str, bytes],
+    chain: ChainReport | None,
+    probe_chain: ChainReport | None,
+    *,
+    public_pem: bytes | None = None,
+    pack: PackFinding | None = None,
+) -> tuple[list[str], BundleFacts | None]:
+    """Every discrepancy in a bundle's files, and its facts when there is none.
+
+    ``files`` maps each regular file's bundle-relative path to its bytes; ``chain`` and
+    ``probe_chain`` are :func:`journal.read_chain` of its journals (None when absent).
+
+    Raises:
+        UsageError: ``public_pem`` is not a PEM Ed25519 public key.
+    """
+    problems = check_sums(files)
+    sig_problems, signature = _check_signature(files, public_pem)
+    problems += sig_problems
+    problems += _chain_problems(chain, JOURNAL) + _chain_problems(probe_chain, PROBE_JOURNAL)
+    problems += _scorecard_problems(files.get("scorecards.jsonl"))
+    contract: ScoringContract | None = None
+    if CONTRACT not in files:
+        problems.append(f"{CONTRACT}: missing")
+    else:
+        try:
+            contract = parse_contract(files[CONTRACT])
+            require_locked(contract)
+        except ContractError as e:
+            problems.append(f"{CONTRACT}: {e}" if not str(e).startswith(CONTRACT) else str(e))
+    if chain is None:
+        problems.append(f"{JOURNAL}: missing")
+    pack_note = "not checked (pass --pack)"
+    if pack is not None:
+        problems += [f"pack {pack.path}: {p}" for p in pack.problems]
+        pack_note = f"{pack.path} matches its seal and the contract ({pack.digest})"
+    if contract is None or chain is None:
+        problems.append("nothing derived can be checked without a readable contract and journal")
+        return problems, None
+    if pack is not None and pack.digest is not None and contract.pack is not None and pack.digest != contract.pack.sha256:
+        problems.append(f"pack {pack.path}: digest {pack.digest} differs from {CONTRACT}'s {contract.pack.sha256}")
+    events = chain.events
+    probe_events = probe_chain.events if probe_chain is not None else None
+    problems += run_pins(contract, events, JOURNAL, probe=False)
+    if probe_events is not None:
+        problems += run_pins(contract, probe_events, PROBE_JOURNAL, probe=True)
+    blobs = {rel.removeprefix("blobs/"): data for rel, data in files.items()
+             if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
+    r = rederive(contract, events, probe_events, blobs)
+    problems += r.problems
+    if r.refusal is not None:
+        problems.append(f"{RATE}: score refuses the journal's events: {r.refusal}")
+    gap = probe_gap(contract, r.probe)
+    if gap is not None:
+        problems.append(f"{PROBE_JOURNAL}: {gap}")
+    for rel, expected in sorted(r.files.items()):
+        source = PROBE_JOURNAL if rel == PROBE_SUMMARY else JOURNAL
+        actual = files.get(rel)
+        if actual is None:
+            problems.append(f"{rel}: missing; {source} derives it")
+        elif actual != expected:
+            problems.append(describe_difference(rel, expected, actual, source))
+    # rate.json and narration_probe.json belong even when they cannot be derived: the refusal
+    # or derivation problem above already names them.
+    expected_names = {CONTRACT, JOURNAL, SUMS, SIGNATURE, RATE, *r.files, *(f"blobs/{h}" for h in r.blob_refs)}
+    if probe_chain is not None:
+        expected_names |= {PROBE_JOURNAL, PROBE_SUMMARY}
+    for rel in sorted(set(files) - expected_names):
+        problems.append(f"{rel}: not part of this bundle (nothing derives or references it)")
+    if problems or r.rate is None:
+        return problems, None
+    first = _dicts(events)[0]
+    facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
+                   probe_sentence=r.probe.get("sentence") if r.probe else None,
+                   started_at=str(first.get("time")), signature=signature, pack=pack_note)
+    return [], facts
+
+
+# --------------------------------------------------------------------------- shells
+
+
+def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
+    """Every regular file under ``root`` by relative path; anything else is a problem."""
+    files: dict[str, bytes] = {}
+    problems: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        for name in [*filenames, *dirnames]:
+            path = here / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                problems.append(f"{rel}: a symlink; a bundle holds regular files only")
+            elif name in filenames:
+                if path.is_file():
+                    files[rel] = path.read_bytes()
+                else:
+                    problems.append(f"{rel}: not a regular file")
+    return files, problems
+
+
+def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None) -> VerifyReport:
+    """Check a bundle end to end and report every discrepancy at once.
+
+    Checks SHA256SUMS (every listed file, and no unlisted one), the signature when ``pubkey``
+    is given, both journals' hash chains, the contract's lock and sha256, that the journals
+    pin that contract and its pack, the pack against its seal when ``pack`` is given, every
+    scorecard against seed 000's rules, and re-derives scorecards.jsonl, events.json,
+    traces/, patches/, rate.json, narration_probe.json, commands.txt and README.md from the
+    journals, byte for byte.
+
+    Raises:
+        UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
+            public key.
+        VerificationFailed: anything is wrong; ``problems`` lists every discrepancy.
+    """
+    if not bundle.is_dir():
+        raise UsageError(f"{bundle}: not a bundle directory")
+    public_pem = read_key(pubkey) if pubkey is not None else None
+    if public_pem is not None:
+        fingerprint(public_pem, str(pubkey))
+    files, problems = _read_tree(bundle)
+    chain = read_chain(bundle / JOURNAL) if JOURNAL in files else None
+    probe_chain = read_chain(bundle / PROBE_JOURNAL) if PROBE_JOURNAL in files else None
+    finding = _check_pack(pack) if pack is not None else None
+    found, facts = check_bundle(files, chain, probe_chain, public_pem=public_pem, pack=finding)
+    problems += found
+    if problems or facts is None:
+        raise VerificationFailed(problems or ["the bundle does not verify"])
+    return VerifyReport(
+        bundle=bundle, run_id=str(facts.contract.run_id),
+        files_checked=sum(1 for rel in files if rel not in (SUMS, SIGNATURE)),
+        signature=facts.signature, pack=facts.pack, contract=facts.contract, rate=facts.rate,
+        scorecards=facts.scorecards, probe_sentence=facts.probe_sentence, started_at=facts.started_at,
+    )
+
+
+def _check_pack(pack: Path) -> PackFinding:
+    from .pack import check_pack
+
+    try:
+        return PackFinding(path=str(pack), digest=check_pack(pack).sealed_digest)
+    except VerificationFailed as e:
+        return PackFinding(path=str(pack), digest=None, problems=tuple(e.problems))
+    except PackError as e:
+        return PackFinding(path=str(pack), digest=None, problems=(str(e),))
+
+
+def _read_journal(path: Path, source: str) -> ChainReport:
+    report = read_chain(path)
+    problems = _chain_problems(report, source)
+    if problems:
+        raise VerificationFailed(problems)
+    return report
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _stale(run_dir: Path, files: Mapping[str, bytes], derived: Iterable[str]) -> list[str]:
+    problems = []
+    for rel in sorted(derived):
+        path = run_dir / rel
+        if path.is_file() and path.read_bytes() != files[rel]:
+            source = PROBE_JOURNAL if rel == PROBE_SUMMARY else JOURNAL
+            problems.append(describe_difference(f"{run_dir / rel}", files[rel], path.read_bytes(), source))
+    return problems
+
+
+def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) -> Path:
+    """Write the bundle of a finished run to ``out_root/<run_id>/`` and return its path.
+
+    The bundle is built in a temporary sibling directory and renamed into place, so there
+    is either a whole bundle or none. Derived files are recomputed from the journals (see the
+    module docstring); the run directory's own copies of them must agree, or nothing is
+    written. With ``sign_key`` (a PEM Ed25519 private key from :func:`signing.keygen`) the
+    bundle gets SHA256SUMS.sig.
+
+    Raises:
+        UsageError: the target exists, or ``sign_key`` is not a usable key.
+        ContractError: no contract in ``run_dir``, or it is unlocked or edited after lock.
+        ScoreRefusal: no journal, what ``score`` refuses (harness errors, unfinished tasks,
+            ...), or a narration probe the contract declares that has not run on every task.
+        IncompleteScorecard: a scorecard fails seed 000's validate_scorecard.
+        VerificationFailed: a broken journal chain, journals pinning another contract or
+            pack, a missing or altered blob, or a derived file in ``run_dir`` that differs
+            from what the journal derives.
+    """
+    contract_path = run_dir / CONTRACT
+    try:
+        contract_bytes = contract_path.read_bytes()
+    except FileNotFoundError:
+        raise ContractError(f"{contract_path}: file not found") from None
+    contract = parse_contract(contract_bytes, str(contract_path))
+    require_locked(contract)
+    assert contract.run_id is not None
+    target = out_root / contract.run_id
+    if target.exists() or target.is_symlink():
+        raise UsageError(f"{target} exists; a bundle is never overwritten (choose another --out)")
+    private_pem = read_key(sign_key) if sign_key is not None else None
+    if private_pem is not None:
+        check_private_key(private_pem, str(sign_key))
+    if not (run_dir / JOURNAL).is_file():
+        raise ScoreRefusal(f"{run_dir}: no {JOURNAL} in this run directory")
+    out_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{contract.run_id}.", suffix=".partial", dir=out_root))
+    try:
+        # The chains checked are those of the copies bundled, not of files that may still grow.
+        journal_bytes = (run_dir / JOURNAL).read_bytes()
+        _write(tmp / JOURNAL, journal_bytes)
+        events = _read_journal(tmp / JOURNAL, JOURNAL).events
+        probe: tuple[bytes, list[dict[str, Any]]] | None = None
+        if (run_dir / PROBE_JOURNAL).is_file():
+            probe_journal = (run_dir / PROBE_JOURNAL).read_bytes()
+            _write(tmp / PROBE_JOURNAL, probe_journal)
+            probe = (probe_journal, _read_journal(tmp / PROBE_JOURNAL, PROBE_JOURNAL).events)
+        files = bundle_files(contract_bytes, journal_bytes, events, probe, _run_blobs(run_dir, events, probe))
+        derived = [rel for rel in files if rel not in (CONTRACT, JOURNAL, PROBE_JOURNAL, SUMS, COMMANDS, README)
+                   and not rel.startswith("blobs/")]
+        stale = _stale(run_dir, files, derived)
+        if stale:
+            raise VerificationFailed([f"{p} (the journal wins; delete the stale file to bundle)" for p in stale])
+        for rel, data in files.items():
+            if rel not in (JOURNAL, PROBE_JOURNAL):
+                _write(tmp / rel, data)
+        if private_pem is not None:
+            _write(tmp / SIGNATURE, sign(private_pem, files[SUMS], str(sign_key)))
+        for sub in ("traces", "patches", "blobs"):
+            (tmp / sub).mkdir(exist_ok=True)
+        for sub in ("traces", "patches", "blobs", "probe", "."):
+            if (tmp / sub).is_dir():
+                _fsync_dir(tmp / sub)
+        # mkdtemp makes the directory 0700; a bundle is meant to be read by others.
+        tmp.chmod(0o755)
+        if target.exists() or target.is_symlink():
+            raise UsageError(f"{target} exists; a bundle is never overwritten (choose another --out)")
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(out_root)
+    return target
+
+
+def _run_blobs(run_dir: Path, events: Sequence[Any], probe: tuple[bytes, Sequence[Any]] | None) -> dict[str, bytes]:
+    """The referenced blobs found in the run's blob stores (the probe keeps its own)."""
+    refs, _ = blob_refs(events)
+    if probe is not None:
+        refs.update(blob_refs(probe[1], PROBE_JOURNAL)[0])
+    blobs: dict[str, bytes] = {}
+    for hexname in refs:
+        for store in (run_dir / "blobs", run_dir / "probe" / "blobs"):
+            path = store / hexname
+            if path.is_file():
+                data = path.read_bytes()
+                blobs[hexname] = data
+                if hashlib.sha256(data).hexdigest() == hexname:
+                    break
+    return blobs

@@ -1,0 +1,301 @@
+"""Paired comparisons of verified bundles: discordant counts, the exact McNemar test, and a
+verdict that can say "tie".
+
+Seed 004: "Better" needs a paired design: the same task ids, the same budget policy, the same
+tests, and a rule for ties written in advance. :func:`compare` refuses unless every bundle
+verifies and the runs share task_ids, the pack digest, the hidden-test digests, the budget
+policy, the metrics, the feedback policy and the forbidden paths, and every contract names the
+same tie rule and was locked before its run began. Each pair of runs is then judged on the
+tasks where they disagree: ``b`` (A passed, B failed) and ``c`` (A failed, B passed), the
+exact McNemar p-value, Holm-adjusted across the pairs when more than two runs are compared,
+and the tie rule's alpha.
+
+:func:`decide`, :func:`judge`, :func:`paired_results`, :func:`check_comparable` and
+:func:`compare_sides` are pure; :func:`compare` reads and verifies the bundles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .bundle import VerifyReport, verify_bundle
+from .errors import ScoreRefusal, UsageError, VerificationFailed
+from .formats import ScoringContract, TieRule
+from .stats import holm_adjust, mcnemar_exact
+
+TIE = "tie: no detectable difference on this slice"
+
+
+def decide(b: int, c: int, p: float, alpha: float, names: tuple[str, str] = ("A", "B")) -> str:
+    """The verdict of one pair: ``"<A> better"``, ``"<B> better"`` or :data:`TIE`.
+
+    A difference is declared only when ``p <= alpha``; the better run is the one that passed
+    more of the discordant tasks. Everything else, including every ``b == c``, is a tie.
+    """
+    if p <= alpha and b != c:
+        return f"{names[0] if b > c else names[1]} better"
+    return TIE
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """One paired comparison on a shared slice."""
+
+    name_a: str
+    name_b: str
+    n: int
+    both_pass: int
+    b: int
+    c: int
+    both_fail: int
+    p_value: float
+    p_adjusted: float | None
+    alpha: float
+    verdict: str
+
+    def sentence(self) -> str:
+        """The comparison as one evidence sentence, counts first."""
+        adjusted = f", Holm-adjusted {self.p_adjusted:.4g}" if self.p_adjusted is not None else ""
+        return (
+            f"{self.name_a} vs {self.name_b} on {self.n} task(s): {self.name_a} passed {self.b} that "
+            f"{self.name_b} failed, {self.name_b} passed {self.c} that {self.name_a} failed; exact McNemar "
+            f"p = {self.p_value:.4g}{adjusted}; {self.verdict} (alpha {self.alpha:g})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The pair as plain JSON values."""
+        return {
+            "run_a": self.name_a, "run_b": self.name_b, "n": self.n, "both_pass": self.both_pass,
+            "b": self.b, "c": self.c, "both_fail": self.both_fail, "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted, "alpha": self.alpha, "verdict": self.verdict,
+            "sentence": self.sentence(),
+        }
+
+
+def judge(
+    b: int,
+    c: int,
+    alpha: float,
+    *,
+    names: tuple[str, str] = ("A", "B"),
+    both_pass: int = 0,
+    both_fail: int = 0,
+    p_adjusted: float | None = None,
+) -> PairResult:
+    """Judge one pair from its discordant counts; the verdict uses ``p_adjusted`` when given.
+
+    Raises:
+        ValueError: a negative or non-integer count, or an adjusted p-value outside [0, 1].
+    """
+    p = mcnemar_exact(b, c)
+    if p_adjusted is not None and not 0.0 <= p_adjusted <= 1.0:
+        raise ValueError(f"p_adjusted must be in [0, 1], got {p_adjusted!r}")
+    verdict = decide(b, c, p if p_adjusted is None else p_adjusted, alpha, names)
+    return PairResult(name_a=names[0], name_b=names[1], n=both_pass + b + c + both_fail, both_pass=both_pass,
+                      b=b, c=c, both_fail=both_fail, p_value=p, p_adjusted=p_adjusted, alpha=alpha,
+                      verdict=verdict)
+
+
+def paired_results(
+    names: Sequence[str], passes: Sequence[Mapping[str, bool]], task_ids: Sequence[str], rule: TieRule
+) -> list[PairResult]:
+    """Every pair (in input order, A before B) judged on ``task_ids`` under ``rule``.
+
+    With more than two runs the p-values are Holm-adjusted across all pairs (the family is
+    every pair compared) and each verdict uses its adjusted value.
+
+    Raises:
+        ValueError: fewer than two runs, ``names`` and ``passes`` of different lengths, or a
+            task missing from a run's passes.
+    """
+    if len(names) < 2 or len(names) != len(passes):
+        raise ValueError("paired_results needs two or more runs, each with its passes")
+    counts: list[tuple[int, int, int, int, int, int]] = []
+    for i in range(len(names)):
+        for j in range(i + 1, len(names)):
+            a, b_run = passes[i], passes[j]
+            missing = [t for t in task_ids if t not in a or t not in b_run]
+            if missing:
+                raise ValueError(f"tasks without a result: {missing[:5]}")
+            both = sum(1 for t in task_ids if a[t] and b_run[t])
+            b = sum(1 for t in task_ids if a[t] and not b_run[t])
+            c = sum(1 for t in task_ids if not a[t] and b_run[t])
+            counts.append((i, j, both, b, c, len(task_ids) - both - b - c))
+    raw = [mcnemar_exact(b, c) for _, _, _, b, c, _ in counts]
+    adjusted: list[float | None] = list(holm_adjust(raw)) if len(names) > 2 else [None] * len(raw)
+    return [
+        judge(b, c, rule.alpha, names=(names[i], names[j]), both_pass=both, both_fail=neither, p_adjusted=adj)
+        for (i, j, both, b, c, neither), adj in zip(counts, adjusted, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One verified run, as a comparison sees it."""
+
+    run_id: str
+    contract: ScoringContract
+    passed: Mapping[str, bool]
+    hidden_tests: Mapping[str, str]
+    started_at: str
+
+    @classmethod
+    def of(cls, report: VerifyReport) -> Side:
+        """The side of a bundle that verified."""
+        return cls(
+            run_id=report.run_id,
+            contract=report.contract,
+            passed={c.task_id: c.passed for c in report.scorecards},
+            hidden_tests={c.task_id: c.hidden_tests_sha256 for c in report.scorecards},
+            started_at=report.started_at,
+        )
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    """A paired comparison of two or more runs on one slice."""
+
+    run_ids: tuple[str, ...]
+    task_ids: tuple[str, ...]
+    tie_rule: TieRule
+    pairs: tuple[PairResult, ...]
+
+    def lines(self) -> list[str]:
+        """The comparison as sentences for a terminal."""
+        correction = "Holm-adjusted across the pairs" if len(self.run_ids) > 2 else "no correction (one pair)"
+        head = (
+            f"paired comparison of {', '.join(self.run_ids)} on the same {len(self.task_ids)} task(s); "
+            f"tie rule fixed before the runs: {self.tie_rule.test} at alpha {self.tie_rule.alpha:g}, {correction}"
+        )
+        return [head, *(f"  {p.sentence()}" for p in self.pairs), "  not a vendor ranking."]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON values."""
+        return {
+            "compare_version": 1,
+            "run_ids": list(self.run_ids),
+            "task_ids": list(self.task_ids),
+            "tie_rule": self.tie_rule.model_dump(mode="json"),
+            "pairs": [p.to_json() for p in self.pairs],
+            "note": "not a vendor ranking",
+        }
+
+
+def _refuse(message: str) -> ScoreRefusal:
+    return ScoreRefusal(f"no comparison: {message}")
+
+
+def _when(text: str | None, what: str, run_id: str) -> datetime:
+    try:
+        if text is None:
+            raise ValueError("missing")
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _refuse(f"{run_id}: cannot read its {what} {text!r}") from None
+    if moment.tzinfo is None:
+        raise _refuse(f"{run_id}: its {what} {text!r} has no time zone")
+    return moment
+
+
+def check_comparable(sides: Sequence[Side]) -> None:
+    """Refuse runs that do not form a paired design fixed in advance.
+
+    Raises:
+        UsageError: fewer than two runs.
+        ScoreRefusal: a run_id twice, or runs that differ in task_ids, pack digest, hidden-test
+            digests, budget policy, metrics, feedback policy, forbidden paths or tie rule, or
+            a contract locked after its run began.
+    """
+    if len(sides) < 2:
+        raise UsageError("compare needs two or more bundles")
+    seen: set[str] = set()
+    for s in sides:
+        if s.run_id in seen:
+            raise _refuse(f"run_id {s.run_id} given twice: a run cannot be paired with itself")
+        seen.add(s.run_id)
+    first = sides[0]
+    fc = first.contract
+    for s in sides[1:]:
+        sc = s.contract
+        pair = f"{first.run_id} and {s.run_id}"
+        if set(fc.task_ids) != set(sc.task_ids):
+            only_a = sorted(set(fc.task_ids) - set(sc.task_ids))
+            only_b = sorted(set(sc.task_ids) - set(fc.task_ids))
+            raise _refuse(f"task_ids differ between {pair}: only in {first.run_id} {only_a[:5]}, "
+                          f"only in {s.run_id} {only_b[:5]}")
+        fp, sp = (fc.pack.sha256 if fc.pack else None), (sc.pack.sha256 if sc.pack else None)
+        if fp != sp:
+            raise _refuse(f"pack digests differ between {pair}: {fp} and {sp}")
+        hidden = sorted(t for t in fc.task_ids if first.hidden_tests.get(t) != s.hidden_tests.get(t))
+        if hidden:
+            raise _refuse(f"hidden-test digests differ between {pair} for {hidden[:5]}")
+        fb, sb = fc.budget, sc.budget
+        if fb is None or sb is None or (fb.max_attempts, fb.wall_clock_s) != (sb.max_attempts, sb.wall_clock_s):
+            raise _refuse(f"budget policy differs between {pair}: {_caps(fc)} and {_caps(sc)}")
+        if fc.metrics != sc.metrics:
+            raise _refuse(f"metrics differ between {pair}")
+        if fb.feedback != sb.feedback:
+            raise _refuse(f"feedback policy differs between {pair}: {fb.feedback} and {sb.feedback}")
+        if sorted(fc.forbidden_paths or []) != sorted(sc.forbidden_paths or []) or (
+            (fc.forbidden_paths is None) != (sc.forbidden_paths is None)
+        ):
+            raise _refuse(f"forbidden paths differ between {pair}")
+        if fc.tie_rule != sc.tie_rule:
+            raise _refuse(f"tie rules differ between {pair}: {_rule(fc.tie_rule)} and {_rule(sc.tie_rule)}")
+    for s in sides:
+        locked = _when(s.contract.locked_at, "locked_at", s.run_id)
+        started = _when(s.started_at, "run_started time", s.run_id)
+        if locked > started:
+            raise _refuse(f"{s.run_id}: its contract was locked at {s.contract.locked_at}, after its run "
+                          f"began at {s.started_at}: the tie rule was not fixed before the run")
+
+
+def _caps(contract: ScoringContract) -> str:
+    b = contract.budget
+    return f"max_attempts {b.max_attempts}, wall_clock_s {b.wall_clock_s:g}" if b else "no budget"
+
+
+def _rule(rule: TieRule) -> str:
+    return f"{rule.test} alpha {rule.alpha:g} {rule.correction}"
+
+
+def compare_sides(sides: Sequence[Side]) -> CompareReport:
+    """Compare verified runs pairwise under their shared tie rule.
+
+    Raises:
+        UsageError: fewer than two runs.
+        ScoreRefusal: the runs are not comparable (see :func:`check_comparable`).
+    """
+    check_comparable(sides)
+    task_ids = tuple(sides[0].contract.task_ids)
+    rule = sides[0].contract.tie_rule
+    try:
+        pairs = paired_results([s.run_id for s in sides], [s.passed for s in sides], task_ids, rule)
+    except ValueError as e:
+        raise _refuse(str(e)) from None
+    return CompareReport(run_ids=tuple(s.run_id for s in sides), task_ids=task_ids, tie_rule=rule,
+                         pairs=tuple(pairs))
+
+
+def compare(bundles: Sequence[Path]) -> CompareReport:
+    """Verify each bundle, then compare the runs pairwise (see the module docstring).
+
+    Raises:
+        UsageError: fewer than two bundles, or a path that is not a bundle directory.
+        ScoreRefusal: a bundle does not verify, or the runs are not comparable.
+    """
+    if len(bundles) < 2:
+        raise UsageError("compare needs two or more bundles")
+    sides = []
+    for path in bundles:
+        try:
+            report = verify_bundle(path)
+        except VerificationFailed as e:
+            raise _refuse(f"{path} does not verify ({len(e.problems)} problem(s); first: {e.problems[0]}); "
+                          f"see `sealbench verify {path}`") from None
+        sides.append(Side.of(report))
+    return compare_sides(sides)

@@ -1,0 +1,614 @@
+"""Reports: one run directory or bundle as ``report.md`` and a self-contained ``report.html``.
+
+Everything a report prints is derived from the run's journal: the scorecards through
+:func:`sealbench.derive.derive`, the rate through :func:`sealbench.score.score` over
+:func:`sealbench.scoring_io.events_from`. Files the directory also holds (``rate.json``,
+``scorecards.jsonl``, ``traces/``) must agree with that derivation, or the report is
+refused with every disagreement listed: a report never shows a number its journal does
+not support.
+
+The voice is seed 004's left column: counts on a locked run_id ("2 of 4 task_pass on this
+locked run_id") with the Wilson 95% interval beside them, never a bare percentage. When
+scoring refuses (harness errors, unfinished tasks, an edited contract), the report says
+"no rate emitted" and prints counts and tasks, but no rate, interval or curve.
+
+How it is made: :func:`load_run` reads and checks the inputs (the only I/O besides
+:func:`write_report`); :func:`build_sections` turns a :class:`RunView` into one neutral
+document (:mod:`sealbench.document`), printed both as Markdown and as HTML so the two files
+carry the same facts; :func:`render_figures` draws the plots (:mod:`sealbench.plots`,
+imported only then, so importing this module or the CLI stays cheap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from .contract import load_contract
+from .derive import derive
+from .document import Block, Bullets, Fields, Figure, Para, Section, Span, Table, spans
+from .document import render_html as _doc_html
+from .document import render_markdown as _doc_markdown
+from .errors import Refusal, ScoreRefusal, VerificationFailed
+from .files import read_model, write_atomic
+from .formats import Outcome, Provenance, Rate, Scorecard, ScoringContract
+from .journal import read_chain
+from .score import NOTE, score
+from .scoring_io import events_from
+from .stats import Interval, wilson_interval
+
+__all__ = [
+    "FIGURE_FILES",
+    "UNFINISHED",
+    "CurvePoint",
+    "ProbeResult",
+    "RunView",
+    "attempt_curve",
+    "build_sections",
+    "default_out_dir",
+    "load_run",
+    "outcome_counts",
+    "render_figures",
+    "render_html",
+    "render_markdown",
+    "write_report",
+]
+
+FIGURE_FILES: dict[str, str] = {
+    "attempts": "report-attempts.svg",
+    "outcomes": "report-outcomes.svg",
+    "elapsed": "report-elapsed.svg",
+}
+"""The figure files written beside report.md, by figure name."""
+
+UNFINISHED = "unfinished"
+"""The row for tasks of the denominator that have no task_finished event."""
+
+_NOT_PASS_AT_K = (
+    "attempt k+1 runs only after attempt k failed, after the agent saw what the feedback policy allows; "
+    "attempts are dependent, so this is not pass@k (k independent samples)"
+)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+class CurvePoint(NamedTuple):
+    """Tasks passed by attempt ``k`` (cumulative), out of ``n``, with its Wilson 95% interval."""
+
+    k: int
+    passed: int
+    n: int
+    interval: Interval
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What ``narration_probe.json`` says: a control, never part of the numerator."""
+
+    sentence: str
+    failed: tuple[str, ...]
+    ran: int
+    n: int
+
+
+@dataclass(frozen=True)
+class RunView:
+    """Everything a report prints about one run, already checked against its journal."""
+
+    contract: ScoringContract
+    cards: tuple[Scorecard, ...]
+    """Scorecards of the finished tasks, in denominator order, derived from the journal."""
+    rate: Rate | None
+    refusal: str | None
+    """Why scoring emitted no rate; None when ``rate`` is set."""
+    sandboxes: tuple[dict[str, Any], ...]
+    """Sandbox facts of the run's start and of every resume, in journal order."""
+    agent: dict[str, Any]
+    """The journal's record of how the agent was driven (kind, command, sandboxed)."""
+    harness: dict[str, str]
+    """sealbench version, Python and platform the run started on."""
+    probe: ProbeResult | None
+    provenance: Provenance | None
+    """Pack provenance recorded in the journal, if any (none is today: see :func:`contamination`)."""
+    traces: frozenset[str]
+    """Task ids whose ``traces/<id>.json`` is present."""
+    patches: frozenset[str]
+    """Task ids whose ``patches/<id>.patch`` is present."""
+    files_href: str = ""
+    """URL prefix from the report's folder to the run's folder; '' when they are the same."""
+
+    @property
+    def n(self) -> int:
+        """The frozen denominator."""
+        return len(self.contract.task_ids)
+
+
+def attempt_curve(cards: Iterable[Scorecard], n: int, max_attempts: int) -> list[CurvePoint]:
+    """Cumulative passes by attempt k = 1..max_attempts over the whole denominator ``n``.
+
+    Tasks without a scorecard count as not passed: the denominator never shrinks.
+
+    Raises:
+        ValueError: ``n`` or ``max_attempts`` below 1, or more passes than ``n``.
+    """
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    passed_at = [c.attempts_used for c in cards if c.outcome is Outcome.PASS]
+    points = []
+    for k in range(1, max_attempts + 1):
+        passed = sum(1 for a in passed_at if a <= k)
+        points.append(CurvePoint(k, passed, n, wilson_interval(passed, n)))
+    return points
+
+
+def outcome_counts(view: RunView) -> dict[str, int]:
+    """Every outcome with its count, zeros included, plus unfinished tasks when there are any."""
+    counts = {o.value: 0 for o in Outcome}
+    for c in view.cards:
+        counts[c.outcome.value] += 1
+    missing = view.n - len(view.cards)
+    if missing:
+        counts[UNFINISHED] = missing
+    return counts
+
+
+def contamination(view: RunView) -> str | None:
+    """The declared contamination statement, or None when contamination is unknown.
+
+    Only a provenance the run itself records can lift "contamination unknown": the pack is
+    not part of a run directory or bundle, and the contract carries no provenance.
+    """
+    prov = view.provenance
+    if prov is None or prov.contamination.strip().lower() in ("", "unknown"):
+        return None
+    return f"{prov.contamination} (declared by the pack's provenance: {prov.source})"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _sandbox_facts(events: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    # A resumed run may have continued under another sandbox: every start and resume counts.
+    out = []
+    for ev in events:
+        if ev["kind"] in ("run_started", "run_resumed"):
+            facts = ev["payload"].get("sandbox")
+            out.append(dict(facts) if isinstance(facts, dict) else {})
+    return tuple(out)
+
+
+def _provenance(header: dict[str, Any]) -> Provenance | None:
+    raw = header.get("provenance")
+    if raw is None:
+        return None
+    try:
+        return Provenance.model_validate(raw)
+    except ValidationError:
+        return None  # a declaration that does not parse declares nothing: contamination stays unknown
+
+
+def _load_probe(path: Path, task_ids: Sequence[str]) -> ProbeResult | None:
+    if not path.is_file():
+        return None
+    where = path.name
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise VerificationFailed([f"{where}: not valid JSON ({e})"]) from None
+    if not isinstance(raw, dict):
+        raise VerificationFailed([f"{where}: expected a JSON object"])
+    sentence, failed, ran, n = raw.get("sentence"), raw.get("failed"), raw.get("ran"), raw.get("n")
+    problems = []
+    if not isinstance(sentence, str):
+        problems.append(f"{where}: sentence is missing or not a string")
+    if not isinstance(failed, list) or not all(isinstance(t, str) for t in failed):
+        problems.append(f"{where}: failed is missing or not a list of task ids")
+    elif sorted(set(failed) - set(task_ids)):
+        problems.append(f"{where}: failed tasks outside the locked slice: {sorted(set(failed) - set(task_ids))}")
+    if not isinstance(ran, int) or not isinstance(n, int):
+        problems.append(f"{where}: ran and n must be integers")
+    elif n != len(task_ids):
+        problems.append(f"{where}: covers {n} task(s); the contract's denominator has {len(task_ids)}")
+    if problems:
+        raise VerificationFailed(problems)
+    assert isinstance(sentence, str) and isinstance(failed, list) and isinstance(ran, int) and isinstance(n, int)
+    return ProbeResult(sentence=sentence, failed=tuple(failed), ran=ran, n=n)
+
+
+def _rate_problems(run_dir: Path, rate: Rate | None, refusal: str | None) -> list[str]:
+    path = run_dir / "rate.json"
+    if not path.is_file():
+        return []
+    recorded = read_model(path, Rate, ScoreRefusal)
+    if rate is None:
+        return [f"rate.json records a rate, but the journal supports none ({refusal})"]
+    if recorded == rate:
+        return []
+    mine, theirs = rate.model_dump(mode="json"), recorded.model_dump(mode="json")
+    keys = sorted(k for k in mine if mine[k] != theirs.get(k))
+    return [f"rate.json differs from the rate derived from the journal in: {', '.join(keys)}"]
+
+
+def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
+    """Read a run directory or bundle and check what it holds against its journal.
+
+    ``out_dir`` is where the report will be written; links are made relative to it.
+
+    Raises:
+        ContractError: no readable scoring_contract.json.
+        ScoreRefusal: no journal.jsonl; an unreadable rate.json.
+        VerificationFailed: a broken journal chain, a journal made under another contract,
+            or rate.json, scorecards.jsonl, traces/ or narration_probe.json disagreeing with it.
+    """
+    contract = load_contract(run_dir / "scoring_contract.json")
+    journal = run_dir / "journal.jsonl"
+    if not journal.is_file():
+        raise ScoreRefusal(f"{run_dir}: no journal.jsonl; not a run directory or bundle")
+    rate: Rate | None = None
+    refusal: str | None = None
+    try:
+        rate = score(contract, events_from(run_dir, contract))
+    except VerificationFailed:
+        raise
+    except Refusal as e:
+        refusal = str(e)
+    # events_from has verified the chain and its contract; read it again for what it does not return.
+    events = read_chain(journal).events
+    derived = derive(events, contract.task_ids)
+    problems = _rate_problems(run_dir, rate, refusal)
+    for rel, data in sorted(derived.files.items()):
+        if rel == "events.json":
+            continue  # never read: the rate above was scored from the journal itself
+        path = run_dir / rel
+        if path.is_file() and path.read_bytes() != data:
+            problems.append(f"{rel} differs from what the journal derives")
+    if problems:
+        raise VerificationFailed(problems)
+    header = events[0]["payload"] if events else {}
+    agent = header.get("agent")
+    tids = contract.task_ids
+    rel_root = os.path.relpath(run_dir.resolve(), (out_dir if out_dir is not None else run_dir).resolve())
+    return RunView(
+        contract=contract,
+        cards=tuple(derived.scorecards),
+        rate=rate,
+        refusal=refusal,
+        sandboxes=_sandbox_facts(events),
+        agent=dict(agent) if isinstance(agent, dict) else {},
+        harness={k: str(header[k]) for k in ("sealbench_version", "python", "platform") if k in header},
+        probe=_load_probe(run_dir / "narration_probe.json", tids),
+        provenance=_provenance(header),
+        traces=frozenset(t for t in tids if (run_dir / "traces" / f"{t}.json").is_file()),
+        patches=frozenset(t for t in tids if (run_dir / "patches" / f"{t}.patch").is_file()),
+        files_href="" if rel_root == "." else urllib.parse.quote(Path(rel_root).as_posix()) + "/",
+    )
+
+
+# --------------------------------------------------------------------------- the document
+
+
+def _interval(iv: Interval | tuple[float, float]) -> Span:
+    return Span(f"[{iv[0]:.3f}, {iv[1]:.3f}]", code=True)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s" if value == int(value) else f"{value:.2f} s"
+
+
+def _sandbox_kinds(view: RunView) -> list[str]:
+    return list(dict.fromkeys(str(s.get("kind", "not recorded")) for s in view.sandboxes)) or ["not recorded"]
+
+
+def _banners(view: RunView) -> list[Block]:
+    out: list[Block] = []
+    unisolated = next((s for s in view.sandboxes if s.get("kind") == "none"), None)
+    if unisolated is not None:
+        out.append(Para(spans(
+            "this run used sandbox kind ", Span("none", code=True), ": the agent and the oracles ran "
+            "unisolated, so the network and the hidden tests were within the agent's reach. Recorded: "
+            f"{unisolated.get('network', 'network not recorded')}; "
+            f"{unisolated.get('filesystem', 'filesystem not recorded')}."), tone="alert", label="no sandbox"))
+    elif "not recorded" in _sandbox_kinds(view):
+        out.append(Para(spans("the journal does not record which sandbox this run used."),
+                        tone="alert", label="sandbox not recorded"))
+    if view.refusal is not None:
+        out.append(Para(spans(view.refusal), tone="alert", label="no rate emitted"))
+    controls = view.contract.controls
+    if controls is not None and controls.oracle_validity == "unavailable":
+        out.append(Para(spans(
+            "the contract was locked without evidence that each oracle passes the reference solution, "
+            "fails an empty change and agrees with itself on repeats."),
+            tone="warn", label="oracle validity: unavailable"))
+    if contamination(view) is None:
+        out.append(Para(spans(
+            "nothing in this run declares where the tasks come from or rules out their overlap with "
+            "model training data."), tone="warn", label="contamination unknown"))
+    return out
+
+
+def _header(view: RunView) -> Section:
+    c = view.contract
+    b, a, spec, controls = c.budget, c.access_class, c.agent, c.controls
+
+    def code(value: str | None, missing: str = "not recorded") -> tuple[Span, ...]:
+        return spans(Span(value, code=True)) if value else spans(missing)
+
+    run = Fields("Run", (
+        ("run_id", code(c.run_id, "not locked")),
+        ("locked_at", code(c.locked_at, "not locked")),
+        ("contract sha256", code(c.contract_sha256, "none")),
+        ("pack digest", code(c.pack.sha256 if c.pack else None, "none")),
+        ("denominator", spans(f"{view.n} locked task id{'' if view.n == 1 else 's'}")),
+    ), wide=True)
+    caps = Fields("Caps", (
+        ("max_attempts", spans(str(b.max_attempts) if b else "not set")),
+        ("wall_clock_s", spans(f"{b.wall_clock_s:g} per task, oracle included" if b else "not set")),
+        ("feedback policy", code(b.feedback if b else None, "not set")),
+    ))
+    access = Fields("Access class", (
+        ("host", code(a.host if a else None)),
+        ("model_access", code(a.model_access if a else None)),
+        ("quota_assumed", spans(str(a.quota_assumed).lower() if a else "not recorded")),
+        ("permanence_assumed", spans(str(a.permanence_assumed).lower() if a else "not recorded")),
+        ("terms_read_on", code(a.terms_read_on if a else None)),
+    ))
+    probe_text = ("the contract declares no narration probe" if controls is None or controls.narration_probe is None
+                  else view.probe.sentence if view.probe else "narration probe not run")
+    ctrl = Fields("Controls", (
+        ("narration probe", spans(probe_text)),
+        ("oracle validity", spans(controls.oracle_validity if controls else "not declared")),
+        ("contamination", spans(contamination(view) or "contamination unknown")),
+    ))
+    kinds = _sandbox_kinds(view)
+    unsafe = "none" in kinds or "not recorded" in kinds
+    sandbox_text = ("no sandbox: " if "none" in kinds else "") + ", then ".join(kinds)
+    network = view.sandboxes[0].get("network") if view.sandboxes else None
+    if view.agent:
+        if view.agent.get("sandboxed"):
+            where = "as a subprocess without isolation" if unsafe else "inside the sandbox"
+        else:
+            where = "in-process, outside the sandbox" + ("" if unsafe else " (only the oracle ran sandboxed)")
+        ran_as = spans(str(view.agent.get("kind", "?")), " ", Span(str(view.agent.get("command", "")), code=True),
+                       f", {where}")
+    else:
+        ran_as = spans("not recorded")
+    agent = Fields("Agent and sandbox", (
+        ("agent", code(spec.label if spec else None)),
+        ("command", code(spec.command if spec else None)),
+        ("ran as", ran_as),
+        ("sandbox", spans(Span(sandbox_text, strong=unsafe, mark="alert" if unsafe else None),
+                          *((f"; network: {network}",) if network else ()))),
+        ("harness", spans(", ".join(f"{k} {v}" for k, v in view.harness.items()) or "not recorded")),
+    ), wide=True)
+    return Section("", (run, caps, access, ctrl, agent))
+
+
+def _evidence(view: RunView) -> Section:
+    b = view.contract.budget
+    if view.rate is None or b is None:
+        return Section("Evidence", (Para(spans(
+            Span("no rate emitted", strong=True), f": {view.refusal or 'the contract sets no budget'}. "
+            "The counts below say what happened; they are not a rate."), tone="lead"),))
+    r = view.rate
+    first = sum(1 for c in view.cards if c.first_attempt_passed)
+    rows = (
+        (spans(f"within the cap of {b.max_attempts} attempt(s)"), spans(f"{r.task_pass_count} of {view.n} task_pass"),
+         (_interval((r.wilson_95.low, r.wilson_95.high)),)),
+        (spans("on the first attempt"), spans(f"{first} of {view.n} task_pass"),
+         (_interval(wilson_interval(first, view.n)),)),
+    )
+    return Section("Evidence", (
+        Para(spans(Span(f"{r.sentence}.", strong=True), " Wilson 95% interval ",
+                   _interval((r.wilson_95.low, r.wilson_95.high)),
+                   f", within the cap of {b.max_attempts} attempt(s), feedback policy ", Span(b.feedback, code=True),
+                   f"; {contamination(view) or 'contamination unknown'}."), tone="lead"),
+        Table(("", "tasks", "Wilson 95% interval"), rows),
+        Para(spans(f"{NOTE[0].upper()}{NOTE[1:]}. Timeouts and abstains stay in the denominator. "
+                   "Not a vendor ranking."), tone="note"),
+    ))
+
+
+def _attempts(view: RunView) -> Section | None:
+    b = view.contract.budget
+    if view.rate is None or b is None:
+        return None
+    title = f"Pass by attempt: sequential attempts with feedback policy {b.feedback}, not pass@k"
+    rows = tuple(
+        (spans(str(p.k)), spans(f"{p.passed} of {p.n} task_pass"), (_interval(p.interval),))
+        for p in attempt_curve(view.cards, view.n, b.max_attempts)
+    )
+    return Section(title, (
+        Para(spans(f"Cumulative task_pass by attempt k over all {view.n} locked tasks: {_NOT_PASS_AT_K}.")),
+        Table(("attempt k", "task_pass by attempt k", "Wilson 95% interval"), rows),
+        Figure("attempts", f"Cumulative task_pass by attempt k, out of {view.n}, with Wilson 95% intervals",
+               f"Cumulative task_pass by attempt k, in tasks out of {view.n}; bars: Wilson 95% interval"),
+    ))
+
+
+def _outcomes(view: RunView) -> Section:
+    counts = outcome_counts(view)
+    rows = tuple((spans(Span(k, mark=k)), spans(f"{v} of {view.n}")) for k, v in counts.items())
+    blocks: list[Block] = [Table(("outcome", "tasks"), rows)]
+    if UNFINISHED in counts:
+        blocks.append(Para(spans(f"{counts[UNFINISHED]} task(s) of the denominator have no task_finished event: "
+                                 "the run has not finished (resume it)."), tone="warn", label=UNFINISHED))
+    blocks.append(Figure("outcomes", "Tasks by outcome, out of the locked denominator",
+                         "Outcome breakdown: every task of the denominator, timeouts and abstains included"))
+    return Section("Outcomes", tuple(blocks))
+
+
+def _elapsed_rows(view: RunView) -> list[tuple[str, list[float]]]:
+    rows = [(o.value, [c.elapsed_ms / 1000 for c in view.cards if c.outcome is o]) for o in Outcome]
+    return [(name, secs) for name, secs in rows if secs]
+
+
+def _elapsed(view: RunView) -> Section:
+    b = view.contract.budget
+    secs = [c.elapsed_ms / 1000 for c in view.cards]
+    cap = f"; wall-clock cap {_seconds(b.wall_clock_s)} per task" if b else ""
+    if not secs:
+        return Section("Elapsed time", (Para(spans(f"No task finished{cap}.")),))
+    return Section("Elapsed time", (
+        Para(spans(f"Elapsed per task over {len(secs)} finished task(s): min {_seconds(min(secs))}, "
+                   f"median {_seconds(statistics.median(secs))}, max {_seconds(max(secs))}{cap}.")),
+        Figure("elapsed", "Per-task elapsed seconds by outcome, with the wall-clock cap",
+               "Per-task elapsed time, one dot per task"),
+    ))
+
+
+def _tasks(view: RunView) -> Section:
+    cards = {c.task_id: c for c in view.cards}
+    rows = []
+    for tid in view.contract.task_ids:
+        c = cards.get(tid)
+        trace = (Span("trace", href=f"{view.files_href}traces/{tid}.json") if tid in view.traces
+                 else Span("none"))
+        if tid in view.patches:
+            patch = Span("patch", href=f"{view.files_href}patches/{tid}.patch")
+        else:
+            patch = Span("empty" if c is not None and c.patch_sha256 is None else "none")
+        if c is None:
+            rows.append((spans(Span(tid, code=True)), spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"),
+                         spans("-"), spans("-"), spans("no"), (trace,), (patch,)))
+            continue
+        rows.append((
+            spans(Span(tid, code=True)),
+            spans(Span(c.outcome.value, mark=c.outcome.value)),
+            spans(f"{c.attempts_used} of {c.max_attempts}"),
+            spans("pass" if c.first_attempt_passed else "no"),
+            spans(f"{c.elapsed_ms / 1000:.2f} s"),
+            spans("yes" if c.scorecard_complete else "no"),
+            (trace,),
+            (patch,),
+        ))
+    header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete", "trace", "patch")
+    return Section("Tasks", (Table(header, tuple(rows)),))
+
+
+def _probe(view: RunView) -> Section:
+    controls = view.contract.controls
+    if controls is None or controls.narration_probe is None:
+        return Section("Narration probe", (Para(spans("The contract declares no narration probe control.")),))
+    declared = Para(spans("Control: ", Span(controls.narration_probe, code=True),
+                          ". Reported beside the rate; it never enters the numerator."), tone="note")
+    if view.probe is None:
+        return Section("Narration probe", (Para(spans("narration probe not run."), tone="warn",
+                                                label="narration probe not run"), declared))
+    p = view.probe
+    blocks: list[Block] = [Para(spans(Span(f"{p.sentence}.", strong=True)), tone="lead"), declared]
+    if p.failed:
+        blocks.append(Para(spans(f"The probe failed (non-empty patch) on {len(p.failed)} task(s):")))
+        blocks.append(Bullets(tuple(spans(Span(t, code=True)) for t in p.failed)))
+    return Section("Narration probe", tuple(blocks))
+
+
+def report_title(view: RunView) -> str:
+    """The report's title line."""
+    return f"sealbench report: run {view.contract.run_id or 'not locked'}"
+
+
+def report_footer(view: RunView) -> str:
+    """The closing line of both files."""
+    return (f"Derived from journal.jsonl of run {view.contract.run_id or 'not locked'} under contract "
+            f"{view.contract.contract_sha256 or 'none'}; {NOTE}; not a vendor ranking.")
+
+
+def build_sections(view: RunView) -> list[Section]:
+    """The whole report as neutral blocks, in reading order (pure)."""
+    sections = [Section("", tuple(_banners(view))), _header(view), _evidence(view)]
+    attempts = _attempts(view)
+    if attempts is not None:
+        sections.append(attempts)
+    sections += [_outcomes(view), _elapsed(view), _tasks(view), _probe(view)]
+    return sections
+
+
+def figure_names(sections: Iterable[Section]) -> list[str]:
+    """Names of the figures the sections show, in order."""
+    return [blk.name for s in sections for blk in s.blocks if isinstance(blk, Figure)]
+
+
+def render_figures(view: RunView, names: Iterable[str]) -> dict[str, bytes]:
+    """Draw the named figures as SVG bytes (byte-identical for the same run).
+
+    Raises:
+        KeyError: an unknown figure name.
+    """
+    from . import plots
+
+    b = view.contract.budget
+    out: dict[str, bytes] = {}
+    for name in names:
+        if name == "attempts":
+            assert b is not None
+            points = [plots.AttemptPoint(p.k, p.passed, p.n, p.interval.low, p.interval.high)
+                      for p in attempt_curve(view.cards, view.n, b.max_attempts)]
+            out[name] = plots.attempts_svg(points, b.feedback)
+        elif name == "outcomes":
+            out[name] = plots.outcomes_svg(outcome_counts(view), view.n)
+        elif name == "elapsed":
+            out[name] = plots.elapsed_svg(_elapsed_rows(view), b.wall_clock_s if b else None)
+        else:
+            raise KeyError(f"unknown figure {name!r}")
+    return out
+
+
+def render_markdown(view: RunView, sections: Sequence[Section]) -> str:
+    """report.md: the sections as Markdown, figures as the SVG files written beside it."""
+    return _doc_markdown(report_title(view), sections, FIGURE_FILES, report_footer(view))
+
+
+def render_html(view: RunView, sections: Sequence[Section], svgs: dict[str, bytes]) -> str:
+    """report.html: the same sections as one self-contained page, figures inlined.
+
+    Raises:
+        KeyError: a figure of ``sections`` is missing from ``svgs``.
+    """
+    images = {name: ("image/svg+xml", data) for name, data in svgs.items()}
+    return _doc_html(report_title(view), sections, images, report_footer(view))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def default_out_dir(bundle_or_run_dir: Path) -> Path:
+    """``<dir>-report/`` beside the run: never inside it, since a bundle's SHA256SUMS lists every file."""
+    resolved = Path(bundle_or_run_dir).resolve()
+    return resolved.with_name(f"{resolved.name}-report")
+
+
+def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[Path, Path]:
+    """Write report.md (with its SVG figures beside it) and a self-contained report.html.
+
+    Works on a bundle (``runs/<run_id>/``) and on a plain run directory alike. ``out_dir``
+    defaults to :func:`default_out_dir`; links to traces and patches are relative to it.
+
+    Returns:
+        The paths of report.md and report.html.
+
+    Raises:
+        ContractError: no readable scoring_contract.json.
+        ScoreRefusal: no journal.jsonl, or an unreadable rate.json.
+        VerificationFailed: the directory's files disagree with its journal (see :func:`load_run`).
+    """
+    run_dir = Path(bundle_or_run_dir)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
+    view = load_run(run_dir, out)
+    sections = build_sections(view)
+    svgs = render_figures(view, figure_names(sections))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in svgs.items():
+        write_atomic(out / FIGURE_FILES[name], data)
+    md_path, html_path = out / "report.md", out / "report.html"
+    write_atomic(md_path, render_markdown(view, sections))
+    write_atomic(html_path, render_html(view, sections, svgs))
+    return md_path, html_path
