@@ -168,7 +168,9 @@ def test_report_states_the_locked_facts_in_both_files(mixed: Reported) -> None:
         "operator-supplied free server option", "operator-supplied free model access", "2026-10-12",
         "quota_assumed", "permanence_assumed", "terms_read_on",
         "test agent", "python:scripted test agent", "bubblewrap",
-        "oracle validity: unavailable", "contamination unknown",
+        "oracle validity: unavailable",
+        # The sample pack declares its provenance; the run pins it, so the report prints it.
+        "written for sealbench; not published before it (declared by the pack's provenance",
         "sequential attempts with feedback policy none, not pass@k",
         "narration probe emitted no patch on 1 of 4 task(s) of this slice",
         "not a vendor ranking",

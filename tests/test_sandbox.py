@@ -8,6 +8,7 @@ its environment so that survivors can be found in /proc afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from sealbench import sandbox as sandbox_module
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 from sealbench.sandbox import (
     KILL_GRACE_S,
@@ -511,3 +513,132 @@ def test_concurrent_runs_do_not_interfere(tmp_path: Path) -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda a: a.sh("echo $SEALBENCH_MARK; sleep 0.2"), agents))
     assert [out for _, out, _ in results] == [f"{a.mark}\n" for a in agents]
+
+
+# --- concurrency and cgroup housekeeping ----------------------------------------------------
+
+
+def test_many_concurrent_launches_all_succeed(tmp_path: Path) -> None:
+    # The runner launches from a thread pool: no launch may fail because another is starting.
+    sandbox = open_sandbox("bubblewrap") if HAVE_BWRAP else open_sandbox("none")
+    commands = [
+        (["true"], 0, ""),
+        ([PY, "-c", "print('py')"], 0, "py\n"),
+        (["sh", "-c", "echo sh; exit 3"], 3, "sh\n"),
+        (["sh", "-c", "sleep 30 & echo bg"], 0, "bg\n"),
+    ]
+    agents = []
+    for i in range(32):
+        (tmp_path / str(i)).mkdir()
+        agents.append(Agent(tmp_path / str(i), sandbox))
+
+    def launch(i: int) -> tuple[int | None, str, str]:
+        argv, _, _ = commands[i % len(commands)]
+        result, out, err = agents[i].run(argv)
+        return result.exit_code, out, err
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(launch, range(32)))
+    assert outcomes == [(code, out, "") for code, out in [commands[i % 4][1:] for i in range(32)]]
+    assert all(marked_pids(a.mark) == [] for a in agents)
+    if HAS_PIDS_CGROUP:
+        assert list(cgroup_root().glob(f"run-{os.getpid()}-*")) == []
+        assert sandbox_module.deferred_cgroup_removals() == {}
+
+
+def test_no_python_runs_between_fork_and_exec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+    real = subprocess.Popen
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sandbox_module.subprocess, "Popen", recording)
+    agent = Agent(tmp_path, NoSandbox())
+    result, out, _ = agent.sh("ulimit -n; cat /proc/self/cgroup")
+    assert result.exit_code == 0
+    assert seen and all(kwargs.get("preexec_fn") is None for kwargs in seen)
+    assert out.splitlines()[0] == str(Limits().open_files)
+    if HAS_PIDS_CGROUP:  # moved in before its command started: the gate held it
+        pids_line = next(line for line in out.splitlines()[1:] if ":pids:" in line or line.startswith("0::"))
+        assert f"/sealbench/run-{os.getpid()}-" in pids_line, out
+
+
+def cgroup_root() -> Path:
+    return Path(process_limit_method().split("(", 1)[1].rstrip(")"))
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+needs_cgroup = pytest.mark.skipif(not HAS_PIDS_CGROUP, reason="no writable pids cgroup")
+
+
+@needs_cgroup
+def test_stale_run_cgroups_of_dead_runners_are_cleaned_at_open(tmp_path: Path) -> None:
+    root = cgroup_root()
+    sleeper = subprocess.Popen(["sleep", "30"])  # stands for a bwrap a killed runner left behind
+    live_owner = subprocess.Popen(["sleep", "30"])
+    stale_busy = root / f"run-{dead_pid()}-0"
+    stale_empty = root / f"run-{dead_pid()}-1"
+    predecessor = root / f"run-{os.getpid()}-999999"  # our pid, not one of our runs
+    alive = root / f"run-{live_owner.pid}-0"
+    try:
+        for path in (stale_busy, stale_empty, predecessor, alive):
+            path.mkdir()
+        (stale_busy / "cgroup.procs").write_text(str(sleeper.pid))
+        open_sandbox("none")
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+        assert not stale_busy.exists() and not stale_empty.exists() and not predecessor.exists()
+        assert alive.is_dir()  # its owner still runs: never touched
+    finally:
+        for proc in (sleeper, live_owner):
+            proc.kill()
+            proc.wait()
+        for path in (stale_busy, stale_empty, predecessor, alive):
+            with contextlib.suppress(FileNotFoundError):
+                path.rmdir()
+
+
+@needs_cgroup
+def test_busy_cgroup_after_a_completed_run_is_deferred_not_a_harness_error(tmp_path: Path) -> None:
+    # A child cgroup keeps the run cgroup busy after its last process is gone.
+    agent = Agent(tmp_path, NoSandbox())
+    script = (
+        "cg=$(sed -n 's/^[0-9]*:pids:\\(.*\\)$/\\1/p; s/^0::\\(.*\\)$/\\1/p' /proc/self/cgroup | head -n1)"
+        f"; mkdir {cgroup_root().parent}$cg/pin && echo $cg"
+    )
+    result, out, _ = agent.sh(script)
+    assert result.exit_code == 0
+    run_cgroup = cgroup_root().parent / out.strip().lstrip("/")
+    try:
+        assert run_cgroup.name.startswith(f"run-{os.getpid()}-") and run_cgroup.is_dir()
+        assert str(run_cgroup) in sandbox_module.deferred_cgroup_removals()
+    finally:
+        (run_cgroup / "pin").rmdir()
+    open_sandbox("none")  # the next open sweeps it
+    assert not run_cgroup.exists()
+    assert sandbox_module.deferred_cgroup_removals() == {}
+
+
+@needs_cgroup
+def test_run_cgroup_removed_before_admission_is_replaced() -> None:
+    # An older sealbench's sweep removed every empty run cgroup, ours between mkdir and launch.
+    hierarchy = sandbox_module._pids_hierarchy()
+    assert hierarchy is not None
+    cgroup = sandbox_module._RunCgroup.create(hierarchy, 8)
+    first = cgroup.path
+    first.rmdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        cgroup.admit(sleeper.pid)
+        assert cgroup.path != first and (cgroup.path / "cgroup.procs").read_text().split() == [str(sleeper.pid)]
+        assert (cgroup.path / "pids.max").read_text().strip() == "8"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        assert cgroup.kill_all() and cgroup.remove(5.0) is None

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .bundle import make_bundle, verify_bundle
+from .compare import compare
 from .contract import load_contract, lock_contract, new_contract
 from .errors import Refusal
 from .files import model_json, write_atomic
 from .formats import AgentSpec
 from .pack import check_pack, seal_pack
 from .render import print_run_summary
+from .report import write_report
 from .runner import RunOptions, execute
 from .score import parse_events, score
 
@@ -64,14 +68,29 @@ def run_demo(root: Path, sandbox: str = "auto") -> int:
         rc = print_run_summary(cfile, root / "runs" / run_id)
         code = code or rc
 
-    _say("probe: the narration probe on the scripted agent (it edits files, so it fails the probe)")
-    cfile = root / "demo-two-attempts.contract.json"
-    execute(cfile, root / "runs" / "demo-two-attempts", RunOptions(sandbox=sandbox, progress=False, jobs=4),
-            probe=True)
-    print((root / "runs" / "demo-two-attempts" / "narration_probe.json").read_text().splitlines()[7])
+    _say("probe: the narration probe on the same ids (summary only; the scripted agent edits, so it fails)")
+    for run_id, *_ in runs[:3]:
+        execute(root / f"{run_id}.contract.json", root / "runs" / run_id,
+                RunOptions(sandbox=sandbox, progress=False, jobs=4), probe=True)
+        summary = json.loads((root / "runs" / run_id / "narration_probe.json").read_text())
+        print(f"  {run_id}: {summary['sentence']}")
+
+    _say("bundle and verify each run, report one")
+    bundles = []
+    for run_id, *_ in runs[:3]:
+        bundle = make_bundle(root / "runs" / run_id, root / "bundles")
+        verify_bundle(bundle)
+        bundles.append(bundle)
+        print(f"  {bundle}: verifies")
+    _md, html = write_report(bundles[2], root / "reports" / "demo-two-attempts")
+    print(f"  report: {html}")
+
+    _say("compare: same slice, same budget; five tasks cannot separate agents, so it says tie")
+    for line in compare(bundles).lines():
+        print(f"  {line}")
 
     _say("refusals: what sealbench will not print")
-    contract = load_contract(cfile)
+    contract = load_contract(root / "demo-two-attempts.contract.json")
     good = [{"task_id": t, "task_pass": True, "abstain": False} for t in contract.task_ids]
     cases = {
         "an unlocked contract": (contract.model_copy(update={"locked_at": None, "run_id": None}), good),

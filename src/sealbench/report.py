@@ -168,7 +168,8 @@ def contamination(view: RunView) -> str | None:
     not part of a run directory or bundle, and the contract carries no provenance.
     """
     prov = view.provenance
-    if prov is None or prov.contamination.strip().lower() in ("", "unknown"):
+    # "public set: contamination unknown" says unknown too: only a statement without it lifts it.
+    if prov is None or not prov.contamination.strip() or "unknown" in prov.contamination.lower():
         return None
     return f"{prov.contamination} (declared by the pack's provenance: {prov.source})"
 

@@ -565,6 +565,7 @@ def execute(
     contract_bytes = contract_file.read_bytes()
     header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
               "argv": list(command_line) if command_line is not None else None,
+              "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
               **_host_facts(sandbox, agent)}
     if opts.resume:

@@ -32,6 +32,24 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   captured through pipes, at most ``output_bytes`` each is kept and the rest is counted and
   discarded, so the command never blocks on a full pipe.
 
+Launch (thread-safe: :meth:`run` is called from many threads at once)
+---------------------------------------------------------------------
+No Python code runs between fork and exec (``preexec_fn`` is unsafe in a threaded process and
+forces a full fork). The child is a chain of execs that keeps one pid: with a run cgroup,
+``/bin/sh`` first blocks on a pipe until the parent has written its pid into the cgroup's
+``cgroup.procs``, so the command and all it forks are born inside (nothing untrusted runs
+before that, and if the move fails the child is killed and never execs); then util-linux
+``prlimit`` sets the rlimits (soft = hard) and execs the backend's command (without a run
+cgroup the chain starts at ``prlimit``). A cgroup removed under us before the move (an older
+sealbench's sweep) is replaced by a fresh one.
+
+Run cgroups are named ``run-<pid>-<n>`` under ``<pids hierarchy>/sealbench``. After a run,
+once its processes are all dead, a cgroup the kernel still reports busy is retried for a
+second, then left for a later sweep and recorded (:func:`deferred_cgroup_removals`) rather
+than failing the run. :func:`open_sandbox` sweeps stale run cgroups: those whose
+owner pid no longer exists (a runner killed with SIGKILL), and this process's own leftovers;
+their processes are killed first. A live owner's cgroups are never touched.
+
 Known limits
 ------------
 * ``/etc`` is exposed whole (minus entries that are not world-readable, which are masked):
@@ -43,6 +61,12 @@ Known limits
 * No seccomp filter: the whole syscall surface of the kernel is reachable; no memory cgroup:
   memory is bounded per process (RLIMIT_AS) and by the tmpfs sizes, not per run.
 * CPU time is bounded only by the wall-clock deadline.
+* Stale-cgroup ownership is judged by pid in the caller's pid namespace: runners sharing one
+  cgroup hierarchy from different pid namespaces must not share its ``sealbench`` directory.
+  A dead runner's pid reused by another process delays the cleanup until that one exits.
+* :class:`NoSandbox` checks up front that the command is an executable on ``PATH``; any other
+  exec failure is reported like a shell does (exit code 126 or 127, ``prlimit``'s message on
+  stderr). It runs as the caller, so a root command can leave its cgroup.
 * A command killed by a signal inside bwrap is reported like a shell does, as exit code
   ``128 + signal`` (``signal`` stays ``None``); :class:`NoSandbox` reports the signal itself.
 * The environment is exactly ``spec.env`` plus ``PWD`` (bwrap always sets it; :class:`NoSandbox`
@@ -57,6 +81,7 @@ tests would be readable and a grade obtained under it would mean nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import json
@@ -72,7 +97,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -87,8 +112,10 @@ __all__ = [
     "Sandbox",
     "SandboxResult",
     "SandboxSpec",
+    "deferred_cgroup_removals",
     "open_sandbox",
     "process_limit_method",
+    "sweep_stale_cgroups",
 ]
 
 KILL_GRACE_S: Final = 0.5
@@ -96,7 +123,14 @@ KILL_GRACE_S: Final = 0.5
 
 _REAP_S: Final = 5.0
 _DRAIN_S: Final = 2.0
-_SWEEP_S: Final = 2.0
+_SWEEP_S: Final = 5.0
+_REMOVE_S: Final = 1.0
+_CGROUP_TRIES: Final = 5
+_VANISHED: Final = (errno.ENOENT, errno.ENODEV)
+_SHELL: Final = "/bin/sh"
+# Runs as the launched child itself, before anything untrusted: waits until the parent has put
+# it into the run cgroup (a closed pipe means the parent gave up), then execs prlimit.
+_GATE_SCRIPT: Final = 'read -r go || exit 125; exec "$@" </dev/null'
 _CHUNK: Final = 1 << 16
 _STDERR_HEAD: Final = 4096
 _POLL_TICK_S: Final = 0.005
@@ -104,7 +138,7 @@ _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/et
 _KERNEL_DIRS: Final = ("/proc", "/dev", "/sys")
 # bwrap's outer monitor, its pid-1 reaper and its short-lived setup helper share the cgroup.
 _BWRAP_HELPERS: Final = 3
-_RLIMITS_TEXT: Final = "RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 set before exec"
+_RLIMITS_TEXT: Final = "RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 set by prlimit before exec"
 _KILL_TEXT: Final = f"SIGTERM to the process group at the deadline, SIGKILL {KILL_GRACE_S} s later"
 
 
@@ -269,10 +303,7 @@ def _prepare_hierarchy(mount: Path, fstype: str, options: set[str]) -> _PidsHier
         _write_text(probe / "pids.max", "max")
     finally:
         probe.rmdir()
-    # Leftovers of crashed harness processes: empty ones go, populated ones stay visible.
-    for stale in hierarchy.root.glob("run-*"):
-        with contextlib.suppress(OSError):
-            stale.rmdir()
+    sweep_stale_cgroups(hierarchy)
     return hierarchy
 
 
@@ -303,24 +334,97 @@ def process_limit_method() -> str:
     return "unenforced: root ignores RLIMIT_NPROC and no writable pids cgroup was found"
 
 
+# Run cgroups of this process that are in use (created, not yet given up). Every other
+# ``run-<pid>-<n>`` named after this process is a leftover: of an earlier process that had the
+# same pid, or one of ours whose removal was deferred.
+_active_cgroups: set[str] = set()
+# Emptied run cgroups of this process whose removal failed (still busy): path -> reason.
+_deferred_cgroups: dict[str, str] = {}
+_cgroups_lock = threading.Lock()
+
+
+def deferred_cgroup_removals() -> dict[str, str]:
+    """Run cgroups of this process left for a later sweep (path -> why), for diagnostics.
+
+    A run whose processes were all killed but whose cgroup could not be removed in time
+    leaves it here instead of failing; the end of every later run and every
+    :func:`open_sandbox` retries, and the first sweep after this process is gone removes it.
+    """
+    with _cgroups_lock:
+        return dict(_deferred_cgroups)
+
+
 class _RunCgroup:
     """One per-run pids cgroup: created before the launch, emptied and removed after it."""
 
     _names = itertools.count()
 
-    def __init__(self, hierarchy: _PidsHierarchy, max_pids: int) -> None:
-        self.version = hierarchy.version
-        self.path = hierarchy.root / f"run-{os.getpid()}-{next(self._names)}"
-        self.path.mkdir()
-        try:
-            _write_text(self.path / "pids.max", str(max_pids))
-        except OSError:
-            self.path.rmdir()
-            raise
-        self.procs_file = os.fsencode(self.path / "cgroup.procs")
+    def __init__(self, version: int, path: Path, max_pids: int) -> None:
+        self.version = version
+        self.path = path
+        self.max_pids = max_pids
+
+    @classmethod
+    def create(cls, hierarchy: _PidsHierarchy, max_pids: int) -> _RunCgroup:
+        cgroup = cls(hierarchy.version, hierarchy.root, max_pids)
+        cgroup.path = cgroup._make(hierarchy.root)
+        return cgroup
+
+    def _make(self, root: Path) -> Path:
+        for attempt in range(_CGROUP_TRIES):
+            path = root / f"run-{os.getpid()}-{next(self._names)}"
+            with _cgroups_lock:  # before mkdir: a sweep in another thread must not take it
+                _active_cgroups.add(path.name)
+            try:
+                path.mkdir()
+            except FileExistsError:
+                _forget(path)  # a leftover of an earlier process that had our pid
+                continue
+            except OSError:
+                _forget(path)
+                raise
+            try:
+                _write_text(path / "pids.max", str(self.max_pids))
+                return path
+            except OSError as exc:
+                _forget(path)
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+                # ENOENT / ENODEV: removed under us (an old sealbench's sweep); take another.
+                if exc.errno not in _VANISHED or attempt == _CGROUP_TRIES - 1:
+                    raise
+        raise OSError(errno.EEXIST, f"no free run cgroup name under {root}")
+
+    def admit(self, pid: int) -> None:
+        """Move ``pid`` (held at the launch gate, so it has no children yet) into the cgroup.
+
+        A cgroup removed under us is replaced by a fresh one; a transient refusal is retried.
+        """
+        pause = 0.001
+        for attempt in range(_CGROUP_TRIES):
+            try:
+                _write_text(self.path / "cgroup.procs", str(pid))
+                return
+            except OSError as exc:
+                if attempt == _CGROUP_TRIES - 1:
+                    raise
+                if exc.errno in _VANISHED:
+                    _forget(self.path)
+                    self.path = self._make(self.path.parent)
+                elif exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY):
+                    time.sleep(pause)
+                    pause *= 4
+                else:
+                    raise
 
     def _members(self) -> list[int]:
-        return [int(pid) for pid in (self.path / "cgroup.procs").read_text(encoding="ascii").split()]
+        try:
+            text = (self.path / "cgroup.procs").read_text(encoding="ascii")
+        except OSError as exc:
+            if exc.errno in _VANISHED:
+                return []  # removed or being removed (by a sweep), so it was empty
+            raise
+        return [int(pid) for pid in text.split()]
 
     def kill_all(self, timeout_s: float = _SWEEP_S) -> bool:
         """SIGKILL every member until the cgroup is empty; False if some outlive ``timeout_s``."""
@@ -346,18 +450,123 @@ class _RunCgroup:
             time.sleep(pause)
             pause = min(pause * 2, _POLL_TICK_S)
 
-    def remove(self) -> None:
-        give_up = time.monotonic() + _SWEEP_S
+    def remove(self, timeout_s: float) -> str | None:
+        """Remove the emptied cgroup: None once gone, else why it is still there.
+
+        The kernel can report a cgroup busy for a moment after its last member is gone; that
+        is retried until ``timeout_s``, not turned into a failure of the run.
+        """
+        give_up = time.monotonic() + timeout_s
+        pause = 0.0005
         while True:
             try:
                 self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() > give_up:
-                    raise
-                time.sleep(_POLL_TICK_S)
+            except OSError as exc:
+                if exc.errno in _VANISHED:
+                    _forget(self.path)
+                    return None
+                if exc.errno != errno.EBUSY or time.monotonic() > give_up:
+                    return f"{exc.strerror} (errno {exc.errno})"
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            _forget(self.path)
+            return None
+
+    def release(self) -> None:
+        """Remove after a run, or defer the removal to a later sweep (recorded)."""
+        reason = self.remove(_REMOVE_S)
+        with _cgroups_lock:
+            _active_cgroups.discard(self.path.name)
+            if reason is not None:
+                _deferred_cgroups[str(self.path)] = reason
+            retry = [Path(p) for p in _deferred_cgroups if p != str(self.path)]
+        for path in retry:  # earlier deferrals: one cheap attempt each
+            _RunCgroup(self.version, path, 0).remove(0.0)
+
+
+def _forget(path: Path) -> None:
+    with _cgroups_lock:
+        _active_cgroups.discard(path.name)
+        _deferred_cgroups.pop(str(path), None)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_cgroups(hierarchy: _PidsHierarchy | None = None) -> list[Path]:
+    """Kill and remove stale ``run-<pid>-<n>`` cgroups; return those removed.
+
+    Stale means its owner is gone: no process ``pid`` exists (a runner killed with SIGKILL
+    leaves its run cgroups behind, sometimes with a bwrap stuck in setup inside), or ``pid``
+    is this process and the cgroup is not one of its runs in progress (its removal was
+    deferred, or an earlier process had the same pid). A run cgroup whose owner pid is alive
+    is never touched; a reused pid only delays the cleanup until that process is gone.
+    """
+    hierarchy = hierarchy if hierarchy is not None else _pids_hierarchy()
+    if hierarchy is None:
+        return []
+    removed = []
+    me = os.getpid()
+    for path in hierarchy.root.glob("run-*-*"):
+        parts = path.name.split("-")
+        if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()) or len(parts[1]) > 9:
+            continue  # not a name this module makes
+        owner = int(parts[1])
+        with _cgroups_lock:
+            active = path.name in _active_cgroups
+        if active or owner == 0 or (owner != me and _pid_alive(owner)):
+            continue
+        cgroup = _RunCgroup(hierarchy.version, path, 0)
+        with contextlib.suppress(OSError):  # housekeeping: what fails now is retried next time
+            if cgroup.kill_all(timeout_s=0.5) and cgroup.remove(0.1) is None:
+                removed.append(path)
+    return removed
+
+
+def _prlimit_args(limits: Limits, nproc: int | None) -> list[str]:
+    wanted = [
+        ("as", resource.RLIMIT_AS, limits.address_space_bytes),
+        ("fsize", resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        ("nofile", resource.RLIMIT_NOFILE, limits.open_files),
+        ("core", resource.RLIMIT_CORE, 0),
+    ]
+    if nproc is not None:
+        wanted.append(("nproc", resource.RLIMIT_NPROC, nproc))
+    args = []
+    for name, which, value in wanted:
+        _, hard = resource.getrlimit(which)
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        # Soft and hard both: the command must not be able to raise its own caps.
+        args.append(f"--{name}={capped}:{capped}")
+    return args
+
+
+@functools.cache
+def _prlimit() -> str:
+    found = shutil.which("prlimit") or shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if found is None:
+        raise HarnessError("prlimit (util-linux) is needed to set the sandbox rlimits and was not found")
+    return found
+
+
+def _find_command(command: str, env: Mapping[str, str], cwd: str) -> bool:
+    """Whether execvp(3) in ``cwd`` with ``env`` would find an executable ``command``."""
+
+    def runnable(path: str) -> bool:
+        full = os.path.join(cwd, path)
+        return os.path.isfile(full) and os.access(full, os.X_OK)
+
+    if "/" in command:
+        return runnable(command)
+    return any(runnable(os.path.join(d or ".", command)) for d in env.get("PATH", os.defpath).split(":"))
 
 
 def _uid_tasks(uid: int) -> int:
@@ -368,38 +577,6 @@ def _uid_tasks(uid: int) -> int:
                 if entry.stat().st_uid == uid:
                     count += len(os.listdir(f"/proc/{entry.name}/task"))
     return count
-
-
-def _make_preexec(limits: Limits, cgroup: _RunCgroup | None, nproc: int | None) -> Callable[[], None]:
-    wanted = [
-        (resource.RLIMIT_AS, limits.address_space_bytes),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        (resource.RLIMIT_NOFILE, limits.open_files),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    if nproc is not None:
-        wanted.append((resource.RLIMIT_NPROC, nproc))
-    settings: list[tuple[int, tuple[int, int]]] = []
-    for which, value in wanted:
-        _, hard = resource.getrlimit(which)
-        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        # Soft and hard both: the command must not be able to raise its own caps.
-        settings.append((which, (capped, capped)))
-    procs_file = cgroup.procs_file if cgroup is not None else None
-
-    def preexec() -> None:
-        # Runs between fork and exec, so every descendant is born inside the cgroup and under
-        # the rlimits; it only makes syscalls with values prepared before the fork.
-        if procs_file is not None:
-            fd = os.open(procs_file, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        for which, pair in settings:
-            resource.setrlimit(which, pair)
-
-    return preexec
 
 
 # --- supervision -------------------------------------------------------------------------
@@ -583,7 +760,7 @@ class _ProcessSandbox:
         cgroup: _RunCgroup | None = None
         try:
             if hierarchy is not None:
-                cgroup = _RunCgroup(hierarchy, spec.limits.processes + self._helpers)
+                cgroup = _RunCgroup.create(hierarchy, spec.limits.processes + self._helpers)
             out_fd = _open_output(spec.stdout_path)
             opened.append(out_fd)
             err_fd = _open_output(spec.stderr_path)
@@ -600,10 +777,27 @@ class _ProcessSandbox:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             if cgroup is not None:
-                try:
-                    cgroup.remove()
-                except OSError as exc:
-                    raise HarnessError(f"could not remove run cgroup {cgroup.path}: {exc}") from exc
+                # Emptied (or the run failed already): a cgroup that stays busy is left to a
+                # later sweep and recorded, never a failure of an attempt that completed.
+                cgroup.release()
+
+    def _admit(
+        self, spec: SandboxSpec, proc: subprocess.Popen[bytes], cgroup: _RunCgroup, gate: int, opened: list[int]
+    ) -> None:
+        """Move the gated child into its cgroup, then let it exec; on failure it never does."""
+        try:
+            cgroup.admit(proc.pid)
+            os.write(gate, b"go\n")
+        except OSError as exc:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise HarnessError(
+                f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: moving it into "
+                f"{cgroup.path} failed: {exc}"
+            ) from exc
+        finally:
+            opened.remove(gate)
+            os.close(gate)
 
     def _supervise(
         self,
@@ -617,26 +811,37 @@ class _ProcessSandbox:
     ) -> SandboxResult:
         status_read, status_write = pipes[2] if len(pipes) > 2 else (None, None)
         launch = self._launch(spec, status_write)
-        preexec = _make_preexec(spec.limits, cgroup, nproc)
+        # No Python runs between fork and exec (preexec_fn is unsafe in a threaded runner): the
+        # child execs prlimit, which sets the rlimits and execs the backend's command. With a
+        # cgroup, a /bin/sh gate runs first and waits on stdin until we have moved it into the
+        # cgroup, so the command and everything it forks are born inside.
+        argv = [_prlimit(), *_prlimit_args(spec.limits, nproc), "--", *launch.argv]
+        stdin: int = subprocess.DEVNULL
+        gate: int | None = None
+        if cgroup is not None:
+            stdin, gate = os.pipe()
+            opened += [stdin, gate]
+            argv = [_SHELL, "-c", _GATE_SCRIPT, "sh", *argv]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                launch.argv,
-                stdin=subprocess.DEVNULL,
+                argv,
+                stdin=stdin,
                 stdout=pipes[0][1],
                 stderr=pipes[1][1],
                 env=launch.env,
                 cwd=launch.cwd,
                 pass_fds=launch.pass_fds,
                 start_new_session=True,
-                preexec_fn=preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise HarnessError(f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: {exc}") from exc
-        for _, write_end in pipes:
+        for child_end in [*(w for _, w in pipes), *([stdin] if gate is not None else [])]:
             # Closed exactly once: another thread may be handed this number right after.
-            opened.remove(write_end)
-            os.close(write_end)
+            opened.remove(child_end)
+            os.close(child_end)
+        if cgroup is not None and gate is not None:
+            self._admit(spec, proc, cgroup, gate, opened)
         stdout = _Capture(pipes[0][0], out_fd, spec.limits.output_bytes)
         stderr = _Capture(pipes[1][0], err_fd, spec.limits.output_bytes)
         supervisor = _Supervisor(proc, [stdout, stderr], status_read)
@@ -707,6 +912,12 @@ class NoSandbox(_ProcessSandbox):
             os.makedirs(home, exist_ok=True)
         env = dict(spec.env)
         env["PWD"] = str(spec.workdir)
+        # prlimit execs the command: check up front what a failed exec would only tell as 127.
+        if not _find_command(spec.argv[0], env, str(spec.workdir)):
+            raise HarnessError(
+                f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: no such executable "
+                f"(PATH={env.get('PATH', os.defpath)}, cwd {spec.workdir})"
+            )
         return _Launch(list(spec.argv), env, str(spec.workdir), ())
 
     def describe(self) -> dict[str, str]:
@@ -933,6 +1144,9 @@ def open_sandbox(requested: str = "auto", *, bwrap_executable: str | None = None
     """
     if requested not in _BACKENDS:
         raise UsageError(f"unknown sandbox {requested!r}; choose one of {', '.join(_BACKENDS)}")
+    if requested != "unshare":
+        # Run cgroups left by runners killed with SIGKILL, and our own deferred removals.
+        sweep_stale_cgroups()
     if requested == "none":
         return NoSandbox()
     if requested == "unshare":
