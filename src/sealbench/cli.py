@@ -71,6 +71,16 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from .importers import import_pack
+
+    pack = import_pack(args.kind, Path(args.source), Path(args.output), repo=args.repo,
+                       max_attempts=args.max_attempts, limit=args.limit, wall_clock_s=args.wall_clock_s)
+    print(f"imported {len(pack.tasks)} task(s) into {pack.root}, sealed: {pack.sealed_digest}")
+    print(pack.manifest.description)
+    return EXIT_OK
+
+
 def cmd_contract_new(args: argparse.Namespace) -> int:
     from .contract import new_contract
     from .errors import UsageError
@@ -278,6 +288,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_pack_validate)
+
+    p = sub.add_parser("import", help="import a public task set (HumanEval, MBPP, Exercism, SWE-bench, ...) as a sealed pack")
+    p.add_argument("kind", help="humaneval, humanevalplus, mbpp, mbppplus, exercism, swebench (or a registered importer)")
+    p.add_argument("source", help="the data file, or the track directory for exercism")
+    p.add_argument("-o", "--output", required=True, metavar="PACK", help="new pack directory (must not exist)")
+    p.add_argument("--repo", metavar="PATH", help="swebench: local clone of the instances' repository")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="every task's retry ceiling (default 1)")
+    p.add_argument("--limit", type=int, metavar="N", help="import only the first N records (all are checked)")
+    p.add_argument("--wall-clock-s", type=float, metavar="S",
+                   help="every task's wall-clock ceiling (default: the importer's)")
+    p.set_defaults(func=cmd_import)
 
     con = sub.add_parser("contract", help="write or lock a scoring contract").add_subparsers(
         dest="contract_command", parser_class=_Parser, required=True

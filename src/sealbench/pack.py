@@ -233,23 +233,32 @@ def _leak_lines(text: str) -> set[str]:
 def visible_test_leaks(task: Task) -> list[str]:
     """Where hidden test content is visible to the agent (seed 000: refuse to grade then).
 
-    A leak is a hidden test file's name, or one of its non-trivial lines (at least 16
-    characters, not a comment, an import or boilerplate), appearing in the prompt, the
-    template or a workspace file.
+    A leak is a hidden test file's name appearing in the prompt, the template or a workspace
+    file; one of its non-trivial lines (at least 16 characters, not a comment, an import or
+    boilerplate) appearing in the prompt or the template; or a workspace file holding at least
+    half of its non-trivial lines (a copy of the test). A few lines shared with a workspace
+    file are not a leak: a repository's test files share decorators, fixtures and calls.
     """
-    visible: list[tuple[str, str]] = [("prompt.md", task.prompt), ("template", task.template)]
-    visible.extend((f"workspace/{rel}", text) for rel, text in _text_files(task.workspace))
+    prompts = [("prompt.md", task.prompt), ("template", task.template)]
+    workspace = [(f"workspace/{rel}", text, {line.strip() for line in text.splitlines()})
+                 for rel, text in _text_files(task.workspace)]
     leaks: list[str] = []
     for rel, text in _text_files(task.hidden):
         name = Path(rel).name
-        lines = _leak_lines(text)
-        for where, vtext in visible:
+        lines = sorted(_leak_lines(text))
+        for where, vtext in [*prompts, *((w, t) for w, t, _ in workspace)]:
             if name in vtext:
                 leaks.append(f"hidden test name {name!r} appears in {where}")
-            for line in sorted(lines):
+        for where, vtext in prompts:
+            for line in lines:
                 if line in vtext:
                     leaks.append(f"line of hidden/{rel} appears in {where}: {line[:60]!r}")
                     break
+        for where, _vtext, vlines in workspace:
+            shared = [line for line in lines if line in vlines]
+            if shared and 2 * len(shared) >= len(lines):
+                leaks.append(f"{len(shared)} of {len(lines)} lines of hidden/{rel} appear in {where}: "
+                             f"{shared[0][:60]!r}")
     return leaks
 
 

@@ -239,6 +239,15 @@ def _junit_verdict(path: Path, required: Sequence[str]) -> dict[str, Any]:
     return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
 
 
+def _remove_planted_report(path: Path) -> None:
+    """Only the oracle may write its JUnit report: one the agent's patch left would pass a run
+    whose tests never reported (a candidate calling os._exit(0) while pytest imports it)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
 def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes, changed: list[str],
            remaining: float) -> dict[str, Any]:
     """Grade one attempt in a new directory; never in the agent's."""
@@ -258,6 +267,8 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
         if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, ctx.pack.root)):
             raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
         overlay(task.hidden, grade_dir)
+        if task.record.junit_xml:
+            _remove_planted_report(grade_dir / task.record.junit_xml)
         env = _env(ctx, task, grade_dir, attempt, grade_dir / META_DIR / "none")
         res, facts = _sandboxed(ctx, task.record.oracle_cmd, grade_dir, env, remaining,
                                 f"{task.task_id}.{attempt}.oracle")

@@ -1,0 +1,164 @@
+"""What an importer returns: a pack described as values, before anything touches the disk.
+
+An importer reads its source and returns a :class:`PackDraft`; :func:`sealbench.importers.
+import_pack` writes the draft into a temporary sibling of the output, seals it and renames it
+into place. Importers therefore never write pack files themselves and cannot leave half a
+pack behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from ..errors import PackError, UsageError
+from ..files import describe_validation_error
+from ..formats import Provenance, TaskRecord
+
+CONTAMINATION = "public set: contamination unknown"
+PLACEHOLDER_DIGEST = "pending-local-hash"
+
+
+FileKind = Literal["file", "exec", "symlink"]
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of a workspace, hidden-test or solution tree.
+
+    ``kind`` "file" is a regular file, "exec" an executable one, "symlink" a symbolic link
+    whose target is ``data`` (kept as a link, never followed).
+    """
+
+    data: bytes
+    kind: FileKind = "file"
+
+
+Files = Mapping[str, FileEntry]
+"""Relative POSIX path -> file; directories are implied by the paths."""
+
+
+def text_file(text: str) -> FileEntry:
+    """A regular file holding ``text`` as UTF-8."""
+    return FileEntry(text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class TaskDraft:
+    """One task of a draft pack.
+
+    ``record.hidden_tests_sha256`` may be a placeholder: the writer records the digest of the
+    hidden tree it wrote. ``origin`` names the source record (file and line or record id) so a
+    failure while writing the task can say where it came from.
+    """
+
+    record: TaskRecord
+    prompt: str
+    workspace: Files
+    hidden: Files
+    solution: Files
+    origin: str
+
+
+@dataclass(frozen=True)
+class PackDraft:
+    """A whole pack as values: manifest fields, frozen templates and the tasks.
+
+    ``tasks`` may be a generator (importers of large sources build one task at a time); it is
+    consumed once, by the writer.
+    """
+
+    name: str
+    description: str
+    provenance: Provenance
+    templates: Mapping[str, str]
+    tasks: Iterable[TaskDraft]
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """Knobs of one import; every importer receives all of them and refuses what it cannot use.
+
+    ``max_attempts`` and ``wall_clock_s`` become every task's pack ceilings (one value per pack,
+    so ``contract new`` needs no override); ``wall_clock_s`` ``None`` takes the importer's
+    default. ``limit`` keeps the first N records (all records are still checked). ``repo`` is
+    the local clone a SWE-bench-style import reads. ``name`` and ``license`` override the
+    pack name and the recorded license.
+    """
+
+    max_attempts: int = 1
+    wall_clock_s: float | None = None
+    limit: int | None = None
+    repo: Path | None = None
+    name: str | None = None
+    license: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, object]) -> ImportOptions:
+        """Options from keyword arguments, checked (``None`` means the default).
+
+        Raises:
+            UsageError: an unknown option or a value of the wrong type or range.
+        """
+        known = ("max_attempts", "wall_clock_s", "limit", "repo", "name", "license")
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise UsageError(f"unknown import option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        given = {k: v for k, v in options.items() if v is not None}
+        for key in ("max_attempts", "limit"):
+            value = given.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UsageError(f"{key} must be a whole number of at least 1, got {value!r}")
+        wall = given.get("wall_clock_s")
+        if wall is not None:
+            if isinstance(wall, bool) or not isinstance(wall, int | float) or not wall > 0:
+                raise UsageError(f"wall_clock_s must be a number of seconds above 0, got {wall!r}")
+            given["wall_clock_s"] = float(wall)
+        repo = given.get("repo")
+        if repo is not None:
+            if not isinstance(repo, str | Path):
+                raise UsageError(f"repo must be a path, got {repo!r}")
+            given["repo"] = Path(repo)
+        for key in ("name", "license"):
+            if key in given and not isinstance(given[key], str):
+                raise UsageError(f"{key} must be a string, got {given[key]!r}")
+        return cls(**given)  # type: ignore[arg-type]
+
+
+def make_record(
+    where: str,
+    *,
+    task_id: str,
+    template_id: str,
+    oracle_cmd: Sequence[str],
+    max_attempts: int,
+    wall_clock_s: float,
+    provenance: Provenance,
+    junit_xml: str | None = None,
+    required_tests: Sequence[str] = (),
+    language: str = "python",
+) -> TaskRecord:
+    """A task record with a placeholder hidden-tests digest (the writer fills it).
+
+    Raises:
+        PackError: a field the record refuses, named with the source record's location.
+    """
+    try:
+        return TaskRecord(
+            task_id=task_id,
+            prompt_template_id=template_id,
+            oracle_cmd=list(oracle_cmd),
+            hidden_tests_sha256=PLACEHOLDER_DIGEST,
+            max_attempts=max_attempts,
+            wall_clock_s=wall_clock_s,
+            language=language,
+            junit_xml=junit_xml,
+            required_tests=list(required_tests),
+            provenance=provenance,
+        )
+    except ValidationError as e:
+        raise PackError(f"{where}: {describe_validation_error(e)}") from None
