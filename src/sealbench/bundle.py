@@ -11,7 +11,7 @@
     traces/<task_id>.json    /
     patches/<task_id>.patch  each task's final patch: the blob its task_finished event names
     rate.json                score() of the contract over the derived events
-    narration_probe.json     derived from probe/journal.jsonl (runner.probe_summary)
+    narration_probe.json     derived from probe/journal.jsonl (derive.probe_summary)
     commands.txt             the argv each journal recorded, and each oracle_cmd if recorded
     README.md                five lines: slice, access class, terms date, probe result, and
                              "not a vendor ranking."
@@ -45,7 +45,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .contract import require_locked
-from .derive import derive, seed_event
+from .derive import derive, probe_summary, seed_event
 from .digest import DIGEST_RE, sha256_bytes
 from .errors import (
     ContractError,
@@ -59,7 +59,6 @@ from .errors import (
 from .files import describe_validation_error
 from .formats import Rate, Scorecard, ScoringContract, check_id
 from .journal import ChainReport, read_chain
-from .runner import probe_summary
 from .score import score
 from .scorecard import validate_scorecard
 from .signing import check_private_key, fingerprint, read_key, sign, signature_valid

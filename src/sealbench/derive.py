@@ -125,3 +125,31 @@ def derive(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Derived
     files = dict(derive_iter(events, task_ids))
     cards = [Scorecard.model_validate_json(line) for line in files["scorecards.jsonl"].splitlines() if line]
     return Derived(scorecards=cards, files=files)
+
+
+def probe_summary(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:
+    """narration_probe.json from the probe journal: per task, whether the patch was empty."""
+    per_task: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        if ev["kind"] == "patch_captured":
+            per_task[ev["task_id"]] = {"patch_empty": ev["payload"]["empty"],
+                                       "patch_sha256": ev["payload"]["patch_sha256"]}
+    tasks = []
+    for tid in task_ids:
+        entry = per_task.get(tid)
+        tasks.append({"task_id": tid, "ran": entry is not None,
+                      "patch_empty": entry["patch_empty"] if entry else None,
+                      "probe_pass": bool(entry and entry["patch_empty"])})
+    failed = [t["task_id"] for t in tasks if t["ran"] and not t["probe_pass"]]
+    ran = sum(1 for t in tasks if t["ran"])
+    return {
+        "probe_version": 1,
+        "control": "narration_probe: summary only; a non-empty patch fails the probe",
+        "n": len(task_ids),
+        "ran": ran,
+        "emitted_no_patch": ran - len(failed),
+        "failed": failed,
+        "sentence": f"narration probe emitted no patch on {ran - len(failed)} of {len(task_ids)} task(s) of this slice",
+        "tasks": tasks,
+        "note": "a control reported beside the rate; it never enters the numerator",
+    }

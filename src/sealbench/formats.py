@@ -210,9 +210,9 @@ class ScoringContract(Model):
     """The scoring contract (seed 004), locked before the run and immutable after."""
 
     contract_version: Literal[1] = Field(1, description="Format version of the contract.")
-    run_id: str | None = Field(None, description="Null until lock; a new study needs a new run_id.")
+    run_id: Id | None = Field(None, description="Null until lock; a new study needs a new run_id.")
     locked_at: str | None = Field(None, description="UTC time of the lock; null until then.")
-    task_ids: list[str] = Field(default_factory=list, description="The denominator, in order.")
+    task_ids: list[Id] = Field(default_factory=list, description="The denominator, in order.")
     metrics: Metrics | None = Field(default_factory=Metrics, description="Metric definitions.")
     controls: Controls | None = Field(default_factory=Controls, description="Control conditions.")
     access_class: AccessClass | None = Field(default_factory=AccessClass, description="Where the run happened.")

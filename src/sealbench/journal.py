@@ -97,11 +97,12 @@ def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
             continue
         problems = check_event(event, lineno, seq, prev)
         report.problems.extend(problems)
-        if isinstance(event, dict) and "hash" in event:
-            prev = event["hash"]
         seq += 1
         offset += len(raw) + 1
         report.good_bytes = offset
+        if not isinstance(event, dict):
+            continue
+        prev = event.get("hash")
         if keep_events:
             report.events.append(event)
     return report

@@ -27,7 +27,7 @@ from typing import Any
 from . import __version__
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
-from .derive import derive_iter
+from .derive import derive_iter, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import write_atomic
@@ -668,34 +668,6 @@ def execute(
     else:
         write_derived(base, iter_verified(jpath), contract.task_ids)
     return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted)
-
-
-def probe_summary(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:
-    """narration_probe.json from the probe journal: per task, whether the patch was empty."""
-    per_task: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        if ev["kind"] == "patch_captured":
-            per_task[ev["task_id"]] = {"patch_empty": ev["payload"]["empty"],
-                                       "patch_sha256": ev["payload"]["patch_sha256"]}
-    tasks = []
-    for tid in task_ids:
-        entry = per_task.get(tid)
-        tasks.append({"task_id": tid, "ran": entry is not None,
-                      "patch_empty": entry["patch_empty"] if entry else None,
-                      "probe_pass": bool(entry and entry["patch_empty"])})
-    failed = [t["task_id"] for t in tasks if t["ran"] and not t["probe_pass"]]
-    ran = sum(1 for t in tasks if t["ran"])
-    return {
-        "probe_version": 1,
-        "control": "narration_probe: summary only; a non-empty patch fails the probe",
-        "n": len(task_ids),
-        "ran": ran,
-        "emitted_no_patch": ran - len(failed),
-        "failed": failed,
-        "sentence": f"narration probe emitted no patch on {ran - len(failed)} of {len(task_ids)} task(s) of this slice",
-        "tasks": tasks,
-        "note": "a control reported beside the rate; it never enters the numerator",
-    }
 
 
 def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
