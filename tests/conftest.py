@@ -38,6 +38,20 @@ def sealed_pack(raw_pack: Path) -> Path:
     return raw_pack
 
 
+def bwrap_available() -> bool:
+    """True when the bubblewrap sandbox starts here (make setup installs it)."""
+    try:
+        from sealbench.sandbox import open_sandbox
+
+        open_sandbox("bubblewrap")
+        return True
+    except Exception:
+        return False
+
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot start here (make setup installs it)")
+
+
 def make_contract(
     pack_dir: Path,
     out: Path,

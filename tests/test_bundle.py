@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SAMPLE, make_contract
+from conftest import SAMPLE, make_contract, needs_bwrap
 from sealbench.bundle import (
     LIBRARY_CALL_NOTE,
     NOT_A_RANKING,
@@ -43,17 +43,7 @@ ARGV = ["sealbench", "run", "ref.contract.json", "--out", "runs/bundle-ref"]
 SEED_004 = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "004_624fc2b3ddf08dd6.txt"
 
 
-def bwrap_available() -> bool:
-    try:
-        from sealbench.sandbox import open_sandbox
-
-        open_sandbox("bubblewrap")
-        return True
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot start here (make setup installs it)")
+pytestmark = needs_bwrap
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SAMPLE, make_contract
+from conftest import SAMPLE, bwrap_available, make_contract, needs_bwrap
 from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.compare import (
     TIE,
@@ -32,18 +32,7 @@ from sealbench.formats import Metrics, TieRule
 from sealbench.pack import seal_pack
 from sealbench.runner import RunOptions, execute
 
-
-def bwrap_available() -> bool:
-    try:
-        from sealbench.sandbox import open_sandbox
-
-        open_sandbox("bubblewrap")
-        return True
-    except Exception:
-        return False
-
-
-needs_runs = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot start here (make setup installs it)")
+needs_runs = needs_bwrap
 ALL = ("csv-split-001", "t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_missing_test",
        "t_22_reject_network_call")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import make_contract
+from conftest import make_contract, needs_bwrap
 from sealbench.errors import RunRefusal
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
@@ -27,17 +27,7 @@ TASK = "t_11_fix_off_by_one"
 FIX = "def last_n(items, n):\n    return items[-n:] if n > 0 else []\n"
 
 
-def bwrap_available() -> bool:
-    try:
-        from sealbench.sandbox import open_sandbox
-
-        open_sandbox("bubblewrap")
-        return True
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot start here (make setup installs it)")
+pytestmark = needs_bwrap
 
 
 def run(sealed_pack: Path, tmp_path: Path, command: str, *, task_ids: tuple[str, ...] = (TASK,),

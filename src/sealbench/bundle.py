@@ -56,7 +56,7 @@ from .errors import (
     UsageError,
     VerificationFailed,
 )
-from .files import describe_validation_error
+from .files import describe_validation_error, fsync_dir
 from .formats import Rate, Scorecard, ScoringContract, check_id
 from .journal import ChainReport, read_chain
 from .score import score
@@ -805,14 +805,6 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _stale(run_dir: Path, files: Mapping[str, bytes], derived: Iterable[str]) -> list[str]:
     problems = []
     for rel in sorted(derived):
@@ -885,7 +877,7 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
             (tmp / sub).mkdir(exist_ok=True)
         for sub in ("traces", "patches", "blobs", "probe", "."):
             if (tmp / sub).is_dir():
-                _fsync_dir(tmp / sub)
+                fsync_dir(tmp / sub)
         # mkdtemp makes the directory 0700; a bundle is meant to be read by others.
         tmp.chmod(0o755)
         if target.exists() or target.is_symlink():
@@ -894,7 +886,7 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(out_root)
+    fsync_dir(out_root)
     return target
 
 

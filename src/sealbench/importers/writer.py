@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ..digest import UnsafeTree, tree_digest
 from ..errors import PackError, UsageError
-from ..files import describe_validation_error, model_json
+from ..files import describe_validation_error, fsync_dir, model_json
 from ..formats import PackManifest, check_id
 from ..pack import Pack, load_pack, seal_pack, visible_test_leaks
 from ..workspace import META_DIR
@@ -110,15 +110,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(Path(dirpath))
 
 
 def _missing_parents(path: Path) -> Iterator[Path]:
@@ -183,7 +175,7 @@ def write_pack(draft: PackDraft, out: Path) -> Pack:
         if out.exists() or out.is_symlink():
             raise UsageError(f"{out} appeared while importing; importing never overwrites a pack")
         os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         for parent in created:
