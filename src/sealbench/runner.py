@@ -626,25 +626,36 @@ def execute(
                              "probe" if probe else str(contract.run_id))
         try:
             with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-                futures: dict[Future[str], str] = {
-                    pool.submit(_run_task, ctx, t, prior.get(t.task_id, _Prior())): t.task_id for t in todo
-                }
-                pending = set(futures)
+                # Only a few tasks are queued ahead of the workers, so memory stays flat however
+                # long the denominator is.
+                queue = iter(todo)
+                pending: dict[Future[str], str] = {}
+
+                def refill() -> None:
+                    for task in queue:
+                        fut = pool.submit(_run_task, ctx, task, prior.get(task.task_id, _Prior()))
+                        pending[fut] = task.task_id
+                        if len(pending) >= 2 * max(1, opts.jobs):
+                            return
+
                 try:
+                    refill()
                     while pending:
-                        finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                        finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                         for fut in finished:
-                            tid = futures[fut]
+                            tid = pending.pop(fut)
                             outcome = fut.result()
                             outcomes[tid] = outcome
                             if outcome != "interrupted":
                                 progress.update(tid, outcome)
+                        refill()
                 except KeyboardInterrupt:
                     interrupted = True
                     stop.set()
                     for fut in pending:
                         fut.cancel()
-                    ctx.j("run_interrupted", reason="keyboard interrupt", pending=len(pending))
+                    ctx.j("run_interrupted", reason="keyboard interrupt",
+                          pending=len(todo) - len(outcomes))
                     wait(pending)
                 except JournalStopped:
                     stop.set()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from .derive import derive, seed_event
+from .derive import derive_iter, seed_event
 from .errors import ScoreRefusal, VerificationFailed
 from .files import read_text
-from .formats import ScoringContract, SeedEvent
-from .journal import read_chain
+from .formats import Scorecard, ScoringContract, SeedEvent
+from .journal import iter_verified
 from .score import parse_events_json
 
 
@@ -26,17 +28,20 @@ def events_from(source: Path, contract: ScoringContract) -> list[SeedEvent]:
         journal = source / "journal.jsonl"
         if not journal.is_file():
             raise ScoreRefusal(f"{source}: no journal.jsonl in this run directory")
-        report = read_chain(journal)
-        problems = list(report.problems)
-        if report.torn_tail:
-            problems.append("journal.jsonl: torn last line (resume the run to repair it)")
-        first = report.events[0]["payload"] if report.events else {}
-        if first.get("contract_sha256") != contract.contract_sha256:
-            problems.append(
-                f"journal.jsonl: run was made under contract {first.get('contract_sha256')}, "
-                f"not {contract.contract_sha256}"
-            )
-        if problems:
-            raise VerificationFailed(problems)
-        return [seed_event(c) for c in derive(report.events, contract.task_ids).scorecards]
+        pinned: list[str | None] = []
+
+        def checked() -> Iterator[dict[str, Any]]:
+            # Streamed: a long run's journal is never held in memory at once.
+            for event in iter_verified(journal):
+                if not pinned:
+                    pinned.append(event["payload"].get("contract_sha256"))
+                    if pinned[0] != contract.contract_sha256:
+                        raise VerificationFailed([
+                            f"journal.jsonl: run was made under contract {pinned[0]}, "
+                            f"not {contract.contract_sha256}"])
+                yield event
+
+        files = dict(derive_iter(checked(), contract.task_ids))
+        cards = files["scorecards.jsonl"].splitlines()
+        return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]
     return parse_events_json(read_text(source, ScoreRefusal), str(source))
