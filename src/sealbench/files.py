@@ -66,10 +66,11 @@ def model_json(model: BaseModel) -> str:
     return json.dumps(model.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` via a fsynced temporary file and a rename.
+def write_atomic(path: Path, data: bytes | str, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` via a temporary file and a rename.
 
-    A crash leaves either the old file or the new one, never half of one.
+    A crash leaves either the old file or the new one, never half of one. ``durable=False``
+    skips the fsyncs, for files that are re-derived from the journal anyway.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,12 +79,14 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(path: Path) -> None:

@@ -30,7 +30,7 @@ from .contract import load_contract, pack_path, require_locked
 from .derive import derive_iter, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
-from .files import write_atomic
+from .files import fsync_dir, write_atomic
 from .formats import Budget, Outcome, ScoringContract
 from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
@@ -128,11 +128,15 @@ def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, fe
 
 def _store_blob(run_dir: Path, path: Path) -> str:
     """Move a captured output file into blobs/ under its digest; returns the digest."""
-    data = path.read_bytes()
+    with path.open("rb") as f:
+        data = f.read()
+        # Durable before the journal event that names it is written.
+        os.fsync(f.fileno())
     digest = sha256_bytes(data)
     dest = run_dir / "blobs" / digest.removeprefix("sha256:")
     if not dest.exists():
         os.replace(path, dest)
+        fsync_dir(dest.parent)
     else:
         path.unlink()
     return digest
@@ -475,7 +479,7 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
           first_attempt_passed=bool(first), patch_sha256=patch_digest, **detail)
     if patch_digest and not ctx.probe:
         blob = ctx.run_dir / "blobs" / patch_digest.removeprefix("sha256:")
-        write_atomic(ctx.run_dir / "patches" / f"{tid}.patch", blob.read_bytes())
+        write_atomic(ctx.run_dir / "patches" / f"{tid}.patch", blob.read_bytes(), durable=False)
     return outcome.value
 
 
@@ -533,7 +537,7 @@ class _Progress:
 def write_derived(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
     """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming."""
     for rel, data in derive_iter(events, task_ids):
-        write_atomic(run_dir / rel, data)
+        write_atomic(run_dir / rel, data, durable=False)
 
 
 def execute(
