@@ -1,0 +1,77 @@
+"""Issue 5 target: verify a 10,000-task bundle with 40,000 journal events in < 5 s and < 300 MB.
+
+The run is synthesised with sealbench's own journal writer (four events per task: started,
+attempt started, attempt finished, finished), bundled with `sealbench bundle`, then timed
+with `sealbench verify`, which checks every sum and the chain and re-derives every derived
+file byte for byte. The floor is `python -c pass`, timed in the same run.
+Run: .venv/bin/python benchmarks/bench_verify.py [--tasks N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from _common import SEALBENCH, check, measure, row
+
+from sealbench.contract import lock_contract
+from sealbench.digest import sha256_bytes
+from sealbench.files import model_json, write_atomic
+from sealbench.formats import AccessClass, AgentSpec, Budget, Controls, PackRef, ScoringContract
+from sealbench.journal import Journal, read_chain
+from sealbench.runner import write_derived
+
+
+def synthesise(run_dir: Path, n: int) -> None:
+    ids = [f"task-{i:05d}" for i in range(n)]
+    contract = ScoringContract(
+        task_ids=ids, controls=Controls(narration_probe=None, oracle_validity="unavailable"),
+        access_class=AccessClass(host="benchmark machine"), agent=AgentSpec(label="synthetic", command="true"),
+        budget=Budget(max_attempts=1, wall_clock_s=60), forbidden_paths=["conftest.py"],
+        pack=PackRef(path="pack", sha256=sha256_bytes(b"synthetic pack")),
+    )
+    contract = lock_contract(contract, "bench-verify", datetime.now(UTC))
+    run_dir.mkdir(parents=True)
+    write_atomic(run_dir / "scoring_contract.json", model_json(contract))
+    journal = Journal.create(run_dir / "journal.jsonl", fsync=False)
+    journal.append("run_started", payload={"contract_sha256": contract.contract_sha256, "run_id": contract.run_id,
+                                           "pack_sha256": contract.pack.sha256 if contract.pack else None,
+                                           "argv": None, "probe": False, "sandbox": {"kind": "bubblewrap"}})
+    hidden = sha256_bytes(b"hidden tests")
+    for i, tid in enumerate(ids):
+        passed = i % 3 == 0
+        journal.append("task_started", task_id=tid, payload={
+            "max_attempts": 1, "wall_clock_s": 60, "prompt_template_id": "t", "hidden_tests_sha256": hidden,
+            "oracle_cmd": ["python", "check_value.py"]})
+        journal.append("attempt_started", task_id=tid, attempt=1, payload={"budget_s": 60})
+        journal.append("attempt_finished", task_id=tid, attempt=1,
+                       payload={"result": "pass" if passed else "fail", "elapsed_ms": 10})
+        journal.append("task_finished", task_id=tid, payload={
+            "outcome": "pass" if passed else "fail", "attempts_used": 1, "elapsed_ms": 12,
+            "first_attempt_passed": passed, "patch_sha256": None})
+    journal.append("run_finished", payload={})
+    journal.close()
+    write_derived(run_dir, read_chain(run_dir / "journal.jsonl").events, ids)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=10_000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
+        root = Path(tmp)
+        synthesise(root / "run", args.tasks)
+        events = len(read_chain(root / "run" / "journal.jsonl").events)
+        check(measure([SEALBENCH, "bundle", str(root / "run"), "--out", str(root / "bundles")]), "bundle")
+        floor = min(measure([sys.executable, "-c", "pass"]).seconds for _ in range(5))
+        print(f"bench_verify: {args.tasks} tasks, {events} journal events")
+        row("floor: python -c pass (best of 5)", f"{floor * 1000:.0f} ms")
+        m = check(measure([SEALBENCH, "verify", str(root / "bundles" / "bench-verify")]), "verify")
+        row("sealbench verify", f"{m.seconds:.2f} s, peak {m.peak_mb:.0f} MB (target < 5 s, < 300 MB)")
+
+
+if __name__ == "__main__":
+    main()
