@@ -150,8 +150,11 @@ def test_ctrl_c_stops_cleanly_records_it_and_resume_continues(sealed_pack: Path,
     contract_file = tmp_path / "c.json"
     make_contract(sealed_pack, contract_file, task_ids=ids, command="sh -c 'sleep 1'", run_id="ctrlc")
     run_dir = tmp_path / "run"
+    # A background job of a non-interactive shell (how CI may start us) inherits SIGINT
+    # ignored, and Python then leaves it ignored; a user's Ctrl-C reaches a default handler.
     proc = subprocess.Popen([sealbench_exe(), "run", str(contract_file), "--out", str(run_dir), "--no-progress",
-                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=30)
