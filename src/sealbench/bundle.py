@@ -45,7 +45,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .contract import require_locked
-from .derive import derive, probe_summary, seed_event
+from .derive import derive, probe_bytes, probe_summary, rate_bytes, seed_event
 from .digest import DIGEST_RE, sha256_bytes
 from .errors import (
     ContractError,
@@ -92,16 +92,6 @@ _SUMS_LINE_RE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
 
 
 # --------------------------------------------------------------------------- pure helpers
-
-
-def rate_bytes(rate: Rate) -> bytes:
-    """The bytes of ``rate.json``, exactly as ``sealbench run`` writes them beside a run."""
-    return (json.dumps(rate.model_dump(mode="json"), indent=2) + "\n").encode("utf-8")
-
-
-def probe_bytes(summary: Mapping[str, Any]) -> bytes:
-    """The bytes of ``narration_probe.json``, exactly as the runner writes them."""
-    return (json.dumps(summary, indent=2) + "\n").encode("utf-8")
 
 
 def sums_bytes(files: Mapping[str, bytes]) -> bytes:

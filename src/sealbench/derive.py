@@ -7,12 +7,12 @@ so ``verify`` can re-derive them later and compare byte for byte.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .digest import canonical_json, is_real_digest, sha256_bytes
-from .formats import Outcome, Scorecard, SeedEvent
+from .formats import Outcome, Rate, Scorecard, SeedEvent
 from .scorecard import REQUIRED_SCORE_KEYS
 
 
@@ -153,3 +153,13 @@ def probe_summary(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> 
         "tasks": tasks,
         "note": "a control reported beside the rate; it never enters the numerator",
     }
+
+
+def rate_bytes(rate: Rate) -> bytes:
+    """The bytes of ``rate.json``: one serialisation wherever it is written or re-derived."""
+    return (json.dumps(rate.model_dump(mode="json"), indent=2) + "\n").encode("utf-8")
+
+
+def probe_bytes(summary: Mapping[str, Any]) -> bytes:
+    """The bytes of ``narration_probe.json``: one serialisation wherever it is written."""
+    return (json.dumps(summary, indent=2) + "\n").encode("utf-8")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from .contract import load_contract
+from .derive import rate_bytes
 from .errors import Refusal, VerificationFailed
+from .files import write_atomic
 from .formats import Rate, Scorecard
 from .score import score
 from .scoring_io import events_from
@@ -59,7 +60,7 @@ def print_run_summary(contract_file: Path, run_dir: Path) -> int:
     except Refusal as e:
         print(f"no rate emitted: {e}", file=sys.stderr)
         return e.exit_code
-    (run_dir / "rate.json").write_text(json.dumps(rate.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    write_atomic(run_dir / "rate.json", rate_bytes(rate), durable=False)
     for line in rate_lines(rate):
         print(line)
     return 0

@@ -27,7 +27,7 @@ from typing import Any
 from . import __version__
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
-from .derive import derive_iter, probe_summary
+from .derive import derive_iter, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import fsync_dir, write_atomic
@@ -686,7 +686,4 @@ def execute(
 
 
 def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
-    import json
-
-    summary = probe_summary(events, task_ids)
-    write_atomic(run_dir / "narration_probe.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(run_dir / "narration_probe.json", probe_bytes(probe_summary(events, task_ids)), durable=False)
