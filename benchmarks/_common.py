@@ -36,6 +36,11 @@ def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str]
     return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out)
 
 
+def floor_seconds(tries: int = 5) -> float:
+    """The floor every figure is compared with: the best of a few bare `python -c pass`."""
+    return min(measure([sys.executable, "-c", "pass"]).seconds for _ in range(tries))
+
+
 def check(m: Measured, what: str) -> Measured:
     if m.returncode != 0:
         sys.stderr.write(m.stdout.decode(errors="replace")[-3000:])

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-from _common import SEALBENCH, check, measure, row, write_pack
+from _common import SEALBENCH, check, floor_seconds, measure, row, write_pack
 
 
 def main() -> None:
@@ -23,7 +22,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         print(f"bench_core: {args.tasks} tasks")
-        floor = min(measure([sys.executable, "-c", "pass"]).seconds for _ in range(5))
+        floor = floor_seconds()
         row("floor: python -c pass (best of 5)", f"{floor * 1000:.0f} ms")
         helps = [check(measure([SEALBENCH, "--help"]), "--help") for _ in range(5)]
         best = min(h.seconds for h in helps)

@@ -10,12 +10,11 @@ Run: .venv/bin/python benchmarks/bench_verify.py [--tasks N]
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import SEALBENCH, check, measure, row
+from _common import SEALBENCH, check, floor_seconds, measure, row
 
 from sealbench.contract import lock_contract
 from sealbench.digest import sha256_bytes
@@ -66,7 +65,7 @@ def main() -> None:
         synthesise(root / "run", args.tasks)
         events = len(read_chain(root / "run" / "journal.jsonl").events)
         check(measure([SEALBENCH, "bundle", str(root / "run"), "--out", str(root / "bundles")]), "bundle")
-        floor = min(measure([sys.executable, "-c", "pass"]).seconds for _ in range(5))
+        floor = floor_seconds()
         print(f"bench_verify: {args.tasks} tasks, {events} journal events")
         row("floor: python -c pass (best of 5)", f"{floor * 1000:.0f} ms")
         m = check(measure([SEALBENCH, "verify", str(root / "bundles" / "bench-verify")]), "verify")

@@ -10,8 +10,10 @@ events.json are derived from it (:mod:`sealbench.derive`).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import re
 import shutil
 import sys
 import threading
@@ -114,8 +116,6 @@ def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path) -> di
 
 def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, feedback: str) -> str:
     """Fill a frozen template in one pass: {task_prompt} {task_id} {attempt} {max_attempts} {feedback}."""
-    import re
-
     values = {
         "task_prompt": task.prompt.rstrip("\n"),
         "task_id": task.task_id,
@@ -208,8 +208,6 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, prompt_fi
     if "error" in box:
         facts["error"] = box["error"]
     try:
-        import json
-
         json.dumps(box.get("action"))
         facts["action"] = box.get("action")
     except (TypeError, ValueError):
