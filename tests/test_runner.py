@@ -309,3 +309,25 @@ def test_python_callable_agent_is_recorded_as_unsandboxed(sealed_pack: Path, tmp
     assert events[0]["payload"]["agent"]["sandboxed"] is False
     assert kinds(events, "task_finished")[0]["payload"]["outcome"] == "pass"
     assert os.path.exists(tmp_path / "r" / "scorecards.jsonl")
+
+
+def test_jobs_caps_agents_running_at_once_while_the_next_tasks_are_set_up(sealed_pack: Path, tmp_path: Path) -> None:
+    """Tasks beyond --jobs set their sandboxes up ahead; none of their agents starts early."""
+    from datetime import datetime
+
+    every = tuple(sorted(p.name for p in (sealed_pack / "tasks").iterdir()))
+    _run_dir, events, cards = run(sealed_pack, tmp_path, "sleep 0.3", task_ids=every,
+                                  options=RunOptions(progress=False, jobs=2))
+    assert [c["outcome"] for c in cards] == ["abstain"] * len(every)
+
+    def at(event: dict[str, Any]) -> float:
+        return datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+
+    edges = sorted([(at(e), 1) for e in kinds(events, "attempt_started")]
+                   + [(at(e), -1) for e in kinds(events, "agent_finished")], key=lambda edge: (edge[0], edge[1]))
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert peak == 2
+    assert all(e["payload"]["elapsed_ms"] >= 300 for e in kinds(events, "agent_finished"))

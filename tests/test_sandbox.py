@@ -642,3 +642,84 @@ def test_run_cgroup_removed_before_admission_is_replaced() -> None:
         sleeper.kill()
         sleeper.wait()
         assert cgroup.kill_all() and cgroup.remove(5.0) is None
+
+
+# --- prepared commands: set up ahead, started later ------------------------------------------
+
+
+@pytest.mark.parametrize("kind", EVERY)
+def test_prepared_command_does_not_run_before_start_and_its_deadline_counts_from_start(
+    kind: str, tmp_path: Path
+) -> None:
+    agent = Agent(tmp_path, open_sandbox(kind))
+    spec = agent.spec(["sh", "-c", "touch ran; sleep 0.3; echo done"], timeout_s=0.6)
+    with agent.sandbox.prepare(spec) as prepared:
+        time.sleep(1.0)  # longer than the deadline: held, not running
+        assert not (agent.workdir / "ran").exists()
+        t0 = time.monotonic()
+        result = prepared.start()
+        took = time.monotonic() - t0
+    assert (result.exit_code, result.timed_out) == (0, False)
+    assert agent.stdout() == "done\n"
+    assert (agent.workdir / "ran").exists()
+    assert 0.3 <= result.elapsed_s <= took < 0.6
+
+
+@pytest.mark.parametrize("kind", EVERY)
+def test_prepared_command_takes_the_deadline_given_at_start(kind: str, tmp_path: Path) -> None:
+    agent = Agent(tmp_path, open_sandbox(kind))
+    with agent.sandbox.prepare(agent.spec(["sleep", "30"], timeout_s=30.0)) as prepared:
+        t0 = time.monotonic()
+        result = prepared.start(0.2)
+    assert result.timed_out and result.exit_code is None
+    assert time.monotonic() - t0 < 0.2 + KILL_GRACE_S + 0.5
+
+
+@pytest.mark.parametrize("kind", EVERY)
+def test_prepared_command_closed_unstarted_never_runs_and_leaves_nothing(kind: str, tmp_path: Path) -> None:
+    agent = Agent(tmp_path, open_sandbox(kind))
+    prepared = agent.sandbox.prepare(agent.spec(["sh", "-c", "touch ran"]))
+    time.sleep(0.2)
+    prepared.close()
+    prepared.close()  # twice is fine
+    time.sleep(0.2)
+    assert not (agent.workdir / "ran").exists()
+    assert marked_pids(agent.mark) == []
+    if HAS_PIDS_CGROUP:
+        assert list(cgroup_root().glob(f"run-{os.getpid()}-*")) == []
+
+
+def test_prepared_command_runs_once(tmp_path: Path) -> None:
+    agent = Agent(tmp_path, NoSandbox())
+    with agent.sandbox.prepare(agent.spec(["true"])) as prepared:
+        assert prepared.start().exit_code == 0
+        with pytest.raises(HarnessError, match="runs once"):
+            prepared.start()
+
+
+def bwrap_pids_for(workdir: Path) -> list[int]:
+    needle = str(workdir).encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = Path("/proc", entry.name, "cmdline").read_bytes().split(b"\0")
+                if argv and argv[0].endswith(b"bwrap") and needle in argv:
+                    found.append(int(entry.name))
+    return found
+
+
+@needs_bwrap
+def test_prepared_bubblewrap_is_held_with_its_namespaces_built(tmp_path: Path) -> None:
+    """Held: bwrap and its child already live in new namespaces, the command has not run."""
+    agent = Agent(tmp_path, open_sandbox("bubblewrap"))
+    with agent.sandbox.prepare(agent.spec(["sh", "-c", "echo $$"])) as prepared:
+        time.sleep(0.3)
+        held = bwrap_pids_for(agent.workdir)
+        assert len(held) == 2, held  # the monitor and the sandbox's pid 1, waiting on the gate
+        namespaces = {os.readlink(f"/proc/{pid}/ns/pid") for pid in held}
+        assert os.readlink("/proc/self/ns/pid") in namespaces and len(namespaces) == 2
+        assert marked_pids(agent.mark) == []
+        result = prepared.start()
+    assert result.exit_code == 0 and agent.stdout().strip() == "2"  # pid 2: under bwrap's pid 1
+    assert bwrap_pids_for(agent.workdir) == []

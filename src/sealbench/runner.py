@@ -36,7 +36,7 @@ from .files import fsync_dir, write_atomic
 from .formats import Budget, Outcome, ScoringContract
 from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
-from .sandbox import Limits, Sandbox, SandboxResult, SandboxSpec, open_sandbox
+from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open_sandbox
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
 
 FEEDBACK_CAP = 16 * 1024
@@ -85,6 +85,8 @@ class _Ctx:
     sandbox: Sandbox
     options: RunOptions
     stop: threading.Event
+    slots: threading.Semaphore
+    setups: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(os.cpu_count() or 1))
     probe: bool = False
     template_override: str | None = None
 
@@ -150,40 +152,76 @@ def _store_bytes(run_dir: Path, data: bytes) -> str:
     return digest
 
 
-def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
-               tag: str, readonly: Sequence[Path] = ()) -> tuple[SandboxResult, dict[str, Any]]:
+def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float, tag: str,
+          readonly: Sequence[Path] = ()) -> SandboxSpec:
     tmp = ctx.run_dir / "tmp"
-    out, err = tmp / f"{tag}.out", tmp / f"{tag}.err"
-    spec = SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
-                       stdout_path=out, stderr_path=err, limits=ctx.options.limits,
+    return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
+                       stdout_path=tmp / f"{tag}.out", stderr_path=tmp / f"{tag}.err", limits=ctx.options.limits,
                        readonly_paths=tuple(readonly))
-    res = ctx.sandbox.run(spec)
-    facts = {
+
+
+def _facts(ctx: _Ctx, spec: SandboxSpec, res: SandboxResult) -> dict[str, Any]:
+    return {
         "exit_code": res.exit_code,
         "signal": res.signal,
         "timed_out": res.timed_out,
         "elapsed_ms": int(res.elapsed_s * 1000),
-        "stdout": _store_blob(ctx.run_dir, out),
-        "stderr": _store_blob(ctx.run_dir, err),
+        "stdout": _store_blob(ctx.run_dir, spec.stdout_path),
+        "stderr": _store_blob(ctx.run_dir, spec.stderr_path),
         "stdout_bytes": res.stdout_bytes,
         "stderr_bytes": res.stderr_bytes,
         "stdout_truncated": res.stdout_truncated,
         "stderr_truncated": res.stderr_truncated,
     }
-    return res, facts
 
 
-def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, prompt_file: Path,
-               remaining: float) -> dict[str, Any]:
+def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
+               tag: str) -> tuple[SandboxResult, dict[str, Any]]:
+    spec = _spec(ctx, argv, workdir, env, timeout, tag)
+    res = ctx.sandbox.run(spec)
+    return res, _facts(ctx, spec, res)
+
+
+@dataclass
+class _Ready:
+    """One attempt's prompt written and, for a command agent, its sandbox set up and waiting."""
+
+    attempt: int
+    prompt: str
+    prompt_file: Path
+    prepared: Prepared | None
+
+
+def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_attempts: int,
+                   feedback: str) -> _Ready:
+    template = ctx.template_override or task.template
+    prompt = render_prompt(template, task, attempt, max_attempts, feedback)
+    prompt_file = tw.ws / META_DIR / "prompt.md"
+    prompt_file.write_text(prompt, encoding="utf-8")
+    prepared = None
     agent = ctx.agent
     if agent.kind == "command":
         values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
-                  "max_attempts": str(ctx.budget.max_attempts), "task_id": task.task_id}
-        argv = render_argv(agent.command, values)
+                  "max_attempts": str(max_attempts), "task_id": task.task_id}
         mounts = [Path(m) for m in (ctx.contract.agent.mounts if ctx.contract.agent else [])]
-        _res, facts = _sandboxed(ctx, argv, tw.ws, _env(ctx, task, tw.ws, attempt, prompt_file),
-                                 remaining, f"{task.task_id}.{attempt}.agent", mounts)
-        return facts
+        # The deadline is set when the attempt starts, from the time that remains then.
+        spec = _spec(ctx, render_argv(agent.command, values), tw.ws,
+                     _env(ctx, task, tw.ws, attempt, prompt_file), ctx.budget.wall_clock_s,
+                     f"{task.task_id}.{attempt}.agent", mounts)
+        prepared = ctx.sandbox.prepare(spec)
+    return _Ready(attempt, prompt, prompt_file, prepared)
+
+
+def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, remaining: float) -> dict[str, Any]:
+    agent = ctx.agent
+    attempt = ready.attempt
+    if ready.prepared is not None:
+        prepared = ready.prepared
+        try:
+            res = prepared.start(max(0.05, remaining))
+        finally:
+            prepared.close()
+        return _facts(ctx, prepared.spec, res)
     started = time.monotonic()
     if agent.kind == "builtin":
         assert agent.builtin is not None
@@ -203,7 +241,7 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, prompt_fi
     worker.start()
     worker.join(remaining)
     timed_out = worker.is_alive()
-    facts = {"exit_code": None if timed_out else (1 if "error" in box else 0), "timed_out": timed_out,
+    facts: dict[str, Any] = {"exit_code": None if timed_out else (1 if "error" in box else 0), "timed_out": timed_out,
              "elapsed_ms": int((time.monotonic() - started) * 1000)}
     if "error" in box:
         facts["error"] = box["error"]
@@ -378,11 +416,56 @@ def _final_outcome(result: str) -> Outcome:
     return Outcome(result)
 
 
+def _take_slot(ctx: _Ctx) -> bool:
+    """Wait for one of the --jobs slots; False when the run is stopping."""
+    while not ctx.slots.acquire(timeout=0.1):
+        if ctx.stop.is_set():
+            return False
+    if ctx.stop.is_set():
+        ctx.slots.release()
+        return False
+    return True
+
+
 def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
-    """Run one task to its end; returns its outcome. Journal failures propagate."""
+    """Run one task to its end; returns its outcome. Journal failures propagate.
+
+    What costs the agent nothing (the workspace, the first prompt, the first attempt's sandbox
+    set up and held before exec) is done before the task takes one of the --jobs slots, while
+    other tasks' agents run; the slot is given back before the workspace is removed.
+    """
+    max_attempts = 1 if ctx.probe else ctx.budget.max_attempts
+    tw = TaskWorkspace(ctx.run_dir / "work" / ("probe-" + task.task_id if ctx.probe else task.task_id),
+                       task.workspace)
+    ready: _Ready | None = None
+    setup_error: Exception | None = None
+    slot = False
+    try:
+        if prior.last_result in (None, Outcome.FAIL.value) and prior.attempts_started < max_attempts:
+            # Set-ups are CPU work: a few at a time, so that the first tasks are ready first.
+            with ctx.setups:
+                try:
+                    tw.materialise()
+                    ready = _ready_attempt(ctx, task, tw, prior.attempts_started + 1, max_attempts, "")
+                except Exception as e:  # the harness's failure: recorded once the task has started
+                    setup_error = e
+        slot = _take_slot(ctx)
+        if not slot:
+            return "interrupted"
+        return _run_started_task(ctx, task, prior, tw, max_attempts, ready, setup_error)
+    finally:
+        if ready is not None and ready.prepared is not None:
+            ready.prepared.close()
+        if slot:
+            ctx.slots.release()
+        if not ctx.options.keep_work:
+            shutil.rmtree(tw.root, ignore_errors=True)
+
+
+def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, max_attempts: int,
+                      ready: _Ready | None, setup_error: Exception | None) -> str:
     tid = task.task_id
     budget = ctx.budget
-    max_attempts = 1 if ctx.probe else budget.max_attempts
     if not prior.started:
         ctx.j("task_started", tid, max_attempts=max_attempts, wall_clock_s=budget.wall_clock_s,
               prompt_template_id="narration-probe" if ctx.probe else task.record.prompt_template_id,
@@ -395,15 +478,14 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
     patch_digest = prior.last_patch
     outcome: Outcome | None = None
     detail: dict[str, Any] = {}
-    tw = TaskWorkspace(ctx.run_dir / "work" / ("probe-" + tid if ctx.probe else tid), task.workspace)
     try:
+        if setup_error is not None:
+            raise setup_error
         if prior.last_result not in (None, Outcome.FAIL.value):
             # The run stopped between an attempt's end and the task's: its result stands.
             outcome = _final_outcome(prior.last_result)
             if ctx.probe:
                 detail["probe_passed"] = prior.last_result == "probe_pass"
-        else:
-            tw.materialise()
         feedback = ""
         for attempt in range(attempts_used + 1, max_attempts + 1):
             if outcome is not None:
@@ -417,11 +499,10 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
             ctx.j("attempt_started", tid, attempt, budget_s=round(remaining, 3))
             attempts_used = attempt
             a0 = time.monotonic()
-            template = ctx.template_override or task.template
-            prompt = render_prompt(template, task, attempt, max_attempts, feedback)
-            prompt_file = tw.ws / META_DIR / "prompt.md"
-            prompt_file.write_text(prompt, encoding="utf-8")
-            agent_facts = _run_agent(ctx, task, tw, attempt, prompt_file, remaining)
+            if ready is None or ready.attempt != attempt:
+                ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
+            agent_facts = _run_agent(ctx, task, tw, ready, remaining)
+            prompt = ready.prompt
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                   transcript=tree_digest(tw.ws / META_DIR / "trace"), **agent_facts)
             changed = tw.changes()
@@ -469,9 +550,6 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
         outcome = Outcome.HARNESS_ERROR
         detail["error"] = f"{type(e).__name__}: {e}"
         ctx.j("harness_error", tid, attempts_used or None, error=detail["error"])
-    finally:
-        if not ctx.options.keep_work:
-            shutil.rmtree(tw.root, ignore_errors=True)
     elapsed_ms = int((time.monotonic() - t0 + prior.consumed_s) * 1000)
     ctx.j("task_finished", tid, outcome=outcome.value, attempts_used=attempts_used, elapsed_ms=elapsed_ms,
           first_attempt_passed=bool(first), patch_sha256=patch_digest, **detail)
@@ -606,7 +684,8 @@ def execute(
     if probe:
         template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
     ctx = _Ctx(contract=contract, budget=contract.budget, pack=pack, run_dir=base, journal=journal,
-               agent=agent, sandbox=sandbox, options=opts, stop=stop, probe=probe, template_override=template)
+               agent=agent, sandbox=sandbox, options=opts, stop=stop, slots=threading.Semaphore(max(1, opts.jobs)),
+               probe=probe, template_override=template)
     outcomes: dict[str, str] = {}
     interrupted = False
     try:
@@ -627,9 +706,10 @@ def execute(
         progress = _Progress(len(contract.task_ids), done_before, opts.progress,
                              "probe" if probe else str(contract.run_id))
         try:
-            with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-                # Only a few tasks are queued ahead of the workers, so memory stays flat however
-                # long the denominator is.
+            # As many tasks again as --jobs set themselves up (workspace, sandbox) while the others
+            # run; only a few tasks are queued beyond that, so memory stays flat however long
+            # the denominator is.
+            with ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs)) as pool:
                 queue = iter(todo)
                 pending: dict[Future[str], str] = {}
 

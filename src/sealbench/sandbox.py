@@ -34,14 +34,18 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
 
 Launch (thread-safe: :meth:`run` is called from many threads at once)
 ---------------------------------------------------------------------
+:meth:`~BubblewrapSandbox.prepare` does everything below and lets bwrap build the namespaces
+and mounts, which then waits on ``--block-fd``; :meth:`Prepared.start` opens that gate and
+starts the deadline (the command is exec'd about a millisecond later), so a runner can set the
+next command up while the current one runs. :meth:`run` is prepare then start.
+
 No Python code runs between fork and exec (``preexec_fn`` is unsafe in a threaded process and
-forces a full fork). The child is a chain of execs that keeps one pid: with a run cgroup,
-``/bin/sh`` first blocks on a pipe until the parent has written its pid into the cgroup's
-``cgroup.procs``, so the command and all it forks are born inside (nothing untrusted runs
-before that, and if the move fails the child is killed and never execs); then util-linux
-``prlimit`` sets the rlimits (soft = hard) and execs the backend's command (without a run
-cgroup the chain starts at ``prlimit``). A cgroup removed under us before the move (an older
-sealbench's sweep) is replaced by a fresh one.
+forces a full fork). The child is ``/bin/sh``, which blocks on a pipe while the parent writes
+its pid into the run cgroup's ``cgroup.procs`` (when there is one) and sets its rlimits with
+prlimit(2) (soft = hard), then execs the backend's command, keeping its pid: the command and
+all it forks are born inside the cgroup and under the caps (nothing untrusted runs before
+that, and if either step fails the child is killed and never execs). A cgroup removed under
+us before the move (an older sealbench's sweep) is replaced by a fresh one.
 
 Run cgroups are named ``run-<pid>-<n>`` under ``<pids hierarchy>/sealbench``. After a run,
 once its processes are all dead, a cgroup the kernel still reports busy is retried for a
@@ -65,7 +69,7 @@ Known limits
   cgroup hierarchy from different pid namespaces must not share its ``sealbench`` directory.
   A dead runner's pid reused by another process delays the cleanup until that one exits.
 * :class:`NoSandbox` checks up front that the command is an executable on ``PATH``; any other
-  exec failure is reported like a shell does (exit code 126 or 127, ``prlimit``'s message on
+  exec failure is reported as the gate shell reports it (exit code 126 or 127, its message on
   stderr). It runs as the caller, so a root command can leave its cgroup.
 * A command killed by a signal inside bwrap is reported like a shell does, as exit code
   ``128 + signal`` (``signal`` stays ``None``); :class:`NoSandbox` reports the signal itself.
@@ -109,6 +113,7 @@ __all__ = [
     "BubblewrapSandbox",
     "Limits",
     "NoSandbox",
+    "Prepared",
     "Sandbox",
     "SandboxResult",
     "SandboxSpec",
@@ -129,7 +134,8 @@ _CGROUP_TRIES: Final = 5
 _VANISHED: Final = (errno.ENOENT, errno.ENODEV)
 _SHELL: Final = "/bin/sh"
 # Runs as the launched child itself, before anything untrusted: waits until the parent has put
-# it into the run cgroup (a closed pipe means the parent gave up), then execs prlimit.
+# it into the run cgroup and set its rlimits (a closed pipe means the parent gave up), then
+# execs the backend's command.
 _GATE_SCRIPT: Final = 'read -r go || exit 125; exec "$@" </dev/null'
 _CHUNK: Final = 1 << 16
 _STDERR_HEAD: Final = 4096
@@ -138,7 +144,9 @@ _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/et
 _KERNEL_DIRS: Final = ("/proc", "/dev", "/sys")
 # bwrap's outer monitor, its pid-1 reaper and its short-lived setup helper share the cgroup.
 _BWRAP_HELPERS: Final = 3
-_RLIMITS_TEXT: Final = "RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 set by prlimit before exec"
+_RLIMITS_TEXT: Final = (
+    "RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 set with prlimit(2) before exec"
+)
 _KILL_TEXT: Final = f"SIGTERM to the process group at the deadline, SIGKILL {KILL_GRACE_S} s later"
 
 
@@ -240,6 +248,14 @@ class Sandbox(Protocol):
 
         Raises:
             HarnessError: the sandbox could not start the command or clean up after it.
+        """
+        ...
+
+    def prepare(self, spec: SandboxSpec) -> Prepared:
+        """Set ``spec`` up to run later; :meth:`Prepared.start` runs it, then close it.
+
+        Raises:
+            HarnessError: the sandbox could not be set up.
         """
         ...
 
@@ -531,30 +547,21 @@ def sweep_stale_cgroups(hierarchy: _PidsHierarchy | None = None) -> list[Path]:
     return removed
 
 
-def _prlimit_args(limits: Limits, nproc: int | None) -> list[str]:
+def _rlimits(limits: Limits, nproc: int | None) -> list[tuple[int, int]]:
+    """(resource, value) pairs to set as both soft and hard limit, capped by our own hard limit."""
     wanted = [
-        ("as", resource.RLIMIT_AS, limits.address_space_bytes),
-        ("fsize", resource.RLIMIT_FSIZE, limits.file_size_bytes),
-        ("nofile", resource.RLIMIT_NOFILE, limits.open_files),
-        ("core", resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, limits.address_space_bytes),
+        (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        (resource.RLIMIT_NOFILE, limits.open_files),
+        (resource.RLIMIT_CORE, 0),
     ]
     if nproc is not None:
-        wanted.append(("nproc", resource.RLIMIT_NPROC, nproc))
-    args = []
-    for name, which, value in wanted:
+        wanted.append((resource.RLIMIT_NPROC, nproc))
+    out = []
+    for which, value in wanted:
         _, hard = resource.getrlimit(which)
-        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        # Soft and hard both: the command must not be able to raise its own caps.
-        args.append(f"--{name}={capped}:{capped}")
-    return args
-
-
-@functools.cache
-def _prlimit() -> str:
-    found = shutil.which("prlimit") or shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    if found is None:
-        raise HarnessError("prlimit (util-linux) is needed to set the sandbox rlimits and was not found")
-    return found
+        out.append((which, value if hard == resource.RLIM_INFINITY else min(value, hard)))
+    return out
 
 
 def _find_command(command: str, env: Mapping[str, str], cwd: str) -> bool:
@@ -724,6 +731,7 @@ class _ProcessSandbox:
     kind: str = "abstract"
     _helpers = 0
     _status_pipe = False
+    _start_gate = False
 
     def _hierarchy(self) -> _PidsHierarchy | None:
         return _pids_hierarchy()
@@ -738,11 +746,27 @@ class _ProcessSandbox:
             if not path.exists():
                 raise HarnessError(f"read-only path for the sandbox does not exist: {path}")
 
-    def _launch(self, spec: SandboxSpec, status_fd: int | None) -> _Launch:
+    def _launch(self, spec: SandboxSpec, status_fd: int | None, block_fd: int | None) -> _Launch:
         raise NotImplementedError
 
     def _failed_to_start(self, status: bytes, returncode: int) -> bool:
         return False
+
+    def prepare(self, spec: SandboxSpec) -> Prepared:
+        """Set ``spec`` up and hold it just before the command runs; see :class:`Prepared`.
+
+        Raises:
+            HarnessError: the spec points at missing host paths, or the sandbox could not be
+                set up (an error of bwrap's own setup surfaces at :meth:`Prepared.start`).
+        """
+        self._check_workdir(spec)
+        prepared = Prepared(self, spec)
+        try:
+            prepared._setup()
+        except BaseException:
+            prepared.close()
+            raise
+        return prepared
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` to completion or to its deadline, then kill everything it left.
@@ -751,103 +775,185 @@ class _ProcessSandbox:
             HarnessError: the spec points at missing host paths, the command could not be
                 started, output could not be written, or its processes could not be removed.
         """
-        self._check_workdir(spec)
-        hierarchy = self._hierarchy()
-        nproc: int | None = None
-        if hierarchy is None and os.geteuid() != 0:
-            nproc = spec.limits.processes + self._helpers + _uid_tasks(os.getuid())
-        opened: list[int] = []
-        cgroup: _RunCgroup | None = None
+        prepared = self.prepare(spec)
         try:
+            return prepared.start()
+        finally:
+            prepared.close()
+
+
+class Prepared:
+    """One command set up in its sandbox and held just before it runs.
+
+    With a start gate (bubblewrap's ``--block-fd``) the child is spawned, admitted to its run
+    cgroup and rlimited, and bwrap builds every namespace and mount, then waits; :meth:`start`
+    opens the gate, so the launch costs the command's deadline nothing and a runner can set
+    the next task up while the current one runs. Without a gate (:class:`NoSandbox`) the
+    command is spawned by :meth:`start`. The deadline counts from :meth:`start`.
+
+    :meth:`start` runs once; :meth:`close` kills whatever is left (a command that never
+    started included) and frees the pipes and the run cgroup; it may be called twice.
+    """
+
+    def __init__(self, sandbox: _ProcessSandbox, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self._box = sandbox
+        self._opened: list[int] = []
+        self._cgroup: _RunCgroup | None = None
+        self._nproc: int | None = None
+        self._out_fd = self._err_fd = -1
+        self._pipes: list[tuple[int, int]] = []
+        self._block: tuple[int, int] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = False
+
+    def _pipe(self) -> tuple[int, int]:
+        pair = os.pipe()
+        self._opened += pair
+        return pair
+
+    def _close_fd(self, fd: int) -> None:
+        # Closed exactly once: another thread may be handed this number right after.
+        self._opened.remove(fd)
+        os.close(fd)
+
+    def _setup(self) -> None:
+        box, spec = self._box, self.spec
+        try:
+            hierarchy = box._hierarchy()
+            if hierarchy is None and os.geteuid() != 0:
+                self._nproc = spec.limits.processes + box._helpers + _uid_tasks(os.getuid())
             if hierarchy is not None:
-                cgroup = _RunCgroup.create(hierarchy, spec.limits.processes + self._helpers)
-            out_fd = _open_output(spec.stdout_path)
-            opened.append(out_fd)
-            err_fd = _open_output(spec.stderr_path)
-            opened.append(err_fd)
-            pipes: list[tuple[int, int]] = []
-            for _ in range(3 if self._status_pipe else 2):
-                pipes.append(os.pipe())
-                opened += pipes[-1]
-            return self._supervise(spec, cgroup, nproc, out_fd, err_fd, pipes, opened)
+                self._cgroup = _RunCgroup.create(hierarchy, spec.limits.processes + box._helpers)
+            self._out_fd = _open_output(spec.stdout_path)
+            self._opened.append(self._out_fd)
+            self._err_fd = _open_output(spec.stderr_path)
+            self._opened.append(self._err_fd)
+            self._pipes = [self._pipe() for _ in range(3 if box._status_pipe else 2)]
+            if box._start_gate:
+                self._block = self._pipe()
+                self._spawn()
         except OSError as exc:
-            raise HarnessError(f"{self.kind} sandbox failed for {spec.argv[0]!r}: {exc}") from exc
-        finally:
-            for fd in opened:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            if cgroup is not None:
-                # Emptied (or the run failed already): a cgroup that stays busy is left to a
-                # later sweep and recorded, never a failure of an attempt that completed.
-                cgroup.release()
+            raise HarnessError(f"{box.kind} sandbox failed for {spec.argv[0]!r}: {exc}") from exc
 
-    def _admit(
-        self, spec: SandboxSpec, proc: subprocess.Popen[bytes], cgroup: _RunCgroup, gate: int, opened: list[int]
-    ) -> None:
-        """Move the gated child into its cgroup, then let it exec; on failure it never does."""
-        try:
-            cgroup.admit(proc.pid)
-            os.write(gate, b"go\n")
-        except OSError as exc:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise HarnessError(
-                f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: moving it into "
-                f"{cgroup.path} failed: {exc}"
-            ) from exc
-        finally:
-            opened.remove(gate)
-            os.close(gate)
-
-    def _supervise(
-        self,
-        spec: SandboxSpec,
-        cgroup: _RunCgroup | None,
-        nproc: int | None,
-        out_fd: int,
-        err_fd: int,
-        pipes: list[tuple[int, int]],
-        opened: list[int],
-    ) -> SandboxResult:
-        status_read, status_write = pipes[2] if len(pipes) > 2 else (None, None)
-        launch = self._launch(spec, status_write)
+    def _spawn(self) -> None:
+        box, spec = self._box, self.spec
+        status_write = self._pipes[2][1] if len(self._pipes) > 2 else None
+        launch = box._launch(spec, status_write, self._block[0] if self._block else None)
         # No Python runs between fork and exec (preexec_fn is unsafe in a threaded runner): the
-        # child execs prlimit, which sets the rlimits and execs the backend's command. With a
-        # cgroup, a /bin/sh gate runs first and waits on stdin until we have moved it into the
-        # cgroup, so the command and everything it forks are born inside.
-        argv = [_prlimit(), *_prlimit_args(spec.limits, nproc), "--", *launch.argv]
-        stdin: int = subprocess.DEVNULL
-        gate: int | None = None
-        if cgroup is not None:
-            stdin, gate = os.pipe()
-            opened += [stdin, gate]
-            argv = [_SHELL, "-c", _GATE_SCRIPT, "sh", *argv]
-        start = time.monotonic()
+        # child is a /bin/sh gate that waits on stdin until we have moved it into the run cgroup
+        # and set its rlimits, then execs the backend's command, so the command and everything
+        # it forks are born inside the cgroup and under the caps.
+        argv = [_SHELL, "-c", _GATE_SCRIPT, "sh", *launch.argv]
+        stdin, gate = self._pipe()
         try:
-            proc = subprocess.Popen(
+            self._proc = subprocess.Popen(
                 argv,
                 stdin=stdin,
-                stdout=pipes[0][1],
-                stderr=pipes[1][1],
+                stdout=self._pipes[0][1],
+                stderr=self._pipes[1][1],
                 env=launch.env,
                 cwd=launch.cwd,
                 pass_fds=launch.pass_fds,
                 start_new_session=True,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            raise HarnessError(f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: {exc}") from exc
-        for child_end in [*(w for _, w in pipes), *([stdin] if gate is not None else [])]:
-            # Closed exactly once: another thread may be handed this number right after.
-            opened.remove(child_end)
-            os.close(child_end)
-        if cgroup is not None and gate is not None:
-            self._admit(spec, proc, cgroup, gate, opened)
-        stdout = _Capture(pipes[0][0], out_fd, spec.limits.output_bytes)
-        stderr = _Capture(pipes[1][0], err_fd, spec.limits.output_bytes)
+            raise HarnessError(f"could not start {spec.argv[0]!r} in the {box.kind} sandbox: {exc}") from exc
+        child_ends = [w for _, w in self._pipes] + [stdin]
+        if self._block is not None:
+            child_ends.append(self._block[0])
+        for fd in child_ends:
+            self._close_fd(fd)
+        self._admit(gate)
+
+    def _admit(self, gate: int) -> None:
+        """Move the gated child into its cgroup and cap it, then let it exec; on failure it never does."""
+        proc = self._proc
+        assert proc is not None
+        step = "setting its rlimits"
+        try:
+            if self._cgroup is not None:
+                step = f"moving it into {self._cgroup.path}"
+                self._cgroup.admit(proc.pid)
+                step = "setting its rlimits"
+            for which, value in _rlimits(self.spec.limits, self._nproc):
+                # Soft and hard both: the command must not be able to raise its own caps.
+                resource.prlimit(proc.pid, which, (value, value))
+            os.write(gate, b"go\n")
+        except (OSError, ValueError) as exc:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise HarnessError(
+                f"could not start {self.spec.argv[0]!r} in the {self._box.kind} sandbox: {step} failed: {exc}"
+            ) from exc
+        finally:
+            self._close_fd(gate)
+
+    def start(self, timeout_s: float | None = None) -> SandboxResult:
+        """Let the command run to completion or to its deadline, then kill everything it left.
+
+        ``timeout_s`` overrides the spec's deadline (the time that remains when it starts).
+
+        Raises:
+            HarnessError: the command could not be started, output could not be written, or its
+                processes could not be removed; also a second call.
+        """
+        if self._started:
+            raise HarnessError("a prepared sandbox command runs once")
+        self._started = True
+        timeout = self.spec.timeout_s if timeout_s is None else max(0.0, timeout_s)
+        try:
+            start = time.monotonic()
+            if self._proc is None:
+                self._spawn()
+            elif self._block is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    # bwrap already gone (its setup failed): the status pipe tells why below.
+                    os.write(self._block[1], b"g")
+                self._close_fd(self._block[1])
+                self._block = None
+            return self._supervise(start, timeout)
+        except OSError as exc:
+            raise HarnessError(f"{self._box.kind} sandbox failed for {self.spec.argv[0]!r}: {exc}") from exc
+
+    def close(self) -> None:
+        """Kill what is left (a command that never started included) and free everything."""
+        proc = self._proc
+        try:
+            if proc is not None and proc.returncode is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.kill()
+                proc.wait()
+                if self._cgroup is not None:
+                    self._cgroup.kill_all()
+        finally:
+            for fd in self._opened:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._opened.clear()
+            if self._cgroup is not None:
+                # Emptied (or the run failed already): a cgroup that stays busy is left to a
+                # later sweep and recorded, never a failure of an attempt that completed.
+                self._cgroup.release()
+                self._cgroup = None
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _supervise(self, start: float, timeout_s: float) -> SandboxResult:
+        box, spec, proc = self._box, self.spec, self._proc
+        assert proc is not None
+        cgroup = self._cgroup
+        status_read = self._pipes[2][0] if len(self._pipes) > 2 else None
+        stdout = _Capture(self._pipes[0][0], self._out_fd, spec.limits.output_bytes)
+        stderr = _Capture(self._pipes[1][0], self._err_fd, spec.limits.output_bytes)
         supervisor = _Supervisor(proc, [stdout, stderr], status_read)
         sent: int | None = None
         try:
-            timed_out = not supervisor.wait_exit(start + spec.timeout_s)
+            timed_out = not supervisor.wait_exit(start + timeout_s)
             if timed_out:
                 _signal_group(proc.pid, signal.SIGTERM)
                 sent = signal.SIGTERM
@@ -857,15 +963,15 @@ class _ProcessSandbox:
                     if cgroup is not None:
                         cgroup.kill_all()
                     if not supervisor.wait_exit(time.monotonic() + _REAP_S):
-                        raise HarnessError(f"{self.kind} sandbox: pid {proc.pid} survived SIGKILL")
+                        raise HarnessError(f"{box.kind} sandbox: pid {proc.pid} survived SIGKILL")
             # The leader is an unreaped zombie here, so its group id cannot name anyone else.
             _signal_group(proc.pid, signal.SIGKILL)
             if cgroup is not None and not cgroup.kill_all():
-                raise HarnessError(f"{self.kind} sandbox: processes in {cgroup.path} survived SIGKILL")
+                raise HarnessError(f"{box.kind} sandbox: processes in {cgroup.path} survived SIGKILL")
             returncode = proc.wait()
             supervisor.drain(time.monotonic() + _DRAIN_S)
             if not supervisor.wait_reaper(time.monotonic() + _DRAIN_S):
-                raise HarnessError(f"{self.kind} sandbox: its pid namespace outlived bwrap")
+                raise HarnessError(f"{box.kind} sandbox: its pid namespace outlived bwrap")
             elapsed = time.monotonic() - start
         finally:
             if proc.returncode is None:
@@ -873,9 +979,9 @@ class _ProcessSandbox:
                 proc.kill()
                 proc.wait()
             supervisor.close()
-        if not timed_out and self._failed_to_start(bytes(supervisor.status), returncode):
+        if not timed_out and box._failed_to_start(bytes(supervisor.status), returncode):
             detail = stderr.head.decode("utf-8", "replace").strip() or f"exit status {returncode}"
-            raise HarnessError(f"the {self.kind} sandbox failed to start {spec.argv[0]!r}: {detail}")
+            raise HarnessError(f"the {box.kind} sandbox failed to start {spec.argv[0]!r}: {detail}")
         if timed_out:
             exit_code, died_of = None, (-returncode if returncode < 0 else sent)
         elif returncode < 0:
@@ -906,13 +1012,13 @@ class NoSandbox(_ProcessSandbox):
 
     kind = "none"
 
-    def _launch(self, spec: SandboxSpec, status_fd: int | None) -> _Launch:
+    def _launch(self, spec: SandboxSpec, status_fd: int | None, block_fd: int | None) -> _Launch:
         home = spec.env.get("HOME")
         if home is not None:
             os.makedirs(home, exist_ok=True)
         env = dict(spec.env)
         env["PWD"] = str(spec.workdir)
-        # prlimit execs the command: check up front what a failed exec would only tell as 127.
+        # The gate shell execs the command: check up front what a failed exec would only tell as 127.
         if not _find_command(spec.argv[0], env, str(spec.workdir)):
             raise HarnessError(
                 f"could not start {spec.argv[0]!r} in the {self.kind} sandbox: no such executable "
@@ -1003,6 +1109,7 @@ class BubblewrapSandbox(_ProcessSandbox):
     kind = "bubblewrap"
     _helpers = _BWRAP_HELPERS
     _status_pipe = True
+    _start_gate = True
 
     def __init__(self, executable: str | None = None) -> None:
         found = shutil.which(executable or "bwrap")
@@ -1040,11 +1147,12 @@ class BubblewrapSandbox(_ProcessSandbox):
         # Before the binds, so that a HOME such as /root does not hide the Python prefix.
         return self._tmpfs(home, spec.limits.tmp_bytes), []
 
-    def _launch(self, spec: SandboxSpec, status_fd: int | None) -> _Launch:
-        assert status_fd is not None  # _status_pipe makes run() create it
+    def _launch(self, spec: SandboxSpec, status_fd: int | None, block_fd: int | None) -> _Launch:
+        assert status_fd is not None and block_fd is not None  # _status_pipe and _start_gate
         size = spec.limits.tmp_bytes
         workdir = str(spec.workdir)
-        args = [*self._fixed, "--json-status-fd", str(status_fd)]
+        # bwrap sets every namespace and mount up, then waits on block_fd before the command.
+        args = [*self._fixed, "--json-status-fd", str(status_fd), "--block-fd", str(block_fd)]
         if spec.network:
             args.append("--share-net")
         args += ["--dev", "/dev", *self._tmpfs("/dev/shm", size), "--remount-ro", "/dev"]
@@ -1058,7 +1166,7 @@ class BubblewrapSandbox(_ProcessSandbox):
         for key, value in spec.env.items():
             args += ["--setenv", key, value]
         args += ["--", *spec.argv]
-        return _Launch(args, {}, None, (status_fd,))
+        return _Launch(args, {}, None, (status_fd, block_fd))
 
     def _failed_to_start(self, status: bytes, returncode: int) -> bool:
         # bwrap reports "exit-code" only for a command it managed to exec.

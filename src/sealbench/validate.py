@@ -93,7 +93,8 @@ def validate_pack(
         first = next(iter(pack.tasks.values())).record
         ctx = _Ctx(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
                    pack=pack, run_dir=scratch, journal=journal, agent=resolve_agent("reference", "builtin:reference"),
-                   sandbox=box, options=RunOptions(progress=False), stop=threading.Event())
+                   sandbox=box, options=RunOptions(progress=False), stop=threading.Event(),
+                   slots=threading.Semaphore(max(1, jobs)))
         bar = _Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
         evidence: dict[str, ValidityEvidence] = {}
         lock = threading.Lock()
