@@ -313,7 +313,7 @@ def test_python_callable_agent_is_recorded_as_unsandboxed(sealed_pack: Path, tmp
 
 def test_jobs_caps_agents_running_at_once_while_the_next_tasks_are_set_up(sealed_pack: Path, tmp_path: Path) -> None:
     """Tasks beyond --jobs set their sandboxes up ahead; none of their agents starts early."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     every = tuple(sorted(p.name for p in (sealed_pack / "tasks").iterdir()))
     _run_dir, events, cards = run(sealed_pack, tmp_path, "sleep 0.3", task_ids=every,
@@ -321,7 +321,7 @@ def test_jobs_caps_agents_running_at_once_while_the_next_tasks_are_set_up(sealed
     assert [c["outcome"] for c in cards] == ["abstain"] * len(every)
 
     def at(event: dict[str, Any]) -> float:
-        return datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+        return datetime.strptime(event["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
 
     edges = sorted([(at(e), 1) for e in kinds(events, "attempt_started")]
                    + [(at(e), -1) for e in kinds(events, "agent_finished")], key=lambda edge: (edge[0], edge[1]))
@@ -331,3 +331,50 @@ def test_jobs_caps_agents_running_at_once_while_the_next_tasks_are_set_up(sealed
         peak = max(peak, running)
     assert peak == 2
     assert all(e["payload"]["elapsed_ms"] >= 300 for e in kinds(events, "agent_finished"))
+
+
+def test_summary_from_the_run_equals_the_summary_rederived_from_its_journal(
+        sealed_pack: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sealbench.errors import VerificationFailed
+    from sealbench.render import print_run_summary
+
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=(TASK, "t_03_rename_helper"), command="builtin:reference")
+    result = execute(contract_file, tmp_path / "run", RunOptions(progress=False))
+    assert result.scorecards is not None and len(result.scorecards) == 2
+    capsys.readouterr()
+    assert print_run_summary(contract_file, tmp_path / "run", result) == 0
+    rate_from_run = (tmp_path / "run" / "rate.json").read_bytes()
+    from_run = capsys.readouterr().out
+    assert print_run_summary(contract_file, tmp_path / "run") == 0
+    assert capsys.readouterr().out == from_run and "2 of 2 task_pass" in from_run
+    assert (tmp_path / "run" / "rate.json").read_bytes() == rate_from_run
+
+    make_contract(sealed_pack, contract_file, task_ids=(TASK, "t_03_rename_helper"), command="builtin:reference",
+                  run_id="another-run")  # the contract file replaced after the run
+    with pytest.raises(VerificationFailed, match="changed during the run"):
+        print_run_summary(contract_file, tmp_path / "run", result)
+
+
+def test_long_runs_print_only_the_tasks_that_did_not_pass(sealed_pack: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from sealbench.formats import Outcome
+    from sealbench.render import TABLE_ROWS, print_scorecards
+
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=(TASK,), command="builtin:reference")
+    result = execute(contract_file, tmp_path / "run", RunOptions(progress=False))
+    assert result.scorecards
+    card = result.scorecards[0]
+    outcomes = [Outcome.PASS] * 30 + [Outcome.FAIL, Outcome.TIMEOUT] * 15
+    cards = [card.model_copy(update={"task_id": f"task-{i:03d}", "outcome": o}) for i, o in enumerate(outcomes)]
+    capsys.readouterr()
+    print_scorecards(cards, "t", tmp_path / "scorecards.jsonl")
+    out = capsys.readouterr().out
+    assert "task-029" not in out and "task-030" in out and f"task-{30 + TABLE_ROWS - 1:03d}" in out
+    assert f"task-{30 + TABLE_ROWS:03d}" not in out
+    assert f"60 scorecards in {tmp_path / 'scorecards.jsonl'}; shown: {TABLE_ROWS} of the 30 tasks that did not pass" in out
+    print_scorecards(cards[:30], "t")
+    assert capsys.readouterr().out == "30 scorecards; every task passed\n"
+    print_scorecards(cards[:TABLE_ROWS], "t")
+    assert "task-000" in capsys.readouterr().out  # short runs: every row

@@ -181,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"interrupted; continue with: sealbench run {args.contract} --resume {run_dir}", file=sys.stderr)
         return 130
-    return print_run_summary(Path(args.contract), run_dir)
+    return print_run_summary(Path(args.contract), run_dir, result)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .contract import load_contract
-from .derive import rate_bytes
+from .derive import rate_bytes, seed_event
 from .errors import Refusal, VerificationFailed
 from .files import write_atomic
-from .formats import Rate, Scorecard
+from .formats import Outcome, Rate, Scorecard
 from .score import score
 from .scoring_io import events_from
+
+if TYPE_CHECKING:
+    from .runner import RunResult
 
 
 def read_scorecards(run_dir: Path) -> list[Scorecard]:
@@ -22,18 +26,35 @@ def read_scorecards(run_dir: Path) -> list[Scorecard]:
     return [Scorecard.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def print_scorecards(cards: list[Scorecard], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+TABLE_ROWS = 20
+"""A run with more tasks prints only the rows of tasks that did not pass, at most this many."""
 
-    table = Table(title=title, title_justify="left")
-    for col in ("task_id", "outcome", "attempts", "first try", "elapsed", "trace"):
-        table.add_column(col)
-    for c in cards:
-        table.add_row(c.task_id, c.outcome.value, f"{c.attempts_used}/{c.max_attempts}",
-                      "pass" if c.first_attempt_passed else "-", f"{c.elapsed_ms / 1000:.2f}s",
-                      c.tool_trace_sha256[:19] + "...")
-    Console(width=110).print(table)
+
+def print_scorecards(cards: list[Scorecard], title: str, where: Path | None = None) -> None:
+    """Print the scorecards as a table; past :data:`TABLE_ROWS` tasks, only those that did not
+    pass (at most that many), with a line saying where all of them are."""
+    shown = cards
+    note = None
+    if len(cards) > TABLE_ROWS:
+        missed = [c for c in cards if c.outcome is not Outcome.PASS]
+        shown = missed[:TABLE_ROWS]
+        place = f" in {where}" if where is not None else ""
+        note = (f"{len(cards)} scorecards{place}; shown: {len(shown)} of the {len(missed)} tasks that did not pass"
+                if missed else f"{len(cards)} scorecards{place}; every task passed")
+    if shown:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for col in ("task_id", "outcome", "attempts", "first try", "elapsed", "trace"):
+            table.add_column(col)
+        for c in shown:
+            table.add_row(c.task_id, c.outcome.value, f"{c.attempts_used}/{c.max_attempts}",
+                          "pass" if c.first_attempt_passed else "-", f"{c.elapsed_ms / 1000:.2f}s",
+                          c.tool_trace_sha256[:19] + "...")
+        Console(width=110).print(table)
+    if note is not None:
+        print(note)
 
 
 def rate_lines(rate: Rate) -> list[str]:
@@ -49,12 +70,26 @@ def rate_lines(rate: Rate) -> list[str]:
     ]
 
 
-def print_run_summary(contract_file: Path, run_dir: Path) -> int:
-    """Print a run's scorecards and its rate, or the refusal; returns the exit code."""
+def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | None = None) -> int:
+    """Print a run's scorecards and its rate, or the refusal; returns the exit code.
+
+    ``result``, from the run that just ended, carries the scorecards it derived from its
+    journal, which saves streaming the journal again; without it they are re-derived here.
+
+    Raises:
+        VerificationFailed: the journal's chain is broken, or the run was made under another
+            contract than ``contract_file`` holds now.
+    """
     contract = load_contract(contract_file)
-    print_scorecards(read_scorecards(run_dir), f"scorecards of {contract.run_id}")
+    cards = result.scorecards if result is not None else None
+    if result is not None and result.contract_sha256 != contract.contract_sha256:
+        raise VerificationFailed([f"{contract_file}: changed during the run (the run was made under contract "
+                                  f"{result.contract_sha256}, not {contract.contract_sha256})"])
+    print_scorecards(cards if cards is not None else read_scorecards(run_dir), f"scorecards of {contract.run_id}",
+                     run_dir / "scorecards.jsonl")
     try:
-        rate = score(contract, events_from(run_dir, contract))
+        events = [seed_event(c) for c in cards] if cards is not None else events_from(run_dir, contract)
+        rate = score(contract, events)
     except VerificationFailed:
         raise
     except Refusal as e:

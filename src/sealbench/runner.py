@@ -33,7 +33,7 @@ from .derive import derive_iter, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import fsync_dir, write_atomic
-from .formats import Budget, Outcome, ScoringContract
+from .formats import Budget, Outcome, Scorecard, ScoringContract
 from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open_sandbox
@@ -72,6 +72,10 @@ class RunResult:
     outcomes: dict[str, str]
     complete: bool
     interrupted: bool = False
+    contract_sha256: str | None = None
+    scorecards: list[Scorecard] | None = None
+    """Derived from the journal at the end of the run (not read back from scorecards.jsonl);
+    None for the probe."""
 
 
 @dataclass
@@ -610,10 +614,17 @@ class _Progress:
             self._bar.stop()
 
 
-def write_derived(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
-    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming."""
+def write_derived(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> list[Scorecard]:
+    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming.
+
+    Returns the scorecards it wrote.
+    """
+    cards: list[Scorecard] = []
     for rel, data in derive_iter(events, task_ids):
         write_atomic(run_dir / rel, data, durable=False)
+        if rel == "scorecards.jsonl":
+            cards = [Scorecard.model_validate_json(line) for line in data.splitlines() if line]
+    return cards
 
 
 def execute(
@@ -756,11 +767,13 @@ def execute(
         shutil.rmtree(base / "tmp", ignore_errors=True)
         if not opts.keep_work:
             shutil.rmtree(base / "work", ignore_errors=True)
+    cards = None
     if probe:
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
-        write_derived(base, iter_verified(jpath), contract.task_ids)
-    return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted)
+        cards = write_derived(base, iter_verified(jpath), contract.task_ids)
+    return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted,
+                     contract_sha256=contract.contract_sha256, scorecards=cards)
 
 
 def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
