@@ -9,6 +9,7 @@ its environment so that survivors can be found in /proc afterwards.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -159,6 +160,18 @@ def test_exploit_floods_stdout(agent: Agent) -> None:
     assert result.stdout_truncated and result.stderr_truncated
     assert (agent.root / "stdout").read_bytes() == b"\0" * cap
     assert (agent.root / "stderr").stat().st_size == cap
+    assert result.stdout is None and result.stderr is None  # written to the files instead
+
+
+def test_exploit_floods_stdout_kept_in_memory(agent: Agent) -> None:
+    cap = 64 * 2**10
+    spec = agent.spec(["sh", "-c", "head -c 5000000 /dev/zero; echo oops >&2"],
+                      limits=Limits(processes=64, output_bytes=cap))
+    result = agent.sandbox.run(dataclasses.replace(spec, stdout_path=None, stderr_path=None))
+    assert result.exit_code == 0
+    assert result.stdout == b"\0" * cap and result.stdout_bytes == 5_000_000 and result.stdout_truncated
+    assert result.stderr == b"oops\n" and not result.stderr_truncated
+    assert not (agent.root / "stdout").exists() and not (agent.root / "stderr").exists()
 
 
 def test_exploit_sleeps_past_cap_is_killed_within_1s(agent: Agent) -> None:

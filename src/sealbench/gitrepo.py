@@ -112,7 +112,8 @@ def init_one_commit(worktree: Path, git_dir: Path, message: str = "task workspac
     Returns the commit id (hex).
     """
     objects = git_dir / "objects"
-    for sub in (objects, git_dir / "refs" / "heads", git_dir / "refs" / "tags", git_dir / "info"):
+    # Only what git needs: every directory is an inode to allocate, on the hot path of every task.
+    for sub in (objects, git_dir / "refs" / "heads"):
         sub.mkdir(parents=True, exist_ok=True)
     entries = _collect(worktree, objects)
     tree = _write_trees(entries, objects)

@@ -32,7 +32,7 @@ from .contract import load_contract, pack_path, require_locked
 from .derive import derive_iter, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
-from .files import fsync_dir, write_atomic
+from .files import write_atomic
 from .formats import Budget, Outcome, Scorecard, ScoringContract
 from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
@@ -132,23 +132,8 @@ def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, fe
     return re.sub(r"\{(" + "|".join(values) + r")\}", lambda m: values[m.group(1)], template)
 
 
-def _store_blob(run_dir: Path, path: Path) -> str:
-    """Move a captured output file into blobs/ under its digest; returns the digest."""
-    with path.open("rb") as f:
-        data = f.read()
-        # Durable before the journal event that names it is written.
-        os.fsync(f.fileno())
-    digest = sha256_bytes(data)
-    dest = run_dir / "blobs" / digest.removeprefix("sha256:")
-    if not dest.exists():
-        os.replace(path, dest)
-        fsync_dir(dest.parent)
-    else:
-        path.unlink()
-    return digest
-
-
 def _store_bytes(run_dir: Path, data: bytes) -> str:
+    """Keep ``data`` in blobs/ under its digest, durably (before the journal event naming it)."""
     digest = sha256_bytes(data)
     dest = run_dir / "blobs" / digest.removeprefix("sha256:")
     if not dest.exists():
@@ -156,22 +141,23 @@ def _store_bytes(run_dir: Path, data: bytes) -> str:
     return digest
 
 
-def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float, tag: str,
+def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
           readonly: Sequence[Path] = ()) -> SandboxSpec:
-    tmp = ctx.run_dir / "tmp"
+    # Output is kept in memory (capped by the limits) and stored once, under its digest.
     return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
-                       stdout_path=tmp / f"{tag}.out", stderr_path=tmp / f"{tag}.err", limits=ctx.options.limits,
+                       stdout_path=None, stderr_path=None, limits=ctx.options.limits,
                        readonly_paths=tuple(readonly))
 
 
-def _facts(ctx: _Ctx, spec: SandboxSpec, res: SandboxResult) -> dict[str, Any]:
+def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
+    assert res.stdout is not None and res.stderr is not None  # specs from _spec keep output in memory
     return {
         "exit_code": res.exit_code,
         "signal": res.signal,
         "timed_out": res.timed_out,
         "elapsed_ms": int(res.elapsed_s * 1000),
-        "stdout": _store_blob(ctx.run_dir, spec.stdout_path),
-        "stderr": _store_blob(ctx.run_dir, spec.stderr_path),
+        "stdout": _store_bytes(ctx.run_dir, res.stdout),
+        "stderr": _store_bytes(ctx.run_dir, res.stderr),
         "stdout_bytes": res.stdout_bytes,
         "stderr_bytes": res.stderr_bytes,
         "stdout_truncated": res.stdout_truncated,
@@ -179,11 +165,10 @@ def _facts(ctx: _Ctx, spec: SandboxSpec, res: SandboxResult) -> dict[str, Any]:
     }
 
 
-def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
-               tag: str) -> tuple[SandboxResult, dict[str, Any]]:
-    spec = _spec(ctx, argv, workdir, env, timeout, tag)
-    res = ctx.sandbox.run(spec)
-    return res, _facts(ctx, spec, res)
+def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str],
+               timeout: float) -> tuple[SandboxResult, dict[str, Any]]:
+    res = ctx.sandbox.run(_spec(ctx, argv, workdir, env, timeout))
+    return res, _facts(ctx, res)
 
 
 @dataclass
@@ -210,8 +195,7 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
         mounts = [Path(m) for m in (ctx.contract.agent.mounts if ctx.contract.agent else [])]
         # The deadline is set when the attempt starts, from the time that remains then.
         spec = _spec(ctx, render_argv(agent.command, values), tw.ws,
-                     _env(ctx, task, tw.ws, attempt, prompt_file), ctx.budget.wall_clock_s,
-                     f"{task.task_id}.{attempt}.agent", mounts)
+                     _env(ctx, task, tw.ws, attempt, prompt_file), ctx.budget.wall_clock_s, mounts)
         prepared = ctx.sandbox.prepare(spec)
     return _Ready(attempt, prompt, prompt_file, prepared)
 
@@ -225,7 +209,7 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, remainin
             res = prepared.start(max(0.05, remaining))
         finally:
             prepared.close()
-        return _facts(ctx, prepared.spec, res)
+        return _facts(ctx, res)
     started = time.monotonic()
     if agent.kind == "builtin":
         assert agent.builtin is not None
@@ -314,8 +298,7 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
         if task.record.junit_xml:
             _remove_planted_report(grade_dir / task.record.junit_xml)
         env = _env(ctx, task, grade_dir, attempt, grade_dir / META_DIR / "none")
-        res, facts = _sandboxed(ctx, task.record.oracle_cmd, grade_dir, env, remaining,
-                                f"{task.task_id}.{attempt}.oracle")
+        res, facts = _sandboxed(ctx, task.record.oracle_cmd, grade_dir, env, remaining)
         result["oracle"] = facts
         green = res.exit_code == 0 and not res.timed_out
         if task.record.junit_xml:
@@ -340,9 +323,8 @@ def _feedback(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, remaining:
     if not cmd:
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)"
     env = _env(ctx, task, tw.ws, attempt, tw.ws / META_DIR / "prompt.md")
-    _res, facts = _sandboxed(ctx, cmd, tw.ws, env, min(remaining, 60.0), f"{task.task_id}.{attempt}.visible")
-    blob = ctx.run_dir / "blobs" / str(facts["stdout"]).removeprefix("sha256:")
-    out = blob.read_bytes()[:FEEDBACK_CAP].decode("utf-8", "replace")
+    res, facts = _sandboxed(ctx, cmd, tw.ws, env, min(remaining, 60.0))
+    out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     ctx.j("feedback", task.task_id, attempt, policy=policy, visible_tests=facts)
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}"
 
@@ -661,7 +643,7 @@ def execute(
     sandbox = open_sandbox(opts.sandbox)
     base = run_dir / "probe" if probe else run_dir
     base.mkdir(parents=True, exist_ok=True)
-    for sub in ("blobs", "tmp", "patches", "traces"):
+    for sub in ("blobs", "patches", "traces"):
         (base / sub).mkdir(exist_ok=True)
     jpath = base / "journal.jsonl"
     contract_bytes = contract_file.read_bytes()
@@ -764,7 +746,6 @@ def execute(
         raise HarnessError(str(e)) from None
     finally:
         journal.close()
-        shutil.rmtree(base / "tmp", ignore_errors=True)
         if not opts.keep_work:
             shutil.rmtree(base / "work", ignore_errors=True)
     cards = None

@@ -183,7 +183,8 @@ class SandboxSpec:
     used as the working directory. ``env`` is the complete environment inside (the caller
     builds it clean). ``timeout_s`` is a hard wall-clock deadline measured from start.
     Captured output goes to ``stdout_path`` / ``stderr_path`` on the host (keep them outside
-    the workdir, or the command can overwrite them).
+    the workdir, or the command can overwrite them); ``None`` keeps it in memory instead, in
+    :attr:`SandboxResult.stdout` / :attr:`SandboxResult.stderr` (no file to create and remove).
 
     Raises:
         ValueError: argv is empty, a path is relative, the timeout is not positive, or an
@@ -194,8 +195,8 @@ class SandboxSpec:
     workdir: Path
     env: Mapping[str, str]
     timeout_s: float
-    stdout_path: Path
-    stderr_path: Path
+    stdout_path: Path | None
+    stderr_path: Path | None
     limits: Limits = field(default_factory=Limits)
     readonly_paths: tuple[Path, ...] = ()
     network: bool = False
@@ -204,7 +205,7 @@ class SandboxSpec:
         if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
             raise ValueError(f"argv must be a non-empty tuple of strings without NUL: {self.argv!r}")
         for name in ("workdir", "stdout_path", "stderr_path"):
-            if not Path(getattr(self, name)).is_absolute():
+            if getattr(self, name) is not None and not Path(getattr(self, name)).is_absolute():
                 raise ValueError(f"{name} must be absolute: {getattr(self, name)}")
         for path in self.readonly_paths:
             if not Path(path).is_absolute():
@@ -225,7 +226,8 @@ class SandboxResult:
 
     ``exit_code`` is ``None`` when the command was killed (by the deadline or, outside bwrap,
     by any signal, then named in ``signal``). Byte counts are everything the command wrote,
-    kept or discarded.
+    kept or discarded. ``stdout`` / ``stderr`` hold what was kept when the spec asked for
+    output in memory (a ``None`` path), else ``None``.
     """
 
     exit_code: int | None
@@ -236,6 +238,8 @@ class SandboxResult:
     stdout_truncated: bool
     stderr_truncated: bool
     signal: int | None
+    stdout: bytes | None = None
+    stderr: bytes | None = None
 
 
 class Sandbox(Protocol):
@@ -590,11 +594,13 @@ def _uid_tasks(uid: int) -> int:
 
 
 class _Capture:
-    """One output pipe: keeps at most ``cap`` bytes in ``out_fd``, counts and drops the rest."""
+    """One output pipe: keeps at most ``cap`` bytes in ``out_fd`` (in :attr:`memory` when it is
+    ``None``), counts and drops the rest."""
 
-    def __init__(self, read_fd: int, out_fd: int, cap: int) -> None:
+    def __init__(self, read_fd: int, out_fd: int | None, cap: int) -> None:
         self.read_fd = read_fd
         self.out_fd = out_fd
+        self.memory = bytearray() if out_fd is None else None
         self.cap = cap
         self.kept = 0
         self.total = 0
@@ -611,8 +617,12 @@ class _Capture:
         room = self.cap - self.kept
         if room > 0:
             view = memoryview(data)[:room]
-            while view:
-                view = view[os.write(self.out_fd, view) :]
+            if self.memory is not None:
+                self.memory += view
+            else:
+                assert self.out_fd is not None
+                while view:
+                    view = view[os.write(self.out_fd, view) :]
             self.kept += min(room, len(data))
         return True
 
@@ -801,7 +811,8 @@ class Prepared:
         self._opened: list[int] = []
         self._cgroup: _RunCgroup | None = None
         self._nproc: int | None = None
-        self._out_fd = self._err_fd = -1
+        self._out_fd: int | None = None
+        self._err_fd: int | None = None
         self._pipes: list[tuple[int, int]] = []
         self._block: tuple[int, int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -825,10 +836,12 @@ class Prepared:
                 self._nproc = spec.limits.processes + box._helpers + _uid_tasks(os.getuid())
             if hierarchy is not None:
                 self._cgroup = _RunCgroup.create(hierarchy, spec.limits.processes + box._helpers)
-            self._out_fd = _open_output(spec.stdout_path)
-            self._opened.append(self._out_fd)
-            self._err_fd = _open_output(spec.stderr_path)
-            self._opened.append(self._err_fd)
+            if spec.stdout_path is not None:
+                self._out_fd = _open_output(spec.stdout_path)
+                self._opened.append(self._out_fd)
+            if spec.stderr_path is not None:
+                self._err_fd = _open_output(spec.stderr_path)
+                self._opened.append(self._err_fd)
             self._pipes = [self._pipe() for _ in range(3 if box._status_pipe else 2)]
             if box._start_gate:
                 self._block = self._pipe()
@@ -997,6 +1010,8 @@ class Prepared:
             stdout_truncated=stdout.truncated,
             stderr_truncated=stderr.truncated,
             signal=died_of,
+            stdout=None if stdout.memory is None else bytes(stdout.memory),
+            stderr=None if stderr.memory is None else bytes(stderr.memory),
         )
 
 

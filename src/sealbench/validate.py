@@ -86,7 +86,6 @@ def validate_pack(
     scratch = Path(tempfile.mkdtemp(prefix="sealbench-validate-"))
     try:
         (scratch / "blobs").mkdir()
-        (scratch / "tmp").mkdir()
         forbidden = list(DEFAULT_FORBIDDEN)
         contract = ScoringContract(forbidden_paths=forbidden)
         journal = Journal.create(scratch / "journal.jsonl", fsync=False)

@@ -140,6 +140,7 @@ class TaskWorkspace:
             # Made from the pack's copy, only when there is something to capture: most
             # attempts of a weak agent change nothing, and this is the hot path.
             init_one_commit(self.pack_workspace, self.base_git)
+            (self.base_git / "info").mkdir()
             (self.base_git / "info" / "exclude").write_text(f"/{META_DIR}/\n")
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root)
