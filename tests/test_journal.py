@@ -149,3 +149,64 @@ def test_full_disk_keeps_every_earlier_event(tmp_path: Path) -> None:
     journal.close()
     report = read_chain(path)
     assert report.problems == [] and [e["kind"] for e in report.events] == ["ok", "after"]
+
+
+def test_group_commit_returns_only_after_an_fsync_covering_the_line(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrent appends share fsyncs, but none returns before its own bytes were synced."""
+    import os
+    import time
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal.create(path)
+    covered: list[int] = []  # file size when each fsync began: what it makes durable at least
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        covered.append(os.fstat(fd).st_size)
+        time.sleep(0.002)  # a slow disk: the window in which others append
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    seen: list[tuple[int, int]] = []  # (seq, durable bytes when its append returned)
+    lock = threading.Lock()
+
+    def writer(k: int) -> None:
+        for i in range(40):
+            event = journal.append("w", task_id=f"t{k}", payload={"i": i})
+            with lock:
+                seen.append((event["seq"], max(covered)))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    journal.close()
+    lines = path.read_bytes().splitlines(keepends=True)
+    ends = [sum(len(line) for line in lines[: i + 1]) for i in range(len(lines))]
+    assert read_chain(path).problems == [] and len(lines) == 320
+    assert all(durable >= ends[seq] for seq, durable in seen)
+    assert len(covered) < 320  # shared: fewer fsyncs than appends
+
+
+def test_failed_fsync_stops_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a failed fsync what reached the disk is unknown: nothing more is appended."""
+    import os
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal.create(path)
+    journal.append("ok", payload={})
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(HarnessError, match=r"fsync failed .*Input/output error"):
+        journal.append("unsure", payload={})
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    with pytest.raises(HarnessError, match="fsync failed"):
+        journal.append("after", payload={})
+    journal.close()
+    assert [e["kind"] for e in read_chain(path).events] == ["ok", "unsure"]

@@ -130,7 +130,13 @@ def iter_verified(path: Path) -> Iterator[dict[str, Any]]:
 
 
 class Journal:
-    """The single writer of one journal file. Thread-safe; every append is durable."""
+    """The single writer of one journal file. Thread-safe; every append is durable.
+
+    Appends are ordered and written under one lock; the fsync that makes them durable is a
+    group commit: a thread whose line an fsync begun after its write has already covered
+    returns without its own. After a failed fsync nothing more is appended (what reached
+    the disk is unknown until the chain is verified on resume).
+    """
 
     def __init__(self, path: Path, seq: int, prev: str | None, *, fsync: bool = True) -> None:
         self.path = path
@@ -138,8 +144,11 @@ class Journal:
         self._prev = prev
         self._fsync = fsync
         self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
+        self._synced = self._size
+        self._failed: str | None = None
 
     @classmethod
     def create(cls, path: Path, *, fsync: bool = True) -> Journal:
@@ -173,6 +182,8 @@ class Journal:
                 its last complete event so nothing half-written remains.
         """
         with self._lock:
+            if self._failed is not None:
+                raise HarnessError(self._failed)
             event: dict[str, Any] = {
                 "journal_version": JOURNAL_VERSION,
                 "seq": self._seq,
@@ -189,8 +200,6 @@ class Journal:
                 written = os.write(self._fd, line)
                 if written != len(line):
                     raise OSError(28, "short write")
-                if self._fsync:
-                    os.fsync(self._fd)
             except OSError as e:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, self._size)
@@ -201,10 +210,29 @@ class Journal:
             self._size += len(line)
             self._seq += 1
             self._prev = event["hash"]
-            return event
+            end = self._size
+        if self._fsync:
+            self._sync(end)
+        return event
+
+    def _sync(self, end: int) -> None:
+        """Return once the file is durable up to byte ``end`` (the end of the caller's line)."""
+        with self._sync_lock:
+            if self._synced >= end:
+                return  # an fsync begun after our write covered it
+            if self._failed is not None:
+                raise HarnessError(self._failed)
+            covers = self._size  # every byte counted here was written before the fsync below
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                self._failed = (f"journal fsync failed ({e.strerror or e}); the run stopped: resume verifies "
+                                f"what reached the disk")
+                raise HarnessError(self._failed) from None
+            self._synced = covers
 
     def close(self) -> None:
-        with self._lock:
+        with self._sync_lock, self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
