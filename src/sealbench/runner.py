@@ -113,7 +113,7 @@ def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path) -> di
         "SEALBENCH_SEED": str(seed),
         "SEALBENCH_TASK_ID": task.task_id,
         "SEALBENCH_ATTEMPT": str(attempt),
-        "SEALBENCH_MAX_ATTEMPTS": str(ctx.budget.max_attempts),
+        "SEALBENCH_MAX_ATTEMPTS": str(1 if ctx.probe else ctx.budget.max_attempts),
         "SEALBENCH_WORKSPACE": str(ws),
         "SEALBENCH_PROMPT_FILE": str(prompt_file),
         "SEALBENCH_TRACE_DIR": str(ws / META_DIR / "trace"),
@@ -200,13 +200,14 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
     return _Ready(attempt, prompt, prompt_file, prepared)
 
 
-def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, remaining: float) -> dict[str, Any]:
+def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, deadline: float) -> dict[str, Any]:
     agent = ctx.agent
     attempt = ready.attempt
+    remaining = deadline - time.monotonic()  # set-up time, if any, came out of it
     if ready.prepared is not None:
         prepared = ready.prepared
         try:
-            res = prepared.start(max(0.05, remaining))
+            res = prepared.start(max(0.0, remaining))
         finally:
             prepared.close()
         return _facts(ctx, res)
@@ -487,7 +488,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             a0 = time.monotonic()
             if ready is None or ready.attempt != attempt:
                 ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
-            agent_facts = _run_agent(ctx, task, tw, ready, remaining)
+            agent_facts = _run_agent(ctx, task, tw, ready, deadline)
             prompt = ready.prompt
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                   transcript=tree_digest(tw.ws / META_DIR / "trace"), **agent_facts)
