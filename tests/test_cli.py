@@ -88,6 +88,12 @@ def test_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
         pytest.skip("console script not installed (run through make test)")
     proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True, env=dict(os.environ))
     assert proc.returncode == 0 and proc.stdout.startswith("sealbench ")
+    # The exit code and every line printed survive the frozen garbage collection at exit.
+    proc = subprocess.run([str(exe), "schema", "scorecard"], capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["title"] == "Scorecard"
+    proc = subprocess.run([str(exe), "pack", "check", str(tmp_path / "nowhere")], capture_output=True, text=True,
+                          env=dict(os.environ))
+    assert proc.returncode == 3 and proc.stderr.startswith("sealbench: refused:")
 
 
 def test_cli_import_is_lazy() -> None:

@@ -422,5 +422,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNEXPECTED
 
 
+def entry() -> None:
+    """The console script: :func:`main`, then exit.
+
+    Everything is freed by the operating system at exit; the interpreter's last full garbage
+    collection over every object imported (pydantic's schemas, rich) would only cost time, so
+    those objects are frozen out of it first.
+    """
+    code = main()
+    import gc
+
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
