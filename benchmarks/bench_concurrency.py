@@ -1,6 +1,6 @@
 """Issue 4 targets: concurrency and memory of a run.
 
-1. 64 tasks whose agent sleeps 0.5 s, at --jobs 16: within 1.3x of the ideal 2 s.
+1. 64 tasks whose agent sleeps 0.5 s, at --jobs 16: within 1.3x of the ideal 2 s (median of 3 runs).
 2. 200 trivial tasks at --jobs 2 against --jobs 1 (same run, same machine).
 3. A 10,000-task run of trivial tasks keeps the runner under 200 MB peak memory
    (events streamed to the journal; nothing kept per task beyond its scorecard).
@@ -10,6 +10,7 @@ Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big]
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -34,10 +35,14 @@ def main() -> None:
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
         contract = root / "sleepy.json"
         lock_contract(pack, contract, "sleepy", "sleep 0.5")
-        seconds, _ = run(contract, root / "sleepy-run", 16)
         ideal = 64 * 0.5 / 16
-        row("64 tasks, agent sleeps 0.5 s, --jobs 16", f"{seconds:.2f} s = {seconds / ideal:.2f}x the ideal {ideal:.0f} s "
-            "(target 1.3x)")
+        # Three runs, one after the other: each deletes its workspaces, which slows the next
+        # one's file creation on some file systems; all three are printed.
+        times = sorted(run(contract, root / f"sleepy-run-{k}", 16)[0] for k in range(3))
+        seconds = statistics.median(times)
+        row("64 tasks, agent sleeps 0.5 s, --jobs 16 (median of 3)",
+            f"{seconds:.2f} s = {seconds / ideal:.2f}x the ideal {ideal:.0f} s (target 1.3x); "
+            f"runs {', '.join(f'{t:.2f}' for t in times)} s")
 
         pack = write_pack(root / "trivial", 200, oracle=["true"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
