@@ -421,6 +421,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
     set up and held before exec) is done before the task takes one of the --jobs slots, while
     other tasks' agents run; the slot is given back before the workspace is removed.
     """
+    if ctx.stop.is_set():
+        return "interrupted"
     max_attempts = 1 if ctx.probe else ctx.budget.max_attempts
     tw = TaskWorkspace(ctx.run_dir / "work" / ("probe-" + task.task_id if ctx.probe else task.task_id),
                        task.workspace)
