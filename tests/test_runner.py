@@ -288,11 +288,11 @@ def test_junit_required_tests_must_all_pass(sealed_pack: Path, tmp_path: Path) -
     report = tmp_path / "r.xml"
     report.write_text('<testsuite><testcase classname="m" name="a"/><testcase classname="m" name="b">'
                       '<skipped/></testcase></testsuite>')
-    assert _junit_verdict(report, ["m::a"])["ok"] is True
-    assert _junit_verdict(report, ["m::b"])["ok"] is False
+    assert _junit_verdict(tmp_path, "r.xml", ["m::a"])["ok"] is True
+    assert _junit_verdict(tmp_path, "r.xml", ["m::b"])["ok"] is False
     report.write_text("<testsuite></testsuite>")
-    assert _junit_verdict(report, [])["why"] == "no test ran"
-    assert _junit_verdict(tmp_path / "missing.xml", [])["ok"] is False
+    assert _junit_verdict(tmp_path, "r.xml", [])["why"] == "no test ran"
+    assert _junit_verdict(tmp_path, "missing.xml", [])["ok"] is False
 
 
 def test_python_callable_agent_is_recorded_as_unsandboxed(sealed_pack: Path, tmp_path: Path) -> None:

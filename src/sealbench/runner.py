@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
 from .derive import derive_iter, probe_bytes, probe_summary
@@ -38,6 +40,8 @@ from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open_sandbox
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
+
+JUNIT_REPORT_CAP = 16 * 2**20
 
 FEEDBACK_CAP = 16 * 1024
 
@@ -62,6 +66,7 @@ class RunOptions:
     keep_work: bool = False
     fsync: bool = True
     limits: Limits = field(default_factory=Limits)
+    tree_caps: TreeCaps = field(default_factory=TreeCaps)
 
 
 @dataclass
@@ -101,7 +106,7 @@ class _Ctx:
             raise JournalStopped(str(e)) from None
 
 
-def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path) -> dict[str, str]:
+def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path | None) -> dict[str, str]:
     seed = task.record.seed if task.record.seed is not None else ctx.contract.seed
     bin_dirs = [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
     return {
@@ -115,7 +120,7 @@ def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path) -> di
         "SEALBENCH_ATTEMPT": str(attempt),
         "SEALBENCH_MAX_ATTEMPTS": str(1 if ctx.probe else ctx.budget.max_attempts),
         "SEALBENCH_WORKSPACE": str(ws),
-        "SEALBENCH_PROMPT_FILE": str(prompt_file),
+        "SEALBENCH_PROMPT_FILE": str(prompt_file) if prompt_file is not None else "",
         "SEALBENCH_TRACE_DIR": str(ws / META_DIR / "trace"),
     }
 
@@ -185,8 +190,12 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
                    feedback: str) -> _Ready:
     template = ctx.template_override or task.template
     prompt = render_prompt(template, task, attempt, max_attempts, feedback)
-    prompt_file = tw.ws / META_DIR / "prompt.md"
-    prompt_file.write_text(prompt, encoding="utf-8")
+    # Host-private and bound read-only: never a path inside the workspace, where a link the
+    # previous attempt planted would turn this write into a write anywhere on the host.
+    prompt_file = tw.private / "prompt.md"
+    write_atomic(prompt_file, prompt, durable=False)
+    if attempt > 1:
+        tw.reset_meta()
     prepared = None
     agent = ctx.agent
     if agent.kind == "command":
@@ -195,7 +204,7 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
         mounts = [Path(m) for m in (ctx.contract.agent.mounts if ctx.contract.agent else [])]
         # The deadline is set when the attempt starts, from the time that remains then.
         spec = _spec(ctx, render_argv(agent.command, values), tw.ws,
-                     _env(ctx, task, tw.ws, attempt, prompt_file), ctx.budget.wall_clock_s, mounts)
+                     _env(ctx, task, tw.ws, attempt, prompt_file), ctx.budget.wall_clock_s, [*mounts, tw.private])
         prepared = ctx.sandbox.prepare(spec)
     return _Ready(attempt, prompt, prompt_file, prepared)
 
@@ -242,12 +251,45 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, deadline
     return facts
 
 
-def _junit_verdict(path: Path, required: Sequence[str]) -> dict[str, Any]:
-    """Read a JUnit XML report: counts, failures and whether every required test passed."""
-    if not path.is_file():
-        return {"ok": False, "why": "no JUnit report written"}
+def _transcript(ctx: _Ctx, tw: TaskWorkspace) -> dict[str, Any]:
+    """The digest of the agent's trace folder, read without following it anywhere."""
     try:
-        root = ET.parse(path).getroot()
+        return {"transcript": trace_digest(tw.trace_dir, ctx.options.tree_caps)}
+    except TreeRejected as e:
+        return {"transcript": None, "transcript_rejected": e.reason}
+
+
+@dataclass
+class _Capture:
+    changed: list[str]
+    patch: bytes
+    rejected: str | None = None
+    timed_out: bool = False
+
+
+def _capture(tw: TaskWorkspace, deadline: float) -> _Capture:
+    """What the attempt changed, and its patch; a tree over the caps is refused, with why."""
+    try:
+        changed = tw.changes()
+        patch = tw.capture_patch(deadline - time.monotonic()) if changed else b""
+    except TreeRejected as e:
+        return _Capture([], b"", rejected=e.reason)
+    except subprocess.TimeoutExpired:
+        return _Capture([], b"", timed_out=True)
+    return _Capture(changed, patch)
+
+
+def _junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[str, Any]:
+    """Read a JUnit XML report: counts, failures and whether every required test passed.
+
+    The report is in a tree the code under test could write: it is read without following a
+    link on any component, only as a regular file, and only up to a size cap.
+    """
+    data = read_regular(grade_dir, rel, JUNIT_REPORT_CAP)
+    if data is None:
+        return {"ok": False, "why": "no JUnit report written (or not a regular file within the size cap)"}
+    try:
+        root = ET.fromstring(data)
     except ET.ParseError as e:
         return {"ok": False, "why": f"unreadable JUnit report: {e}"}
     passed: set[str] = set()
@@ -268,13 +310,11 @@ def _junit_verdict(path: Path, required: Sequence[str]) -> dict[str, Any]:
     return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
 
 
-def _remove_planted_report(path: Path) -> None:
+def _remove_planted_report(grade_dir: Path, rel: str) -> None:
     """Only the oracle may write its JUnit report: one the agent's patch left would pass a run
-    whose tests never reported (a candidate calling os._exit(0) while pytest imports it)."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
+    whose tests never reported (a candidate calling os._exit(0) while pytest imports it).
+    Removed without following a link the patch put on the way."""
+    remove_entry(grade_dir, rel)
 
 
 def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes, changed: list[str],
@@ -286,7 +326,7 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
     if grade_dir.exists():
         shutil.rmtree(grade_dir)
     copy_tree(task.workspace, grade_dir)
-    applies, apply_msg = apply_patch(grade_dir, patch)
+    applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
     result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
                               "no_forbidden_path": not forbidden, "tests_green": False}
     if apply_msg:
@@ -297,13 +337,13 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
             raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
         overlay(task.hidden, grade_dir)
         if task.record.junit_xml:
-            _remove_planted_report(grade_dir / task.record.junit_xml)
-        env = _env(ctx, task, grade_dir, attempt, grade_dir / META_DIR / "none")
+            _remove_planted_report(grade_dir, task.record.junit_xml)
+        env = _env(ctx, task, grade_dir, attempt, None)
         res, facts = _sandboxed(ctx, task.record.oracle_cmd, grade_dir, env, remaining)
         result["oracle"] = facts
         green = res.exit_code == 0 and not res.timed_out
         if task.record.junit_xml:
-            verdict = _junit_verdict(grade_dir / task.record.junit_xml, task.record.required_tests)
+            verdict = _junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests)
             result["junit"] = verdict
             green = green and bool(verdict["ok"])
         result["tests_green"] = green
@@ -323,7 +363,7 @@ def _feedback(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, remaining:
     cmd = task.record.visible_test_cmd
     if not cmd:
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)"
-    env = _env(ctx, task, tw.ws, attempt, tw.ws / META_DIR / "prompt.md")
+    env = _env(ctx, task, tw.ws, attempt, None)
     res, facts = _sandboxed(ctx, cmd, tw.ws, env, min(remaining, 60.0))
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     ctx.j("feedback", task.task_id, attempt, policy=policy, visible_tests=facts)
@@ -425,7 +465,7 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
         return "interrupted"
     max_attempts = 1 if ctx.probe else ctx.budget.max_attempts
     tw = TaskWorkspace(ctx.run_dir / "work" / ("probe-" + task.task_id if ctx.probe else task.task_id),
-                       task.workspace)
+                       task.workspace, ctx.options.tree_caps)
     ready: _Ready | None = None
     setup_error: Exception | None = None
     slot = False
@@ -488,30 +528,50 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             ctx.j("attempt_started", tid, attempt, budget_s=round(remaining, 3))
             attempts_used = attempt
             a0 = time.monotonic()
-            if ready is None or ready.attempt != attempt:
-                ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
-            agent_facts = _run_agent(ctx, task, tw, ready, deadline)
-            prompt = ready.prompt
+            try:
+                if ready is None or ready.attempt != attempt:
+                    ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
+                agent_facts = _run_agent(ctx, task, tw, ready, deadline)
+                prompt = ready.prompt
+            except TreeRejected as e:
+                # Only without a sandbox can an attempt replace its own workspace folder.
+                prompt = ""
+                agent_facts = {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
+                               "error": f"the workspace was replaced: {e.reason}"}
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
-                  transcript=tree_digest(tw.ws / META_DIR / "trace"), **agent_facts)
-            changed = tw.changes()
-            patch = tw.capture_patch() if changed else b""
+                  **_transcript(ctx, tw), **agent_facts)
+            capture = _capture(tw, deadline)
+            patch = capture.patch
             patch_digest = _store_bytes(ctx.run_dir, patch) if patch else None
+            extra: dict[str, Any] = {}
+            if capture.rejected is not None:
+                extra["rejected"] = capture.rejected
+            if capture.timed_out:
+                extra["capture_timed_out"] = True
             ctx.j("patch_captured", tid, attempt, patch_sha256=patch_digest, empty=not patch,
-                  changed=changed[:200], changed_count=len(changed))
+                  changed=capture.changed[:200], changed_count=len(capture.changed), **extra)
             result: str
-            if agent_facts["timed_out"]:
+            if agent_facts["timed_out"] or capture.timed_out:
                 result = Outcome.TIMEOUT.value
+            elif capture.rejected is not None:
+                # What the workspace holds is the agent's doing: its failure, with the reason
+                # in patch_captured, never a harness error.
+                result = Outcome.FAIL.value
             elif ctx.probe:
                 result = "probe_pass" if not patch else "probe_fail"
             elif agent_facts["exit_code"] == 0 and not patch:
                 result = Outcome.ABSTAIN.value
             else:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                grade = None
+                if remaining > 0:
+                    try:
+                        grade = _grade(ctx, task, tw, attempt, patch, capture.changed, remaining)
+                    except subprocess.TimeoutExpired:
+                        grade = None
+                if grade is None:
                     result = Outcome.TIMEOUT.value
                 else:
-                    grade = _grade(ctx, task, tw, attempt, patch, changed, remaining)
                     ctx.j("graded", tid, attempt, **grade)
                     if grade["task_pass"]:
                         result = Outcome.PASS.value

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import select
 import shutil
-import stat
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .digest import sha256_bytes, sha256_file
+from .agentfs import TreeCaps, TreeRejected, reset_dir, snapshot
 from .errors import HarnessError
 from .gitrepo import init_one_commit
 
@@ -43,21 +45,73 @@ def _git_env(ceiling: Path) -> dict[str, str]:
     }
 
 
-def git(args: Sequence[str], cwd: Path, *, ceiling: Path, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def _git_cmd(args: Sequence[str]) -> list[str]:
+    return ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+            "-c", "core.autocrlf=false", "-c", "core.quotePath=false", *args]
+
+
+def git(args: Sequence[str], cwd: Path, *, ceiling: Path, check: bool = True,
+        timeout_s: float | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run git with a clean configuration.
 
     Raises:
         HarnessError: git is missing, or failed while ``check`` is set.
+        subprocess.TimeoutExpired: ``timeout_s`` passed (git is killed).
     """
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-           "-c", "core.autocrlf=false", "-c", "core.quotePath=false", *args]
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=_git_env(ceiling), capture_output=True, check=False)
+        proc = subprocess.run(_git_cmd(args), cwd=cwd, env=_git_env(ceiling), capture_output=True, check=False,
+                              timeout=None if timeout_s is None else max(0.05, timeout_s))
     except OSError as e:
         raise HarnessError(f"cannot run git ({e.strerror}); install git") from None
     if check and proc.returncode != 0:
         raise HarnessError(f"git {args[0]} failed in {cwd}: {proc.stderr.decode(errors='replace').strip()}")
     return proc
+
+
+def git_capped(args: Sequence[str], cwd: Path, *, ceiling: Path, cap: int, timeout_s: float) -> bytes:
+    """Run git and return its output, read in chunks and refused past ``cap`` bytes.
+
+    Raises:
+        TreeRejected: the output is larger than ``cap`` (git is killed).
+        subprocess.TimeoutExpired: ``timeout_s`` passed (git is killed).
+        HarnessError: git is missing or failed.
+    """
+    deadline = time.monotonic() + max(0.05, timeout_s)
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(_git_cmd(args), cwd=cwd, env=_git_env(ceiling), stdout=subprocess.PIPE,
+                                    stderr=err, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            raise HarnessError(f"cannot run git ({e.strerror}); install git") from None
+        assert proc.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            fd = proc.stdout.fileno()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(proc.args, timeout_s)
+                ready, _, _ = select.select([fd], [], [], left)
+                if not ready:
+                    continue
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > cap:
+                    raise TreeRejected(f"the patch is larger than {cap} bytes")
+                chunks.append(chunk)
+            code = proc.wait(max(0.05, deadline - time.monotonic()))
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        if code != 0:
+            err.seek(0)
+            raise HarnessError(f"git {args[0]} failed in {cwd}: {err.read(4096).decode(errors='replace').strip()}")
+    return b"".join(chunks)
 
 
 def copy_tree(src: Path, dst: Path) -> None:
@@ -68,46 +122,35 @@ def copy_tree(src: Path, dst: Path) -> None:
         dst.mkdir(parents=True)
 
 
-def snapshot(root: Path, skip_top: Iterable[str] = (".git", META_DIR)) -> dict[str, str]:
-    """Map each relative path under ``root`` to ``kind:digest``, never following symlinks.
-
-    Agent-made workspaces may hold anything: links anywhere, fifos. None is followed or read
-    except regular files.
-    """
-    skip = set(skip_top)
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        if here == root:
-            dirnames[:] = [d for d in dirnames if d not in skip]
-            filenames = [f for f in filenames if f not in skip]
-        for name in [*filenames, *[d for d in dirnames if (here / d).is_symlink()]]:
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            st = path.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = "l:" + sha256_bytes(os.readlink(path).encode("utf-8", "surrogateescape"))
-            elif stat.S_ISREG(st.st_mode):
-                out[rel] = ("x:" if st.st_mode & 0o111 else "f:") + sha256_file(path)
-            else:
-                out[rel] = "s:"
-    return out
-
-
 def changed_paths(base: dict[str, str], now: dict[str, str]) -> list[str]:
     """Paths added, removed or changed between two snapshots, sorted."""
     return sorted(p for p in base.keys() | now.keys() if base.get(p) != now.get(p))
 
 
-class TaskWorkspace:
-    """One task's agent workspace and the private git directory its patches come from."""
+_SKIP_TOP = frozenset({".git", META_DIR})
 
-    def __init__(self, task_root: Path, pack_workspace: Path) -> None:
+
+class TaskWorkspace:
+    """One task's agent workspace, the host-private folder beside it, and the private git
+    directory its patches come from.
+
+    ``ws`` is the agent's (writable in its sandbox); ``private`` is the host's: what the agent
+    must read (the prompt, feedback) is written there and bound read-only into the sandbox,
+    never into ``ws``, where a link the agent planted would redirect the host's write.
+    """
+
+    def __init__(self, task_root: Path, pack_workspace: Path, caps: TreeCaps | None = None) -> None:
         self.root = task_root
         self.ws = task_root / "ws"
+        self.private = task_root / "in"
         self.base_git = task_root / "base.git"
         self.pack_workspace = pack_workspace
+        self.caps = caps or TreeCaps()
         self.base: dict[str, str] = {}
+
+    @property
+    def trace_dir(self) -> Path:
+        return self.ws / META_DIR / "trace"
 
     def materialise(self) -> None:
         """Fresh copy of the pack's workspace as a one-commit repository (no history to mine).
@@ -118,22 +161,44 @@ class TaskWorkspace:
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
+        self.private.mkdir()
         try:
             copy_tree(self.pack_workspace, self.ws)
         except OSError as e:
             raise HarnessError(f"cannot copy workspace {self.pack_workspace}: {e}") from None
         init_one_commit(self.ws, self.ws / ".git")
-        self.base = snapshot(self.ws)
+        try:
+            self.base = snapshot(self.ws, self.caps, _SKIP_TOP)
+        except TreeRejected as e:
+            raise HarnessError(f"the pack's workspace {self.pack_workspace}: {e.reason}") from None
         (self.ws / META_DIR / "trace").mkdir(parents=True)
 
-    def changes(self) -> list[str]:
-        """Paths the agent changed relative to the base commit."""
-        return changed_paths(self.base, snapshot(self.ws))
-
-    def capture_patch(self) -> bytes:
-        """A binary-safe diff of the agent's workspace against the base commit.
+    def reset_meta(self) -> None:
+        """Rebuild ``.sealbench/`` (with an empty ``trace/``) before an attempt, whatever the
+        previous attempt left there.
 
         Raises:
+            TreeRejected: the workspace itself was replaced (possible only without a sandbox).
+        """
+        reset_dir(self.ws, META_DIR, ("trace",))
+
+    def changes(self) -> list[str]:
+        """Paths the agent changed relative to the base commit.
+
+        Raises:
+            TreeRejected: the workspace breaks a cap or holds a name that is not UTF-8.
+        """
+        return changed_paths(self.base, snapshot(self.ws, self.caps, _SKIP_TOP))
+
+    def capture_patch(self, timeout_s: float = 600.0) -> bytes:
+        """A binary-safe diff of the agent's workspace against the base commit.
+
+        git reads the agent's tree (it never follows links); its output is read in chunks and
+        cut off at the patch cap.
+
+        Raises:
+            TreeRejected: the patch is larger than the cap.
+            subprocess.TimeoutExpired: git took longer than ``timeout_s`` (the task's time).
             HarnessError: git failed.
         """
         if not self.base_git.exists():
@@ -142,15 +207,14 @@ class TaskWorkspace:
             init_one_commit(self.pack_workspace, self.base_git)
             (self.base_git / "info").mkdir()
             (self.base_git / "info" / "exclude").write_text(f"/{META_DIR}/\n")
+        deadline = time.monotonic() + max(0.05, timeout_s)
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
-        git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root)
-        proc = git(
+        git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root, timeout_s=deadline - time.monotonic())
+        return git_capped(
             [*wt, "diff", "--cached", "--binary", "--full-index", "--no-renames", "--no-ext-diff",
              "--no-textconv", "--no-color", "HEAD"],
-            self.root,
-            ceiling=self.root,
+            self.root, ceiling=self.root, cap=self.caps.max_patch_bytes, timeout_s=deadline - time.monotonic(),
         )
-        return proc.stdout
 
 
 def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths: Sequence[str]) -> list[str]:
@@ -170,15 +234,22 @@ def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths
     return hits
 
 
-def apply_patch(grade_dir: Path, patch: bytes) -> tuple[bool, str]:
-    """Apply a patch in a pristine copy; returns (applied cleanly, git's message)."""
+def apply_patch(grade_dir: Path, patch: bytes, timeout_s: float | None = None) -> tuple[bool, str]:
+    """Apply a patch in a pristine copy; returns (applied cleanly, git's message).
+
+    git refuses to write through a symlink ("beyond a symbolic link"), so the patch cannot
+    reach outside the copy.
+
+    Raises:
+        subprocess.TimeoutExpired: applying took longer than ``timeout_s``.
+    """
     if not patch:
         return True, ""
     patch_file = grade_dir.parent / (grade_dir.name + ".patch")
     patch_file.write_bytes(patch)
     try:
         proc = git(["apply", "--binary", "--whitespace=nowarn", str(patch_file)], grade_dir,
-                   ceiling=grade_dir.parent, check=False)
+                   ceiling=grade_dir.parent, check=False, timeout_s=timeout_s)
     finally:
         patch_file.unlink(missing_ok=True)
     return proc.returncode == 0, proc.stderr.decode("utf-8", "replace").strip()

@@ -1,0 +1,341 @@
+"""Reading and resetting trees the agent controls, without ever following the agent.
+
+A workspace (and the trace folder inside it) is written by hostile code: it may hold symlinks
+to anywhere on the host, fifos and devices, names that are not UTF-8, directory chains deeper
+than the path limit and more bytes than the host can hold. Everything here works on directory
+file descriptors opened with ``O_NOFOLLOW`` on every component, reads only regular files
+(checked again with ``fstat`` on the open descriptor), and stops at caps on entries, bytes,
+depth and time. What the tree causes is reported as :class:`TreeRejected` (the agent's
+failure, with a reason), never as a harness error.
+
+Exceptions::
+
+    TreeRejected    the tree breaks a cap or a rule; the attempt that left it fails
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .digest import digest_json, sha256_bytes
+
+TREE_FORMAT = "sealbench.tree/1"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class TreeCaps:
+    """Caps on what one attempt may leave in its workspace.
+
+    ``max_bytes`` counts the sizes of regular files; ``max_depth`` the directories below the
+    root; ``max_seconds`` bounds the time spent reading the tree. ``max_patch_bytes`` bounds
+    the patch captured from it.
+
+    Raises:
+        ValueError: a cap is not positive.
+    """
+
+    max_entries: int = 250_000
+    max_bytes: int = 1 << 30
+    max_depth: int = 64
+    max_seconds: float = 120.0
+    max_patch_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not value > 0:
+                raise ValueError(f"TreeCaps.{name} must be positive, got {value!r}")
+
+
+class TreeRejected(Exception):
+    """The agent's tree breaks a rule or a cap; ``reason`` says which, in plain words."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _name(raw: str, rel_dir: str, strict: bool) -> str:
+    """The entry's name as text; a name that is not UTF-8 is refused (strict) or escaped."""
+    try:
+        raw.encode("utf-8")
+        return raw
+    except UnicodeEncodeError:
+        shown = os.fsencode(raw).decode("utf-8", "backslashreplace")
+        if strict:
+            where = f"{rel_dir}/{shown}" if rel_dir else shown
+            raise TreeRejected(f"file name is not valid UTF-8: {where!r}") from None
+        return shown
+
+
+def _file_digest(dir_fd: int, name: str, budget: _Budget) -> str | None:
+    """Digest of a regular file opened without following links; None if it is not one any more."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.ENOENT, errno.EACCES, errno.EPERM):
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        h = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                break
+            budget.spend(len(chunk))
+            h.update(chunk)
+        return "sha256:" + h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+class _Budget:
+    def __init__(self, caps: TreeCaps, what: str) -> None:
+        self.caps = caps
+        self.what = what
+        self.entries = 0
+        self.bytes = 0
+        self.deadline = time.monotonic() + caps.max_seconds
+
+    def entry(self) -> None:
+        self.entries += 1
+        if self.entries > self.caps.max_entries:
+            raise TreeRejected(f"{self.what} holds more than {self.caps.max_entries} entries")
+        if self.entries % 256 == 0:
+            self.clock()
+
+    def spend(self, n: int) -> None:
+        self.bytes += n
+        if self.bytes > self.caps.max_bytes:
+            raise TreeRejected(f"{self.what} holds more than {self.caps.max_bytes} bytes of files")
+        self.clock()
+
+    def clock(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TreeRejected(f"reading {self.what} took more than {self.caps.max_seconds:g} s")
+
+
+def _open_root(root: Path, what: str) -> int:
+    """Open ``root`` as a directory; the root itself must not be a symlink."""
+    try:
+        return os.open(root, _DIR_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise TreeRejected(f"{what} was replaced by something that is not a directory") from None
+        raise
+
+
+def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
+          skip: frozenset[str]) -> Iterator[tuple[str, str, str]]:
+    """Yield (relative path, kind, digest) below ``dir_fd``; kind is f, x, l or s."""
+    with os.scandir(dir_fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if depth == 0 and entry.name in skip:
+            continue
+        budget.entry()
+        name = _name(entry.name, rel_dir, strict)
+        rel = f"{rel_dir}/{name}" if rel_dir else name
+        st = entry.stat(follow_symlinks=False)
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            target = os.readlink(entry.name, dir_fd=dir_fd)
+            text = _name(target, rel, strict)
+            yield rel, "l", sha256_bytes(text.encode("utf-8"))
+        elif stat.S_ISDIR(mode):
+            if depth + 1 > budget.caps.max_depth:
+                raise TreeRejected(f"{budget.what} nests directories deeper than {budget.caps.max_depth}: {rel}")
+            try:
+                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EACCES):
+                    yield rel, "s", ""
+                    continue
+                raise
+            try:
+                yield from _walk(sub, rel, depth + 1, budget, strict, skip)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(mode):
+            digest = _file_digest(dir_fd, entry.name, budget)
+            if digest is None:
+                yield rel, "s", ""
+            else:
+                yield rel, "x" if mode & 0o111 else "f", digest
+        else:
+            yield rel, "s", ""
+
+
+def scan(root: Path, caps: TreeCaps, *, what: str = "the workspace", strict: bool = True,
+         skip_top: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
+    """Every entry under ``root`` as (relative path, kind, digest), sorted by path.
+
+    kind is ``f`` (file), ``x`` (executable file), ``l`` (symlink; digest over its target
+    text, never followed) or ``s`` (anything else: fifo, socket, device; no digest).
+    ``strict`` refuses names and link targets that are not UTF-8 (a workspace); otherwise
+    they are shown escaped (a trace). A missing root is an empty tree.
+
+    Raises:
+        TreeRejected: a cap is exceeded, the root is not a directory, or (strict) a name is
+            not UTF-8.
+        OSError: the host could not read its own directory (a harness failure).
+    """
+    try:
+        fd = _open_root(root, what)
+    except FileNotFoundError:
+        return []
+    budget = _Budget(caps, what)
+    try:
+        try:
+            return list(_walk(fd, "", 0, budget, strict, skip_top))
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:
+                raise TreeRejected(f"{what} holds a name longer than the system allows") from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def snapshot(root: Path, caps: TreeCaps, skip_top: frozenset[str]) -> dict[str, str]:
+    """Map each relative path under ``root`` to ``kind:digest`` (see :func:`scan`)."""
+    return {rel: f"{kind}:{digest}" for rel, kind, digest in scan(root, caps, skip_top=skip_top)}
+
+
+def trace_digest(root: Path, caps: TreeCaps) -> str:
+    """Digest of an agent's trace folder, in the format of :func:`sealbench.digest.tree_digest`.
+
+    Special files are listed with kind ``s`` and links are never followed, so any trace can be
+    digested; a trace over the caps raises :class:`TreeRejected`.
+    """
+    entries = [[rel, kind, digest] for rel, kind, digest in
+               scan(root, caps, what="the trace folder", strict=False)]
+    return digest_json([TREE_FORMAT, entries])
+
+
+def reset_dir(parent: Path, name: str, subdirs: tuple[str, ...] = ()) -> None:
+    """Remove whatever the agent left at ``parent/name`` and make it a fresh empty directory.
+
+    ``parent`` is opened with ``O_NOFOLLOW``; the entry is removed without following links
+    (a symlink is unlinked, a directory removed with descriptor-relative calls), then created
+    anew with ``subdirs`` inside.
+
+    Raises:
+        TreeRejected: ``parent`` itself was replaced by a symlink or a non-directory.
+    """
+    pfd = _open_root(parent, "the workspace")
+    try:
+        try:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_at(pfd, name)
+            else:
+                os.unlink(name, dir_fd=pfd)
+        os.mkdir(name, 0o755, dir_fd=pfd)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        try:
+            for sub in subdirs:
+                os.mkdir(sub, 0o755, dir_fd=fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(pfd)
+
+
+def _rmtree_at(dir_fd: int, name: str) -> None:
+    """Remove the directory ``name`` under ``dir_fd`` and everything in it, never following links."""
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as it:
+            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for child, is_dir in children:
+            if is_dir:
+                _rmtree_at(fd, child)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+def read_regular(root: Path, rel: str, max_bytes: int) -> bytes | None:
+    """The bytes of ``root/rel`` if every component is a real directory and the last a regular
+    file of at most ``max_bytes``; None otherwise (missing, a link, a fifo, too large)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        ffd = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    os.close(fd)
+    try:
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        data = b""
+        while len(data) <= max_bytes:
+            chunk = os.read(ffd, _CHUNK)
+            if not chunk:
+                return data
+            data += chunk
+        return None
+    finally:
+        os.close(ffd)
+
+
+def remove_entry(root: Path, rel: str) -> None:
+    """Remove ``root/rel`` (file, link or directory) without following a link on the way.
+
+    An intermediate component that is a link or not a directory means nothing is there to
+    remove: the entry cannot exist at ``rel`` for anything that resolves paths safely.
+    """
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                return
+            os.close(fd)
+            fd = nxt
+        try:
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            _rmtree_at(fd, parts[-1])
+        else:
+            os.unlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)

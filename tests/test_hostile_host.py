@@ -1,0 +1,209 @@
+"""The host never follows the agent: hostile agents in the real sandbox plant links, special
+files, odd names, deep and large trees in their workspace and trace folder.
+
+Each test is named after the exploit. The host-write tests check that the host target is
+untouched and that the run's journal still verifies; the others check that the agent's tree
+is the agent's failure (with a reason), never a harness error, a crash or a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import make_contract, needs_bwrap
+from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, reset_dir, scan
+from sealbench.journal import read_chain
+from sealbench.runner import RunOptions, execute
+
+TASK = "t_11_fix_off_by_one"
+WRONG = "printf 'def last_n(items, n):\\n    return []\\n' > window.py"
+
+
+def sh(script: str) -> str:
+    return "sh -c " + shlex.quote(script)
+
+
+def run(sealed_pack: Path, tmp_path: Path, command: str, *, options: RunOptions | None = None,
+        **kw: Any) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
+    contract_file = tmp_path / "contract.json"
+    make_contract(sealed_pack, contract_file, task_ids=(TASK,), command=command, run_id="hostile", **kw)
+    run_dir = tmp_path / "run"
+    execute(contract_file, run_dir, options or RunOptions(progress=False))
+    events = read_chain(run_dir / "journal.jsonl").events  # raises if the chain was broken
+    cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+    return run_dir, events, cards
+
+
+def of_kind(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == kind]
+
+
+# --- the host writes nothing through the agent's links --------------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["host_file", "run_journal", "site_packages_pth", "meta_dir_link"])
+def test_prompt_symlink_planted_in_attempt_one_is_not_followed(sealed_pack: Path, tmp_path: Path,
+                                                                where: str) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "site-packages").mkdir()
+    targets = {
+        "host_file": str(host / "created-by-agent.txt"),
+        # ws/.sealbench/prompt.md -> ../../../../journal.jsonl is the run's own journal.
+        "run_journal": "../../../../journal.jsonl",
+        "site_packages_pth": str(host / "site-packages" / "evil.pth"),
+    }
+    if where == "meta_dir_link":
+        plant = f'rm -rf .sealbench; ln -s {shlex.quote(str(host))} .sealbench'
+    else:
+        plant = f'rm -f .sealbench/prompt.md; ln -s {shlex.quote(targets[where])} .sealbench/prompt.md'
+    # Attempt 1 plants the link and fails; attempt 2 proves it can still read its own prompt.
+    script = (f'if [ "{{attempt}}" = 1 ]; then {plant}; {WRONG}; '
+              'else cp "$SEALBENCH_PROMPT_FILE" second_prompt.md; ' + WRONG + "; fi")
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(script), max_attempts=2)
+    assert sorted(p.name for p in host.rglob("*")) == ["site-packages"], "the host wrote through the agent's link"
+    assert of_kind(events, "run_finished"), "the run's journal lost its end"
+    assert cards[0]["attempts_used"] == 2 and cards[0]["outcome"] == "fail"
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert "attempt 2 of 2" in patch  # the second prompt reached the agent
+
+
+@needs_bwrap
+def test_prompt_file_is_read_only_inside_the_sandbox(sealed_pack: Path, tmp_path: Path) -> None:
+    script = ('if echo forged > "$SEALBENCH_PROMPT_FILE" 2>/dev/null; then echo writable > verdict.txt; '
+              'else echo read-only > verdict.txt; fi')
+    run_dir, _, _ = run(sealed_pack, tmp_path, sh(script), max_attempts=1)
+    assert "+read-only" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+
+
+# --- the agent's trace folder cannot veto or stall the run ----------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [
+    "rm -rf .sealbench/trace; ln -s /proc .sealbench/trace",
+    "rm -rf .sealbench/trace; ln -s /usr .sealbench/trace",
+    "mkfifo .sealbench/trace/fifo; ln -s /etc/passwd .sealbench/trace/link",
+    "touch \"$(printf '.sealbench/trace/bad\\377name')\"",
+], ids=["trace_link_to_proc", "trace_link_to_large_host_dir", "trace_fifo_and_link", "trace_name_not_utf8"])
+def test_trace_folder_exploit_is_not_a_harness_error(sealed_pack: Path, tmp_path: Path, plant: str) -> None:
+    t0 = time.monotonic()
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{plant}; {WRONG}"), max_attempts=1)
+    assert time.monotonic() - t0 < 30
+    assert cards[0]["outcome"] == "fail"
+    assert not of_kind(events, "harness_error")
+
+
+# --- what the workspace holds is the agent's failure, with a reason --------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("plant", "reason"), [
+    ("touch \"$(printf 'bad\\377name.py')\"", "not valid UTF-8"),
+    ("d=.; i=0; while [ $i -lt 80 ]; do d=$d/dd; i=$((i+1)); done; mkdir -p $d", "deeper than 64"),
+    ("python -c 'import os; [(os.mkdir(\"aaaaaaaaaa\"), os.chdir(\"aaaaaaaaaa\")) for _ in range(420)]'",
+     "deeper than 64"),
+], ids=["workspace_name_not_utf8", "workspace_deep_chain", "workspace_chain_past_path_max"])
+def test_workspace_exploit_is_the_agents_failure(sealed_pack: Path, tmp_path: Path, plant: str, reason: str) -> None:
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert cards[0]["outcome"] == "fail"
+    assert not of_kind(events, "harness_error")
+    assert reason in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+def test_workspace_fifo_is_neither_read_nor_a_harness_error(sealed_pack: Path, tmp_path: Path) -> None:
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; mkfifo pipe; mknod dev c 1 3 2>/dev/null; true"),
+                           max_attempts=1)
+    assert cards[0]["outcome"] == "fail"
+    assert not of_kind(events, "harness_error")
+
+
+@needs_bwrap
+def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=1 << 20))
+    run_dir, events, cards = run(sealed_pack, tmp_path,
+                                 sh(f"{WRONG}; for i in 1 2 3; do head -c 700000 /dev/urandom > junk$i; done"),
+                                 options=opts, max_attempts=1)
+    assert cards[0]["outcome"] == "fail"
+    assert "more than 1048576 bytes" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    assert sum(p.stat().st_size for p in (run_dir / "blobs").iterdir()) < 1 << 20
+
+
+@needs_bwrap
+def test_patch_over_its_cap_is_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_patch_bytes=100_000))
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; head -c 300000 /dev/urandom > big.bin"),
+                           options=opts, max_attempts=1)
+    assert cards[0]["outcome"] == "fail"
+    assert "patch is larger than 100000 bytes" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+def test_workspace_over_its_entry_cap_is_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_entries=500))
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; mkdir many; cd many; touch $(seq 1 800)"),
+                           options=opts, max_attempts=1)
+    assert cards[0]["outcome"] == "fail"
+    assert "more than 500 entries" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+# --- the safe readers themselves ------------------------------------------------------
+
+
+def test_scan_never_follows_a_root_link(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "secret").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(TreeRejected, match="not a directory"):
+        scan(tmp_path / "link", TreeCaps())
+
+
+def test_read_regular_refuses_links_on_any_component(tmp_path: Path) -> None:
+    grade = tmp_path / "grade"
+    (grade / "sub").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "report.xml").write_text("<x/>")
+    (grade / "dirlink").symlink_to(tmp_path / "outside")
+    (grade / "filelink.xml").symlink_to(tmp_path / "outside" / "report.xml")
+    os.mkfifo(grade / "fifo.xml")
+    (grade / "sub" / "ok.xml").write_text("<ok/>")
+    assert read_regular(grade, "dirlink/report.xml", 1000) is None
+    assert read_regular(grade, "filelink.xml", 1000) is None
+    assert read_regular(grade, "fifo.xml", 1000) is None  # opened non-blocking, then refused
+    assert read_regular(grade, "sub/ok.xml", 3) is None  # over the cap
+    assert read_regular(grade, "sub/ok.xml", 1000) == b"<ok/>"
+
+
+def test_remove_entry_never_deletes_through_a_link(tmp_path: Path) -> None:
+    grade = tmp_path / "grade"
+    grade.mkdir()
+    (tmp_path / "outside").mkdir()
+    victim = tmp_path / "outside" / "report.xml"
+    victim.write_text("host file")
+    (grade / "dirlink").symlink_to(tmp_path / "outside")
+    (grade / "report.xml").symlink_to(victim)
+    remove_entry(grade, "dirlink/report.xml")
+    remove_entry(grade, "report.xml")
+    assert victim.read_text() == "host file"
+    assert not (grade / "report.xml").is_symlink()
+
+
+def test_reset_dir_replaces_a_planted_link_without_touching_its_target(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    target = tmp_path / "host"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    (ws / ".sealbench").symlink_to(target)
+    reset_dir(ws, ".sealbench", ("trace",))
+    assert (ws / ".sealbench" / "trace").is_dir() and not (ws / ".sealbench").is_symlink()
+    assert (target / "keep").read_text() == "x"
