@@ -207,3 +207,28 @@ def test_reset_dir_replaces_a_planted_link_without_touching_its_target(tmp_path:
     reset_dir(ws, ".sealbench", ("trace",))
     assert (ws / ".sealbench" / "trace").is_dir() and not (ws / ".sealbench").is_symlink()
     assert (target / "keep").read_text() == "x"
+
+
+# --- the covert channel between attempts ---------------------------------------------
+
+
+def _measured_gap(sealed_pack: Path, tmp_path: Path, slow_grading: bool, gap: float | None) -> float:
+    sleep = "import time\\ntime.sleep(1.5)\\n" if slow_grading else ""
+    script = (f'if [ "{{attempt}}" = 1 ]; then printf "{sleep}def last_n(items, n):\\n    return []\\n" > window.py; '
+              "python -c 'import time; print(time.time())' > t1; "
+              "else python -c 'import time; print(time.time() - float(open(\"t1\").read()))' > gap.txt; fi")
+    kw: dict[str, Any] = {"attempt_gap_s": gap} if gap is not None else {}
+    sub = tmp_path / f"{slow_grading}-{gap}"
+    sub.mkdir()
+    run_dir, _, _ = run(sealed_pack, sub, sh(script), max_attempts=2, **kw)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    return float(patch.split("+++ b/gap.txt")[1].split("\n+", 1)[1].split("\n")[0])
+
+
+@needs_bwrap
+def test_grading_time_does_not_reach_the_next_attempt_with_an_attempt_gap(sealed_pack: Path, tmp_path: Path) -> None:
+    # Without the gap, a candidate that makes grading slow is seen by the next attempt.
+    fast, slow = (_measured_gap(sealed_pack, tmp_path, s, None) for s in (False, True))
+    assert slow - fast > 1.0
+    fast, slow = (_measured_gap(sealed_pack, tmp_path, s, 3.0) for s in (False, True))
+    assert 3.0 <= fast < 3.6 and 3.0 <= slow < 3.6, (fast, slow)

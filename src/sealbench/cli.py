@@ -110,6 +110,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         wall_clock_s=args.wall_clock_s,
         feedback=args.feedback,
+        attempt_gap_s=args.attempt_gap_s,
         narration_probe=not args.no_narration_probe,
         oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
         seed=args.seed,
@@ -316,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int)
     p.add_argument("--wall-clock-s", type=float)
     p.add_argument("--feedback", choices=["none", "pass_fail", "visible_tests"], default="none")
+    p.add_argument("--attempt-gap-s", type=float, metavar="SECONDS",
+                   help="start each retry only at a whole multiple of SECONDS after the previous attempt "
+                        "ended, so grading time does not reach the agent (counts against the wall clock)")
     p.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
     p.add_argument("--oracle-validity-unavailable", action="store_true",
                    help="lock without oracle-validity evidence (every report says so)")

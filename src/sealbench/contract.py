@@ -77,6 +77,7 @@ def new_contract(
     max_attempts: int | None = None,
     wall_clock_s: float | None = None,
     feedback: str = "none",
+    attempt_gap_s: float | None = None,
     narration_probe: bool = True,
     oracle_validity: str = "required",
     seed: int = 0,
@@ -148,7 +149,8 @@ def new_contract(
             terms_read_on=terms_read_on,
         ),
         agent=agent,
-        budget=Budget(max_attempts=int(attempts), wall_clock_s=float(wall), feedback=feedback),  # type: ignore[arg-type]
+        budget=Budget(max_attempts=int(attempts), wall_clock_s=float(wall), feedback=feedback,  # type: ignore[arg-type]
+                      attempt_gap_s=attempt_gap_s),
         forbidden_paths=forbidden,
         pack=PackRef(path=rel, sha256=seal.pack_sha256),
         seed=seed,

@@ -189,6 +189,14 @@ class Budget(Model):
     feedback: Literal["none", "pass_fail", "visible_tests"] = Field(
         "none", description="What the agent sees between attempts; never hidden-test output."
     )
+    # Left out of the file (and so of the contract's digest) when unset: contracts locked before
+    # the field existed keep their digest.
+    attempt_gap_s: float | None = Field(
+        None, gt=0, exclude_if=lambda v: v is None,
+        description="If set, the next attempt starts only when a whole multiple of this many seconds "
+        "has passed since the previous attempt's agent stopped, so how long grading took does not "
+        "reach the next attempt. The wait counts against wall_clock_s.",
+    )
 
 
 class PackRef(Model):

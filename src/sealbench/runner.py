@@ -11,6 +11,7 @@ events.json are derived from it (:mod:`sealbench.derive`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -249,6 +250,15 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, deadline
     except (TypeError, ValueError):
         facts["action"] = repr(box.get("action"))
     return facts
+
+
+def _wait_gap(ctx: _Ctx, since: float, gap_s: float, deadline: float) -> None:
+    """Wait until a whole multiple of ``gap_s`` has passed since ``since`` (or the deadline), so
+    the next attempt cannot time the grading of the previous one (it sees at most how many
+    whole gaps it took)."""
+    elapsed = time.monotonic() - since
+    until = since + max(1, math.ceil(elapsed / gap_s)) * gap_s
+    ctx.stop.wait(max(0.0, min(until, deadline) - time.monotonic()))
 
 
 def _transcript(ctx: _Ctx, tw: TaskWorkspace) -> dict[str, Any]:
@@ -516,6 +526,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             if ctx.probe:
                 detail["probe_passed"] = prior.last_result == "probe_pass"
         feedback = ""
+        gap_from: float | None = None
         for attempt in range(attempts_used + 1, max_attempts + 1):
             if outcome is not None:
                 break
@@ -531,6 +542,8 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             try:
                 if ready is None or ready.attempt != attempt:
                     ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
+                if gap_from is not None and budget.attempt_gap_s is not None:
+                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
                 agent_facts = _run_agent(ctx, task, tw, ready, deadline)
                 prompt = ready.prompt
             except TreeRejected as e:
@@ -538,6 +551,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 prompt = ""
                 agent_facts = {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
                                "error": f"the workspace was replaced: {e.reason}"}
+            gap_from = time.monotonic()
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                   **_transcript(ctx, tw), **agent_facts)
             capture = _capture(tw, deadline)
