@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import make_contract, needs_bwrap
-from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, reset_dir, scan
+from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, reset_dir, scan
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
 
@@ -232,3 +232,49 @@ def test_grading_time_does_not_reach_the_next_attempt_with_an_attempt_gap(sealed
     assert slow - fast > 1.0
     fast, slow = (_measured_gap(sealed_pack, tmp_path, s, 3.0) for s in (False, True))
     assert 3.0 <= fast < 3.6 and 3.0 <= slow < 3.6, (fast, slow)
+
+
+# --- trees the host removes: no recursion, whatever the depth -------------------------
+
+# A chain of directories far deeper than the interpreter's recursion limit, made with
+# descriptors (no chdir, no long path): what shutil.rmtree and a recursive walk die on.
+DEEP_CHAIN = ("import os\n"
+              "fd = os.open('{where}', os.O_RDONLY)\n"
+              "for _ in range(1500):\n"
+              "    os.mkdir('d', dir_fd=fd); nfd = os.open('d', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = nfd\n")
+
+
+def python_agent(tmp_path: Path, code: str) -> tuple[str, list[str]]:
+    """A command agent written in Python, mounted read-only into the sandbox."""
+    folder = tmp_path / "agent"
+    folder.mkdir(exist_ok=True)
+    (folder / "agent.py").write_text(code)
+    return f"python {folder / 'agent.py'} {{attempt}}", [str(folder)]
+
+
+WRONG_PY = "open('window.py', 'w').write('def last_n(items, n):\\n    return []\\n')\n"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["workspace", "meta_folder", "grading_copy"])
+def test_directory_chain_deeper_than_the_recursion_limit_does_not_break_the_run(
+        sealed_pack: Path, tmp_path: Path, where: str) -> None:
+    if where == "workspace":
+        code = WRONG_PY + DEEP_CHAIN.format(where=".")
+    elif where == "meta_folder":
+        # Left in .sealbench/ by attempt 1: the host rebuilds that folder before attempt 2.
+        code = WRONG_PY + DEEP_CHAIN.format(where=".sealbench")
+    else:
+        # The candidate builds it in the grading copy while the oracle imports it.
+        candidate = DEEP_CHAIN.format(where=".") + "def last_n(items, n):\n    return []\n"
+        code = f"open('window.py', 'w').write({candidate!r})\n"
+    command, mounts = python_agent(tmp_path, code)
+    try:
+        run_dir, events, cards = run(sealed_pack, tmp_path, command, max_attempts=2, mounts=mounts)
+        assert not of_kind(events, "harness_error")
+        assert of_kind(events, "run_finished")
+        assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 2
+        assert not (run_dir / "work").exists()
+    finally:
+        # Whatever happened, no chain is left for pytest's own (recursive) clean-up to die on.
+        remove_tree(tmp_path / "run")

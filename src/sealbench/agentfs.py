@@ -256,21 +256,82 @@ def reset_dir(parent: Path, name: str, subdirs: tuple[str, ...] = ()) -> None:
         os.close(pfd)
 
 
+_MOVED = ".sealbench-removing-"
+
+
 def _rmtree_at(dir_fd: int, name: str) -> None:
-    """Remove the directory ``name`` under ``dir_fd`` and everything in it, never following links."""
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    """Remove the directory ``name`` under ``dir_fd`` and everything in it, never following links.
+
+    Without recursion and with at most two directories open: every directory found below the
+    top one is first moved up into it, so a chain deeper than the interpreter's recursion
+    limit or the path limit is removed like a flat tree.
+    """
+    top = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     try:
-        with os.scandir(fd) as it:
-            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        for child, is_dir in children:
-            if is_dir:
-                _rmtree_at(fd, child)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
+        todo: list[str | None] = [None]  # None is the top directory itself
+        moved = 0
+        while todo:
+            sub = todo.pop()
+            try:
+                fd = top if sub is None else os.open(sub, _DIR_FLAGS, dir_fd=top)
+            except FileNotFoundError:
+                continue
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        if not entry.is_dir(follow_symlinks=False):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(entry.name, dir_fd=fd)
+                        elif sub is None:
+                            todo.append(entry.name)
+                        else:
+                            while _exists_at(top, f"{_MOVED}{moved}"):
+                                moved += 1
+                            os.rename(entry.name, f"{_MOVED}{moved}", src_dir_fd=fd, dst_dir_fd=top)
+                            todo.append(f"{_MOVED}{moved}")
+            finally:
+                if fd != top:
+                    os.close(fd)
+            if sub is not None:
+                os.rmdir(sub, dir_fd=top)
     finally:
-        os.close(fd)
+        os.close(top)
     os.rmdir(name, dir_fd=dir_fd)
+
+
+def _exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` (a directory tree, a file or a link) without following links and
+    without recursion; nothing there is nothing to do.
+
+    For trees the agent or the code under test wrote: ``shutil.rmtree`` recurses once per
+    level and dies with RecursionError on a chain a few thousand directories deep.
+
+    Raises:
+        OSError: something could not be removed.
+    """
+    try:
+        pfd = os.open(path.parent, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            st = os.stat(path.name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            _rmtree_at(pfd, path.name)
+        else:
+            os.unlink(path.name, dir_fd=pfd)
+    finally:
+        os.close(pfd)
 
 
 def read_regular(root: Path, rel: str, max_bytes: int) -> bytes | None:

@@ -10,12 +10,12 @@ events.json are derived from it (:mod:`sealbench.derive`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, trace_digest
+from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
 from .derive import derive_iter, probe_bytes, probe_summary
@@ -333,8 +333,7 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
     hidden_paths = task.hidden_paths()
     forbidden = forbidden_hits(changed, ctx.contract.forbidden_paths or [], hidden_paths)
     grade_dir = tw.root / f"grade-{attempt}"
-    if grade_dir.exists():
-        shutil.rmtree(grade_dir)
+    remove_tree(grade_dir)
     copy_tree(task.workspace, grade_dir)
     applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
     result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
@@ -360,7 +359,9 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
         result["oracle_timed_out"] = res.timed_out
     result["task_pass"] = bool(result["tests_green"] and applies and not forbidden)
     if not ctx.options.keep_work:
-        shutil.rmtree(grade_dir, ignore_errors=True)
+        # The code under test wrote in it: removed without recursion, whatever its depth.
+        with contextlib.suppress(OSError):
+            remove_tree(grade_dir)
     return result
 
 
@@ -498,7 +499,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
         if slot:
             ctx.slots.release()
         if not ctx.options.keep_work:
-            shutil.rmtree(tw.root, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(tw.root)
 
 
 def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, max_attempts: int,
@@ -824,7 +826,8 @@ def execute(
     finally:
         journal.close()
         if not opts.keep_work:
-            shutil.rmtree(base / "work", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(base / "work")
     cards = None
     if probe:
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)

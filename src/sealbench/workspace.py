@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .agentfs import TreeCaps, TreeRejected, reset_dir, snapshot
+from .agentfs import TreeCaps, TreeRejected, remove_tree, reset_dir, snapshot
 from .errors import HarnessError
 from .gitrepo import init_one_commit
 
@@ -158,8 +158,7 @@ class TaskWorkspace:
         Raises:
             HarnessError: copying or git failed.
         """
-        if self.root.exists():
-            shutil.rmtree(self.root)
+        remove_tree(self.root)
         self.root.mkdir(parents=True)
         self.private.mkdir()
         try:
