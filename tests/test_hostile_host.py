@@ -278,3 +278,39 @@ def test_directory_chain_deeper_than_the_recursion_limit_does_not_break_the_run(
     finally:
         # Whatever happened, no chain is left for pytest's own (recursive) clean-up to die on.
         remove_tree(tmp_path / "run")
+
+
+# --- git reads nothing of the agent's but its files --------------------------------------
+
+
+def seal_with_workspace_file(raw_pack: Path, rel: str, data: bytes) -> Path:
+    """The sample pack with one more file in the task's workspace, sealed."""
+    from sealbench.pack import seal_pack
+
+    (raw_pack / "tasks" / TASK / "workspace" / rel).write_bytes(data)
+    seal_pack(raw_pack)
+    return raw_pack
+
+
+@needs_bwrap
+def test_gitattributes_encoding_in_workspace_is_not_a_harness_error(sealed_pack: Path, tmp_path: Path) -> None:
+    # git add converts from the declared encoding; an unknown one made it fail: a harness error.
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; echo '* working-tree-encoding=no-such' > .gitattributes"),
+                           max_attempts=1)
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+def test_gitattributes_in_workspace_cannot_rewrite_a_forbidden_file_in_the_patch(raw_pack: Path, tmp_path: Path) -> None:
+    # setup.cfg is forbidden and the agent leaves it untouched; a text attribute made git add
+    # normalise its line endings, so the graded patch changed it and no check saw the change.
+    pack = seal_with_workspace_file(raw_pack, "setup.cfg", b"[tool:pytest]\r\naddopts = -q\r\n")
+    run_dir, events, cards = run(pack, tmp_path, sh(f"{WRONG}; printf 'setup.cfg text\\n* ident\\n' > .gitattributes; "
+                                                     "printf '# $Id: kept $\\r\\n' >> window.py"),
+                                 max_attempts=1)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_bytes()
+    assert b"diff --git a/setup.cfg" not in patch
+    assert b"+# $Id: kept $\r\n" in patch  # the workspace's bytes, not git's conversion of them
+    assert of_kind(events, "graded")[0]["payload"]["forbidden"] == []
+    assert cards[0]["outcome"] == "fail"

@@ -128,6 +128,7 @@ def changed_paths(base: dict[str, str], now: dict[str, str]) -> list[str]:
 
 
 _SKIP_TOP = frozenset({".git", META_DIR})
+_NO_CONVERSION = "* !text !eol !crlf !ident !filter !working-tree-encoding\n"
 
 
 class TaskWorkspace:
@@ -206,6 +207,10 @@ class TaskWorkspace:
             init_one_commit(self.pack_workspace, self.base_git)
             (self.base_git / "info").mkdir()
             (self.base_git / "info" / "exclude").write_text(f"/{META_DIR}/\n")
+            # Highest precedence: the workspace's .gitattributes cannot make git add convert
+            # what it records (an unknown encoding failed it; text and ident rewrote files the
+            # agent left untouched). The base commit holds the pack's bytes unconverted too.
+            (self.base_git / "info" / "attributes").write_text(_NO_CONVERSION)
         deadline = time.monotonic() + max(0.05, timeout_s)
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root, timeout_s=deadline - time.monotonic())
