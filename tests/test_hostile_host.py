@@ -314,3 +314,40 @@ def test_gitattributes_in_workspace_cannot_rewrite_a_forbidden_file_in_the_patch
     assert b"+# $Id: kept $\r\n" in patch  # the workspace's bytes, not git's conversion of them
     assert of_kind(events, "graded")[0]["payload"]["forbidden"] == []
     assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [
+    "git init -q sub && echo x > sub/a.py",
+    "mkdir .GIT && echo x > .GIT/config",
+    "mkdir -p pkg/GIT~1 && echo x > pkg/GIT~1/HEAD",
+    "mkdir -p 'pkg/.git. ' && echo x > 'pkg/.git. /HEAD'",
+    "ln -s window.py .gitmodules",
+], ids=["nested_repository", "dotgit_upper_case", "dotgit_short_name", "dotgit_trailing_dot_space",
+        "gitmodules_symlink"])
+def test_name_git_refuses_is_the_agents_failure_not_a_harness_error(sealed_pack: Path, tmp_path: Path,
+                                                                    plant: str) -> None:
+    # git add failed on each of these ("adding files failed"): a harness error for any agent
+    # that so much as ran git init in a subfolder.
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "fail"
+    assert "git will not record" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+def test_gitdir_file_planted_in_a_subfolder_does_not_make_the_host_read_a_host_repository(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    # sub/.git naming a repository on the host made git add read that repository's HEAD on the
+    # host and record it in the patch ("Subproject commit <host HEAD>").
+    host_repo = tmp_path / "host-repo"
+    host_repo.mkdir()
+    from sealbench.gitrepo import init_one_commit
+
+    (host_repo / "secret.txt").write_text("host")
+    head = init_one_commit(host_repo, host_repo / ".git")
+    plant = f"mkdir sub && echo x > sub/a.py && echo 'gitdir: {host_repo / '.git'}' > sub/.git"
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert not any(head.encode() in p.read_bytes() for p in (run_dir / "blobs").iterdir())
+    assert "git will not record" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    assert cards[0]["outcome"] == "fail"

@@ -19,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -76,6 +77,23 @@ def _name(raw: str, rel_dir: str, strict: bool) -> str:
             where = f"{rel_dir}/{shown}" if rel_dir else shown
             raise TreeRejected(f"file name is not valid UTF-8: {where!r}") from None
         return shown
+
+
+_GITMODULES_SHORT = re.compile(r"(gitmod|gi7eba)~[0-9]")
+
+
+def _git_refuses(name: str, is_link: bool) -> bool:
+    """True for a name git will not record (its verify_path with core.protectNTFS, the default):
+    ``.git`` or ``git~1`` in any case, followed only by dots and spaces or by ``:``, also after
+    a backslash; and for a symlink, ``.gitmodules`` and its short names. A ``.git`` below the
+    top also makes git take its folder for a nested repository, whose files it never records."""
+    for part in name.split("\\"):
+        stem = part.split(":", 1)[0].lower().rstrip(". ")
+        if stem in (".git", "git~1"):
+            return True
+        if is_link and (stem == ".gitmodules" or _GITMODULES_SHORT.fullmatch(stem)):
+            return True
+    return False
 
 
 def _file_digest(dir_fd: int, name: str, budget: _Budget) -> str | None:
@@ -150,6 +168,11 @@ def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
         rel = f"{rel_dir}/{name}" if rel_dir else name
         st = entry.stat(follow_symlinks=False)
         mode = st.st_mode
+        if strict and _git_refuses(name, stat.S_ISLNK(mode)):
+            # git add fails on these (or drops a nested repository's files): refused here, with
+            # a reason, before git ever runs.
+            raise TreeRejected(f"{budget.what} holds {rel!r}, a name git will not record "
+                               "(a nested repository or a look-alike of .git); remove it")
         if stat.S_ISLNK(mode):
             target = os.readlink(entry.name, dir_fd=dir_fd)
             text = _name(target, rel, strict)
