@@ -351,3 +351,17 @@ def test_gitdir_file_planted_in_a_subfolder_does_not_make_the_host_read_a_host_r
     assert not any(head.encode() in p.read_bytes() for p in (run_dir / "blobs").iterdir())
     assert "git will not record" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
     assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", ["mkfifo .gitignore", "mkdir sub && mkfifo sub/.gitattributes"],
+                         ids=["gitignore_fifo", "gitattributes_fifo"])
+def test_fifo_git_would_read_does_not_hold_the_runner_until_the_deadline(sealed_pack: Path, tmp_path: Path,
+                                                                        plant: str) -> None:
+    # git add opens every .gitignore and .gitattributes: a fifo there blocked it until the
+    # task's wall clock ran out, and the attempt became a timeout.
+    t0 = time.monotonic()
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1, wall_clock_s=120)
+    assert time.monotonic() - t0 < 60
+    assert cards[0]["outcome"] == "fail"
+    assert "fifo" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]

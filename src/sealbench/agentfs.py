@@ -197,6 +197,10 @@ def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
                 yield rel, "s", ""
             else:
                 yield rel, "x" if mode & 0o111 else "f", digest
+        elif strict and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+            # git opens every .gitignore and .gitattributes it meets: a fifo there blocks it until
+            # the deadline, a device feeds it without end.
+            raise TreeRejected(f"{budget.what} holds a fifo or device at {rel!r}; remove it")
         else:
             yield rel, "s", ""
 
@@ -207,12 +211,13 @@ def scan(root: Path, caps: TreeCaps, *, what: str = "the workspace", strict: boo
 
     kind is ``f`` (file), ``x`` (executable file), ``l`` (symlink; digest over its target
     text, never followed) or ``s`` (anything else: fifo, socket, device; no digest).
-    ``strict`` refuses names and link targets that are not UTF-8 (a workspace); otherwise
-    they are shown escaped (a trace). A missing root is an empty tree.
+    ``strict`` (a workspace, which git reads next) refuses names and link targets that are
+    not UTF-8, names git will not record, fifos and devices; otherwise (a trace) names are
+    shown escaped and special files listed. A missing root is an empty tree.
 
     Raises:
-        TreeRejected: a cap is exceeded, the root is not a directory, or (strict) a name is
-            not UTF-8.
+        TreeRejected: a cap is exceeded, the root is not a directory, or (strict) a name or
+            an entry is refused.
         OSError: the host could not read its own directory (a harness failure).
     """
     try:
