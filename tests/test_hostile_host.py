@@ -365,3 +365,20 @@ def test_fifo_git_would_read_does_not_hold_the_runner_until_the_deadline(sealed_
     assert time.monotonic() - t0 < 60
     assert cards[0]["outcome"] == "fail"
     assert "fifo" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [
+    "printf '!/.sealbench/\\n' > .gitignore; echo 'import os' > .sealbench/conftest.py",
+    "rm -rf .sealbench; echo 'import os' > .sealbench",
+    "printf '.sealbench\\n' > .gitignore",
+], ids=["gitignore_negation", "meta_folder_replaced_by_a_file", "gitignore_ignores_it"])
+def test_meta_folder_cannot_be_smuggled_into_the_patch(sealed_pack: Path, tmp_path: Path, plant: str) -> None:
+    # The snapshot (and so the forbidden-path check) skips .sealbench/, and git skipped it only
+    # through info/exclude, which a .gitignore overrides: .sealbench/conftest.py reached the
+    # grading copy with no forbidden path recorded.
+    run_dir, events, _ = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert not of_kind(events, "harness_error")
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_bytes()
+    assert b"diff --git a/.sealbench" not in patch
+    assert b"diff --git a/window.py" in patch

@@ -214,6 +214,11 @@ class TaskWorkspace:
         deadline = time.monotonic() + max(0.05, timeout_s)
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root, timeout_s=deadline - time.monotonic())
+        # .sealbench (folder, file or link) is never part of a patch, and info/exclude alone can be
+        # negated by the agent's .gitignore. Not an exclude pathspec in the add: git fails when
+        # one names a path that a .gitignore ignores.
+        git([*wt, "rm", "-r", "--cached", "-q", "--ignore-unmatch", "--", f":(top){META_DIR}"], self.root,
+            ceiling=self.root, timeout_s=deadline - time.monotonic())
         return git_capped(
             [*wt, "diff", "--cached", "--binary", "--full-index", "--no-renames", "--no-ext-diff",
              "--no-textconv", "--no-color", "HEAD"],
