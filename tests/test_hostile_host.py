@@ -382,3 +382,20 @@ def test_meta_folder_cannot_be_smuggled_into_the_patch(sealed_pack: Path, tmp_pa
     patch = (run_dir / "patches" / f"{TASK}.patch").read_bytes()
     assert b"diff --git a/.sealbench" not in patch
     assert b"diff --git a/window.py" in patch
+
+
+@needs_bwrap
+def test_meta_folder_link_does_not_make_the_host_read_a_host_trace_folder(sealed_pack: Path, tmp_path: Path) -> None:
+    # O_NOFOLLOW guards only the last component: with .sealbench a link to a host folder that
+    # holds a trace/ folder, the host walked and digested that host folder as the agent's trace.
+    from sealbench.agentfs import trace_digest
+
+    host = tmp_path / "host"
+    (host / "trace").mkdir(parents=True)
+    (host / "trace" / "secret.txt").write_text("host data")
+    plant = f"rm -rf .sealbench; ln -s {shlex.quote(str(host))} .sealbench"
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    finished = of_kind(events, "agent_finished")[0]["payload"]
+    assert finished["transcript"] != trace_digest(host / "trace", TreeCaps())
+    assert "not a directory" in finished["transcript_rejected"]
+    assert cards[0]["outcome"] == "fail" and not of_kind(events, "harness_error")

@@ -145,10 +145,24 @@ class _Budget:
             raise TreeRejected(f"reading {self.what} took more than {self.caps.max_seconds:g} s")
 
 
-def _open_root(root: Path, what: str) -> int:
-    """Open ``root`` as a directory; the root itself must not be a symlink."""
+def _open_root(root: Path, what: str, below: tuple[str, ...] = ()) -> int:
+    """Open ``root``, then each folder of ``below`` in turn, as directories; neither the root
+    nor any folder below it may be a symlink (O_NOFOLLOW alone guards only a path's last
+    component, so the agent's part of a path is opened one component at a time).
+
+    Raises:
+        FileNotFoundError: a component is missing.
+        TreeRejected: a component is a symlink or not a directory.
+    """
     try:
-        return os.open(root, _DIR_FLAGS)
+        fd = os.open(root, _DIR_FLAGS)
+        for part in below:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = nxt
+        return fd
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise TreeRejected(f"{what} was replaced by something that is not a directory") from None
@@ -206,8 +220,11 @@ def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
 
 
 def scan(root: Path, caps: TreeCaps, *, what: str = "the workspace", strict: bool = True,
-         skip_top: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
-    """Every entry under ``root`` as (relative path, kind, digest), sorted by path.
+         skip_top: frozenset[str] = frozenset(), below: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """Every entry under ``root/below...`` as (relative path, kind, digest), sorted by path.
+
+    ``root`` is the host's; ``below`` names folders inside it that the agent could have
+    replaced by links, opened one at a time without following any.
 
     kind is ``f`` (file), ``x`` (executable file), ``l`` (symlink; digest over its target
     text, never followed) or ``s`` (anything else: fifo, socket, device; no digest).
@@ -221,7 +238,7 @@ def scan(root: Path, caps: TreeCaps, *, what: str = "the workspace", strict: boo
         OSError: the host could not read its own directory (a harness failure).
     """
     try:
-        fd = _open_root(root, what)
+        fd = _open_root(root, what, below)
     except FileNotFoundError:
         return []
     budget = _Budget(caps, what)
@@ -241,14 +258,15 @@ def snapshot(root: Path, caps: TreeCaps, skip_top: frozenset[str]) -> dict[str, 
     return {rel: f"{kind}:{digest}" for rel, kind, digest in scan(root, caps, skip_top=skip_top)}
 
 
-def trace_digest(root: Path, caps: TreeCaps) -> str:
-    """Digest of an agent's trace folder, in the format of :func:`sealbench.digest.tree_digest`.
+def trace_digest(root: Path, caps: TreeCaps, below: tuple[str, ...] = ()) -> str:
+    """Digest of an agent's trace folder ``root/below...`` (see :func:`scan`), in the format
+    of :func:`sealbench.digest.tree_digest`.
 
     Special files are listed with kind ``s`` and links are never followed, so any trace can be
     digested; a trace over the caps raises :class:`TreeRejected`.
     """
     entries = [[rel, kind, digest] for rel, kind, digest in
-               scan(root, caps, what="the trace folder", strict=False)]
+               scan(root, caps, what="the trace folder", strict=False, below=below)]
     return digest_json([TREE_FORMAT, entries])
 
 

@@ -264,7 +264,8 @@ def _wait_gap(ctx: _Ctx, since: float, gap_s: float, deadline: float) -> None:
 def _transcript(ctx: _Ctx, tw: TaskWorkspace) -> dict[str, Any]:
     """The digest of the agent's trace folder, read without following it anywhere."""
     try:
-        return {"transcript": trace_digest(tw.trace_dir, ctx.options.tree_caps)}
+        # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
+        return {"transcript": trace_digest(tw.ws, ctx.options.tree_caps, below=(META_DIR, "trace"))}
     except TreeRejected as e:
         return {"transcript": None, "transcript_rejected": e.reason}
 
