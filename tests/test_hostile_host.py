@@ -399,3 +399,70 @@ def test_meta_folder_link_does_not_make_the_host_read_a_host_trace_folder(sealed
     assert finished["transcript"] != trace_digest(host / "trace", TreeCaps())
     assert "not a directory" in finished["transcript_rejected"]
     assert cards[0]["outcome"] == "fail" and not of_kind(events, "harness_error")
+
+
+# Attempt 1 leaves a candidate whose import takes 1.5 s (grading is slow) and notes the time it
+# stopped; attempt 2 notes, relative to that, the times of what the host made for it. With the
+# gap, nothing of attempt 2 may be older than the gap's end: the time of anything made between
+# the end of grading and the end of the gap is the grading time, to the nanosecond.
+TIMES_PY = r'''
+import os, sys, time
+if sys.argv[1] == "1":
+    open("window.py", "w").write(
+        "import os, time\n"
+        "time.sleep(1.5)\n"
+        "if os.path.isdir('.sealbench'):  # the visible tests run in the workspace\n"
+        "    open('seen_by_visible_tests', 'w').write(repr(time.time()))\n"
+        "print('visible tests ran at', repr(time.time()))\n"
+        "def last_n(items, n):\n    return []\n")
+    open("t1", "w").write(repr(time.time()))
+else:
+    t1 = float(open("t1").read())
+    prompt = os.environ["SEALBENCH_PROMPT_FILE"]
+    seen = {"prompt file": os.stat(prompt).st_mtime, "prompt folder": os.stat(os.path.dirname(prompt)).st_mtime,
+            ".sealbench": os.stat(".sealbench").st_mtime, "/tmp": os.stat("/tmp").st_mtime,
+            "now": time.time()}
+    if os.path.exists("seen_by_visible_tests"):
+        seen["visible tests run"] = float(open("seen_by_visible_tests").read())
+    for line in open(prompt):
+        if "visible tests ran at" in line:
+            seen["visible tests output"] = float(line.split()[-1])
+    open("times.txt", "w").write("\n".join(f"{k}={v - t1}" for k, v in seen.items()))
+'''
+
+
+def _times_seen_by_attempt_two(pack: Path, tmp_path: Path, **kw: Any) -> dict[str, float]:
+    command, mounts = python_agent(tmp_path, TIMES_PY)
+    run_dir, _, _ = run(pack, tmp_path, command, max_attempts=2, mounts=mounts, attempt_gap_s=GAP, **kw)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    body = patch.split("+++ b/times.txt")[1].split("diff --git")[0]
+    return {k[1:]: float(v) for k, v in (line.split("=") for line in body.splitlines() if line.startswith("+"))}
+
+
+GAP = 8.0
+
+
+@needs_bwrap
+def test_grading_time_does_not_reach_the_next_attempt_through_file_times(sealed_pack: Path, tmp_path: Path) -> None:
+    # The prompt was written and .sealbench rebuilt (and the sandbox set up) before the gap
+    # was waited out: their mtimes told attempt 2 exactly when grading had ended.
+    seen = _times_seen_by_attempt_two(sealed_pack, tmp_path)
+    assert seen["now"] >= GAP
+    assert all(v >= GAP for v in seen.values()), seen
+
+
+@needs_bwrap
+def test_grading_time_does_not_reach_the_next_attempt_through_the_visible_tests(raw_pack: Path,
+                                                                               tmp_path: Path) -> None:
+    # The visible tests ran the candidate right after grading, before the gap: it could write
+    # the time into the workspace or into the output shown in the next prompt.
+    from sealbench.pack import seal_pack
+
+    task_file = raw_pack / "tasks" / TASK / "task.json"
+    record = json.loads(task_file.read_text())
+    record["visible_test_cmd"] = ["python", "-c", "import window"]
+    task_file.write_text(json.dumps(record))
+    seal_pack(raw_pack)
+    seen = _times_seen_by_attempt_two(raw_pack, tmp_path, feedback="visible_tests")
+    assert {"visible tests run", "visible tests output"} <= seen.keys()
+    assert all(v >= GAP for v in seen.values()), seen

@@ -530,6 +530,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 detail["probe_passed"] = prior.last_result == "probe_pass"
         feedback = ""
         gap_from: float | None = None
+        feedback_for: int | None = None  # the failed attempt whose feedback the next prompt carries
         for attempt in range(attempts_used + 1, max_attempts + 1):
             if outcome is not None:
                 break
@@ -543,10 +544,15 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             attempts_used = attempt
             a0 = time.monotonic()
             try:
+                if gap_from is not None and budget.attempt_gap_s is not None:
+                    # First of all: the visible tests' run, the prompt file, .sealbench/ and the
+                    # sandbox all carry the time they were made, which would tell this attempt
+                    # when the previous one's grading ended.
+                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
+                if feedback_for is not None:
+                    feedback = _feedback(ctx, task, tw, feedback_for, deadline - time.monotonic())
                 if ready is None or ready.attempt != attempt:
                     ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
-                if gap_from is not None and budget.attempt_gap_s is not None:
-                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
                 agent_facts = _run_agent(ctx, task, tw, ready, deadline)
                 prompt = ready.prompt
             except TreeRejected as e:
@@ -605,8 +611,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             if ctx.probe or result != Outcome.FAIL.value:
                 outcome = _final_outcome(result)
                 break
-            if attempt < max_attempts:
-                feedback = _feedback(ctx, task, tw, attempt, deadline - time.monotonic())
+            feedback_for = attempt
         if outcome is None:
             outcome = Outcome.FAIL
     except JournalStopped:
