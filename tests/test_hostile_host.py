@@ -466,3 +466,34 @@ def test_grading_time_does_not_reach_the_next_attempt_through_the_visible_tests(
     seen = _times_seen_by_attempt_two(raw_pack, tmp_path, feedback="visible_tests")
     assert {"visible tests run", "visible tests output"} <= seen.keys()
     assert all(v >= GAP for v in seen.values()), seen
+
+
+# --- without a sandbox: the host-private folders beside the workspace --------------------
+
+
+@pytest.mark.parametrize("site", ["prompt_folder", "private_git_dir", "patch_file"])
+def test_link_planted_beside_the_workspace_without_a_sandbox_is_not_followed(sealed_pack: Path, tmp_path: Path,
+                                                                             site: str) -> None:
+    # With --sandbox none the agent can reach the task's folder (the workspace's parent): the
+    # host wrote the next prompt into a link planted at in/, git wrote its index and objects into
+    # a repository linked at base.git, and the patch for git apply through a link at grade-1.patch.
+    host = tmp_path / "host"
+    host.mkdir()
+    victim = host / "victim.txt"
+    victim.write_text("host file")
+    from sealbench.gitrepo import init_one_commit
+
+    init_one_commit(host, host / ".git")
+    before = {p.relative_to(host): p.read_bytes() for p in host.rglob("*") if p.is_file()}
+    plant = {
+        "prompt_folder": f"rm -rf ../in; ln -s {shlex.quote(str(host))} ../in",
+        "private_git_dir": f"ln -s {shlex.quote(str(host / '.git'))} ../base.git",
+        "patch_file": f"ln -s {shlex.quote(str(victim))} ../grade-1.patch",
+    }[site]
+    script = f'if [ "{{attempt}}" = 1 ]; then {plant}; fi; {WRONG}'
+    _, events, cards = run(sealed_pack, tmp_path, sh(script), max_attempts=2,
+                           options=RunOptions(progress=False, sandbox="none"))
+    after = {p.relative_to(host): p.read_bytes() for p in host.rglob("*") if p.is_file()}
+    assert after == before, "the host wrote through the agent's link"
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 2

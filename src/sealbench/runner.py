@@ -194,6 +194,8 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
     # Host-private and bound read-only: never a path inside the workspace, where a link the
     # previous attempt planted would turn this write into a write anywhere on the host.
     prompt_file = tw.private / "prompt.md"
+    if attempt > 1:
+        tw.reset_private()
     write_atomic(prompt_file, prompt, durable=False)
     if attempt > 1:
         tw.reset_meta()
