@@ -497,3 +497,18 @@ def test_link_planted_beside_the_workspace_without_a_sandbox_is_not_followed(sea
     assert after == before, "the host wrote through the agent's link"
     assert not of_kind(events, "harness_error")
     assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 2
+
+
+# --- what is still open ----------------------------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason="no per-workspace disk quota yet: TreeCaps.max_bytes is checked when the "
+                   "workspace is read after the attempt, so while it runs the agent (or the code under test in "
+                   "the grading copy) can fill the host's disk; needs a size-capped filesystem per workspace")
+def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
+    script = (f"{WRONG}; if head -c 64M /dev/zero > big 2>/dev/null; then echo wrote > verdict.txt; "
+              "else echo refused > verdict.txt; fi; rm -f big")
+    run_dir, _, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    assert "+refused" in (run_dir / "patches" / f"{TASK}.patch").read_text()
