@@ -512,3 +512,51 @@ def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack:
               "else echo refused > verdict.txt; fi; rm -f big")
     run_dir, _, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
     assert "+refused" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+
+
+# --- the JUnit report the code under test can write ------------------------------------
+
+NESTED_REPORT = r'''
+import atexit
+
+def _forge():
+    # pytest has written its report by now; this replaces it within the 16 MiB cap.
+    levels = (16 * 2**20 - 64) // 7
+    with open("report.xml", "w") as f:
+        f.write("<a>" * levels + "</a>" * levels)
+
+atexit.register(_forge)
+
+def last_n(items, n):
+    return []
+'''
+
+
+@needs_bwrap
+def test_deeply_nested_junit_report_does_not_blow_up_the_runners_memory(raw_pack: Path, tmp_path: Path) -> None:
+    # A report of 2.4 million nested elements within the size cap cost the runner about 700 MB
+    # while it built the tree (a few such gradings at once can exhaust the host).
+    import subprocess
+    import sys
+
+    from sealbench.pack import seal_pack
+
+    task_file = raw_pack / "tasks" / TASK / "task.json"
+    record = json.loads(task_file.read_text())
+    record["oracle_cmd"] = [*record["oracle_cmd"][:-1], "--junitxml=report.xml", record["oracle_cmd"][-1]]
+    record["junit_xml"] = "report.xml"
+    task_file.write_text(json.dumps(record))
+    seal_pack(raw_pack)
+    command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({NESTED_REPORT!r})\n")
+    contract_file = tmp_path / "contract.json"
+    make_contract(raw_pack, contract_file, task_ids=(TASK,), command=command, run_id="hostile", max_attempts=1,
+                  mounts=mounts)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbench"), "run", str(contract_file), "--out", str(run_dir),
+                             "--no-progress", "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    events = read_chain(run_dir / "journal.jsonl").events
+    verdict = of_kind(events, "graded")[0]["payload"]["junit"]
+    assert usage.ru_maxrss < 250 * 1024, f"peak {usage.ru_maxrss // 1024} MiB"  # ru_maxrss is in KiB
+    assert verdict["ok"] is False and "deeper" in verdict["why"]

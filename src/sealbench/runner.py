@@ -20,13 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from xml.parsers import expat
 
 from . import __version__
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
@@ -43,6 +43,8 @@ from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
 
 JUNIT_REPORT_CAP = 16 * 2**20
+
+JUNIT_MAX_DEPTH = 64
 
 FEEDBACK_CAP = 16 * 1024
 
@@ -302,18 +304,17 @@ def _junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[s
     if data is None:
         return {"ok": False, "why": "no JUnit report written (or not a regular file within the size cap)"}
     try:
-        root = ET.fromstring(data)
-    except ET.ParseError as e:
+        cases = _junit_cases(data)
+    except (expat.ExpatError, ValueError) as e:
         return {"ok": False, "why": f"unreadable JUnit report: {e}"}
     passed: set[str] = set()
     ran = failed = 0
-    for case in root.iter("testcase"):
-        name = case.get("name", "")
-        cls = case.get("classname", "")
-        if case.find("skipped") is not None:
+    for case in cases:
+        name, cls = case.name, case.cls
+        if "skipped" in case.marks:
             continue
         ran += 1
-        if case.find("failure") is not None or case.find("error") is not None:
+        if "failure" in case.marks or "error" in case.marks:
             failed += 1
             continue
         passed.update({name, f"{cls}::{name}", f"{cls}.{name}"})
@@ -321,6 +322,50 @@ def _junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[s
     ok = ran > 0 and failed == 0 and not missing
     why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
     return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
+
+
+@dataclass
+class _Case:
+    name: str
+    cls: str
+    marks: set[str] = field(default_factory=set)
+
+
+def _junit_cases(data: bytes) -> list[_Case]:
+    """Every ``testcase`` element of a JUnit report (at any depth), with which of ``skipped``,
+    ``failure`` and ``error`` it has as direct children.
+
+    Read as a stream, never built as a tree, and refused past :data:`JUNIT_MAX_DEPTH` levels:
+    the code under test can write the report, and a tree of millions of nested elements
+    within the size cap cost the runner 700 MB.
+
+    Raises:
+        expat.ExpatError: the report is not well-formed XML.
+        ValueError: it nests deeper than the cap.
+    """
+    cases: list[_Case] = []
+    open_elements: list[_Case | None] = []
+    # The namespace separator of ElementTree: a namespaced testcase is not a testcase there either.
+    parser = expat.ParserCreate(namespace_separator="}")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(open_elements) >= JUNIT_MAX_DEPTH:
+            raise ValueError(f"elements nested deeper than {JUNIT_MAX_DEPTH}")
+        parent = open_elements[-1] if open_elements else None
+        if parent is not None and tag in ("skipped", "failure", "error"):
+            parent.marks.add(tag)
+        case = _Case(attrs.get("name", ""), attrs.get("classname", "")) if tag == "testcase" else None
+        if case is not None:
+            cases.append(case)
+        open_elements.append(case)
+
+    def end(tag: str) -> None:
+        open_elements.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.Parse(data, True)
+    return cases
 
 
 def _remove_planted_report(grade_dir: Path, rel: str) -> None:
