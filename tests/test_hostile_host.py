@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import make_contract, needs_bwrap
-from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, reset_dir, scan
+from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, reset_dir, scan
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
 
@@ -236,3 +236,331 @@ def test_grading_time_does_not_reach_the_next_attempt_with_an_attempt_gap(sealed
         # the machine is so loaded that grading itself took longer than a gap).
         whole = max(1, round(seen / gap))
         assert whole * gap <= seen < whole * gap + 0.6, seen
+
+
+# --- trees the host removes: no recursion, whatever the depth -------------------------
+
+# A chain of directories far deeper than the interpreter's recursion limit, made with
+# descriptors (no chdir, no long path): what shutil.rmtree and a recursive walk die on.
+DEEP_CHAIN = ("import os\n"
+              "fd = os.open('{where}', os.O_RDONLY)\n"
+              "for _ in range(1500):\n"
+              "    os.mkdir('d', dir_fd=fd); nfd = os.open('d', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = nfd\n")
+
+
+def python_agent(tmp_path: Path, code: str) -> tuple[str, list[str]]:
+    """A command agent written in Python, mounted read-only into the sandbox."""
+    folder = tmp_path / "agent"
+    folder.mkdir(exist_ok=True)
+    (folder / "agent.py").write_text(code)
+    return f"python {folder / 'agent.py'} {{attempt}}", [str(folder)]
+
+
+WRONG_PY = "open('window.py', 'w').write('def last_n(items, n):\\n    return []\\n')\n"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["workspace", "meta_folder", "grading_copy"])
+def test_directory_chain_deeper_than_the_recursion_limit_does_not_break_the_run(
+        sealed_pack: Path, tmp_path: Path, where: str) -> None:
+    if where == "workspace":
+        code = WRONG_PY + DEEP_CHAIN.format(where=".")
+    elif where == "meta_folder":
+        # Left in .sealbench/ by attempt 1: the host rebuilds that folder before attempt 2.
+        code = WRONG_PY + DEEP_CHAIN.format(where=".sealbench")
+    else:
+        # The candidate builds it in the grading copy while the oracle imports it.
+        candidate = DEEP_CHAIN.format(where=".") + "def last_n(items, n):\n    return []\n"
+        code = f"open('window.py', 'w').write({candidate!r})\n"
+    command, mounts = python_agent(tmp_path, code)
+    try:
+        run_dir, events, cards = run(sealed_pack, tmp_path, command, max_attempts=2, mounts=mounts)
+        assert not of_kind(events, "harness_error")
+        assert of_kind(events, "run_finished")
+        assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 2
+        assert not (run_dir / "work").exists()
+    finally:
+        # Whatever happened, no chain is left for pytest's own (recursive) clean-up to die on.
+        remove_tree(tmp_path / "run")
+
+
+# --- git reads nothing of the agent's but its files --------------------------------------
+
+
+def seal_with_workspace_file(raw_pack: Path, rel: str, data: bytes) -> Path:
+    """The sample pack with one more file in the task's workspace, sealed."""
+    from sealbench.pack import seal_pack
+
+    (raw_pack / "tasks" / TASK / "workspace" / rel).write_bytes(data)
+    seal_pack(raw_pack)
+    return raw_pack
+
+
+@needs_bwrap
+def test_gitattributes_encoding_in_workspace_is_not_a_harness_error(sealed_pack: Path, tmp_path: Path) -> None:
+    # git add converts from the declared encoding; an unknown one made it fail: a harness error.
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; echo '* working-tree-encoding=no-such' > .gitattributes"),
+                           max_attempts=1)
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+def test_gitattributes_in_workspace_cannot_rewrite_a_forbidden_file_in_the_patch(raw_pack: Path, tmp_path: Path) -> None:
+    # setup.cfg is forbidden and the agent leaves it untouched; a text attribute made git add
+    # normalise its line endings, so the graded patch changed it and no check saw the change.
+    pack = seal_with_workspace_file(raw_pack, "setup.cfg", b"[tool:pytest]\r\naddopts = -q\r\n")
+    run_dir, events, cards = run(pack, tmp_path, sh(f"{WRONG}; printf 'setup.cfg text\\n* ident\\n' > .gitattributes; "
+                                                     "printf '# $Id: kept $\\r\\n' >> window.py"),
+                                 max_attempts=1)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_bytes()
+    assert b"diff --git a/setup.cfg" not in patch
+    assert b"+# $Id: kept $\r\n" in patch  # the workspace's bytes, not git's conversion of them
+    assert of_kind(events, "graded")[0]["payload"]["forbidden"] == []
+    assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [
+    "git init -q sub && echo x > sub/a.py",
+    "mkdir .GIT && echo x > .GIT/config",
+    "mkdir -p pkg/GIT~1 && echo x > pkg/GIT~1/HEAD",
+    "mkdir -p 'pkg/.git. ' && echo x > 'pkg/.git. /HEAD'",
+    "ln -s window.py .gitmodules",
+], ids=["nested_repository", "dotgit_upper_case", "dotgit_short_name", "dotgit_trailing_dot_space",
+        "gitmodules_symlink"])
+def test_name_git_refuses_is_the_agents_failure_not_a_harness_error(sealed_pack: Path, tmp_path: Path,
+                                                                    plant: str) -> None:
+    # git add failed on each of these ("adding files failed"): a harness error for any agent
+    # that so much as ran git init in a subfolder.
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "fail"
+    assert "git will not record" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+def test_gitdir_file_planted_in_a_subfolder_does_not_make_the_host_read_a_host_repository(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    # sub/.git naming a repository on the host made git add read that repository's HEAD on the
+    # host and record it in the patch ("Subproject commit <host HEAD>").
+    host_repo = tmp_path / "host-repo"
+    host_repo.mkdir()
+    from sealbench.gitrepo import init_one_commit
+
+    (host_repo / "secret.txt").write_text("host")
+    head = init_one_commit(host_repo, host_repo / ".git")
+    plant = f"mkdir sub && echo x > sub/a.py && echo 'gitdir: {host_repo / '.git'}' > sub/.git"
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert not any(head.encode() in p.read_bytes() for p in (run_dir / "blobs").iterdir())
+    assert "git will not record" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", ["mkfifo .gitignore", "mkdir sub && mkfifo sub/.gitattributes"],
+                         ids=["gitignore_fifo", "gitattributes_fifo"])
+def test_fifo_git_would_read_does_not_hold_the_runner_until_the_deadline(sealed_pack: Path, tmp_path: Path,
+                                                                        plant: str) -> None:
+    # git add opens every .gitignore and .gitattributes: a fifo there blocked it until the
+    # task's wall clock ran out, and the attempt became a timeout.
+    t0 = time.monotonic()
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1, wall_clock_s=120)
+    assert time.monotonic() - t0 < 60
+    assert cards[0]["outcome"] == "fail"
+    assert "fifo" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("plant", [
+    "printf '!/.sealbench/\\n' > .gitignore; echo 'import os' > .sealbench/conftest.py",
+    "rm -rf .sealbench; echo 'import os' > .sealbench",
+    "printf '.sealbench\\n' > .gitignore",
+], ids=["gitignore_negation", "meta_folder_replaced_by_a_file", "gitignore_ignores_it"])
+def test_meta_folder_cannot_be_smuggled_into_the_patch(sealed_pack: Path, tmp_path: Path, plant: str) -> None:
+    # The snapshot (and so the forbidden-path check) skips .sealbench/, and git skipped it only
+    # through info/exclude, which a .gitignore overrides: .sealbench/conftest.py reached the
+    # grading copy with no forbidden path recorded.
+    run_dir, events, _ = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    assert not of_kind(events, "harness_error")
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_bytes()
+    assert b"diff --git a/.sealbench" not in patch
+    assert b"diff --git a/window.py" in patch
+
+
+@needs_bwrap
+def test_meta_folder_link_does_not_make_the_host_read_a_host_trace_folder(sealed_pack: Path, tmp_path: Path) -> None:
+    # O_NOFOLLOW guards only the last component: with .sealbench a link to a host folder that
+    # holds a trace/ folder, the host walked and digested that host folder as the agent's trace.
+    from sealbench.agentfs import trace_digest
+
+    host = tmp_path / "host"
+    (host / "trace").mkdir(parents=True)
+    (host / "trace" / "secret.txt").write_text("host data")
+    plant = f"rm -rf .sealbench; ln -s {shlex.quote(str(host))} .sealbench"
+    _, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1)
+    finished = of_kind(events, "agent_finished")[0]["payload"]
+    assert finished["transcript"] != trace_digest(host / "trace", TreeCaps())
+    assert "not a directory" in finished["transcript_rejected"]
+    assert cards[0]["outcome"] == "fail" and not of_kind(events, "harness_error")
+
+
+# Attempt 1 leaves a candidate whose import takes 1.5 s (grading is slow) and notes the time it
+# stopped; attempt 2 notes, relative to that, the times of what the host made for it. With the
+# gap, nothing of attempt 2 may be older than the gap's end: the time of anything made between
+# the end of grading and the end of the gap is the grading time, to the nanosecond.
+TIMES_PY = r'''
+import os, sys, time
+if sys.argv[1] == "1":
+    open("window.py", "w").write(
+        "import os, time\n"
+        "time.sleep(1.5)\n"
+        "if os.path.isdir('.sealbench'):  # the visible tests run in the workspace\n"
+        "    open('seen_by_visible_tests', 'w').write(repr(time.time()))\n"
+        "print('visible tests ran at', repr(time.time()))\n"
+        "def last_n(items, n):\n    return []\n")
+    open("t1", "w").write(repr(time.time()))
+else:
+    t1 = float(open("t1").read())
+    prompt = os.environ["SEALBENCH_PROMPT_FILE"]
+    seen = {"prompt file": os.stat(prompt).st_mtime, "prompt folder": os.stat(os.path.dirname(prompt)).st_mtime,
+            ".sealbench": os.stat(".sealbench").st_mtime, "/tmp": os.stat("/tmp").st_mtime,
+            "now": time.time()}
+    if os.path.exists("seen_by_visible_tests"):
+        seen["visible tests run"] = float(open("seen_by_visible_tests").read())
+    for line in open(prompt):
+        if "visible tests ran at" in line:
+            seen["visible tests output"] = float(line.split()[-1])
+    open("times.txt", "w").write("\n".join(f"{k}={v - t1}" for k, v in seen.items()))
+'''
+
+
+def _times_seen_by_attempt_two(pack: Path, tmp_path: Path, **kw: Any) -> dict[str, float]:
+    command, mounts = python_agent(tmp_path, TIMES_PY)
+    run_dir, _, _ = run(pack, tmp_path, command, max_attempts=2, mounts=mounts, attempt_gap_s=GAP, **kw)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    body = patch.split("+++ b/times.txt")[1].split("diff --git")[0]
+    return {k[1:]: float(v) for k, v in (line.split("=") for line in body.splitlines() if line.startswith("+"))}
+
+
+GAP = 8.0
+
+
+@needs_bwrap
+def test_grading_time_does_not_reach_the_next_attempt_through_file_times(sealed_pack: Path, tmp_path: Path) -> None:
+    # The prompt was written and .sealbench rebuilt (and the sandbox set up) before the gap
+    # was waited out: their mtimes told attempt 2 exactly when grading had ended.
+    seen = _times_seen_by_attempt_two(sealed_pack, tmp_path)
+    assert seen["now"] >= GAP
+    assert all(v >= GAP for v in seen.values()), seen
+
+
+@needs_bwrap
+def test_grading_time_does_not_reach_the_next_attempt_through_the_visible_tests(raw_pack: Path,
+                                                                               tmp_path: Path) -> None:
+    # The visible tests ran the candidate right after grading, before the gap: it could write
+    # the time into the workspace or into the output shown in the next prompt.
+    from sealbench.pack import seal_pack
+
+    task_file = raw_pack / "tasks" / TASK / "task.json"
+    record = json.loads(task_file.read_text())
+    record["visible_test_cmd"] = ["python", "-c", "import window"]
+    task_file.write_text(json.dumps(record))
+    seal_pack(raw_pack)
+    seen = _times_seen_by_attempt_two(raw_pack, tmp_path, feedback="visible_tests")
+    assert {"visible tests run", "visible tests output"} <= seen.keys()
+    assert all(v >= GAP for v in seen.values()), seen
+
+
+# --- without a sandbox: the host-private folders beside the workspace --------------------
+
+
+@pytest.mark.parametrize("site", ["prompt_folder", "private_git_dir", "patch_file"])
+def test_link_planted_beside_the_workspace_without_a_sandbox_is_not_followed(sealed_pack: Path, tmp_path: Path,
+                                                                             site: str) -> None:
+    # With --sandbox none the agent can reach the task's folder (the workspace's parent): the
+    # host wrote the next prompt into a link planted at in/, git wrote its index and objects into
+    # a repository linked at base.git, and the patch for git apply through a link at grade-1.patch.
+    host = tmp_path / "host"
+    host.mkdir()
+    victim = host / "victim.txt"
+    victim.write_text("host file")
+    from sealbench.gitrepo import init_one_commit
+
+    init_one_commit(host, host / ".git")
+    before = {p.relative_to(host): p.read_bytes() for p in host.rglob("*") if p.is_file()}
+    plant = {
+        "prompt_folder": f"rm -rf ../in; ln -s {shlex.quote(str(host))} ../in",
+        "private_git_dir": f"ln -s {shlex.quote(str(host / '.git'))} ../base.git",
+        "patch_file": f"ln -s {shlex.quote(str(victim))} ../grade-1.patch",
+    }[site]
+    script = f'if [ "{{attempt}}" = 1 ]; then {plant}; fi; {WRONG}'
+    _, events, cards = run(sealed_pack, tmp_path, sh(script), max_attempts=2,
+                           options=RunOptions(progress=False, sandbox="none"))
+    after = {p.relative_to(host): p.read_bytes() for p in host.rglob("*") if p.is_file()}
+    assert after == before, "the host wrote through the agent's link"
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "fail" and cards[0]["attempts_used"] == 2
+
+
+# --- what is still open ----------------------------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.xfail(strict=True, reason="no per-workspace disk quota yet: TreeCaps.max_bytes is checked when the "
+                   "workspace is read after the attempt, so while it runs the agent (or the code under test in "
+                   "the grading copy) can fill the host's disk; needs a size-capped filesystem per workspace")
+def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
+    script = (f"{WRONG}; if head -c 64M /dev/zero > big 2>/dev/null; then echo wrote > verdict.txt; "
+              "else echo refused > verdict.txt; fi; rm -f big")
+    run_dir, _, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    assert "+refused" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+
+
+# --- the JUnit report the code under test can write ------------------------------------
+
+NESTED_REPORT = r'''
+import atexit
+
+def _forge():
+    # pytest has written its report by now; this replaces it within the 16 MiB cap.
+    levels = (16 * 2**20 - 64) // 7
+    with open("report.xml", "w") as f:
+        f.write("<a>" * levels + "</a>" * levels)
+
+atexit.register(_forge)
+
+def last_n(items, n):
+    return []
+'''
+
+
+@needs_bwrap
+def test_deeply_nested_junit_report_does_not_blow_up_the_runners_memory(raw_pack: Path, tmp_path: Path) -> None:
+    # A report of 2.4 million nested elements within the size cap cost the runner about 700 MB
+    # while it built the tree (a few such gradings at once can exhaust the host).
+    import subprocess
+    import sys
+
+    from sealbench.pack import seal_pack
+
+    task_file = raw_pack / "tasks" / TASK / "task.json"
+    record = json.loads(task_file.read_text())
+    record["oracle_cmd"] = [*record["oracle_cmd"][:-1], "--junitxml=report.xml", record["oracle_cmd"][-1]]
+    record["junit_xml"] = "report.xml"
+    task_file.write_text(json.dumps(record))
+    seal_pack(raw_pack)
+    command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({NESTED_REPORT!r})\n")
+    contract_file = tmp_path / "contract.json"
+    make_contract(raw_pack, contract_file, task_ids=(TASK,), command=command, run_id="hostile", max_attempts=1,
+                  mounts=mounts)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbench"), "run", str(contract_file), "--out", str(run_dir),
+                             "--no-progress", "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    events = read_chain(run_dir / "journal.jsonl").events
+    verdict = of_kind(events, "graded")[0]["payload"]["junit"]
+    assert usage.ru_maxrss < 250 * 1024, f"peak {usage.ru_maxrss // 1024} MiB"  # ru_maxrss is in KiB
+    assert verdict["ok"] is False and "deeper" in verdict["why"]

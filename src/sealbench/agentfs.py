@@ -19,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -78,6 +79,23 @@ def _name(raw: str, rel_dir: str, strict: bool) -> str:
         return shown
 
 
+_GITMODULES_SHORT = re.compile(r"(gitmod|gi7eba)~[0-9]")
+
+
+def _git_refuses(name: str, is_link: bool) -> bool:
+    """True for a name git will not record (its verify_path with core.protectNTFS, the default):
+    ``.git`` or ``git~1`` in any case, followed only by dots and spaces or by ``:``, also after
+    a backslash; and for a symlink, ``.gitmodules`` and its short names. A ``.git`` below the
+    top also makes git take its folder for a nested repository, whose files it never records."""
+    for part in name.split("\\"):
+        stem = part.split(":", 1)[0].lower().rstrip(". ")
+        if stem in (".git", "git~1"):
+            return True
+        if is_link and (stem == ".gitmodules" or _GITMODULES_SHORT.fullmatch(stem)):
+            return True
+    return False
+
+
 def _file_digest(dir_fd: int, name: str, budget: _Budget) -> str | None:
     """Digest of a regular file opened without following links; None if it is not one any more."""
     try:
@@ -127,10 +145,24 @@ class _Budget:
             raise TreeRejected(f"reading {self.what} took more than {self.caps.max_seconds:g} s")
 
 
-def _open_root(root: Path, what: str) -> int:
-    """Open ``root`` as a directory; the root itself must not be a symlink."""
+def _open_root(root: Path, what: str, below: tuple[str, ...] = ()) -> int:
+    """Open ``root``, then each folder of ``below`` in turn, as directories; neither the root
+    nor any folder below it may be a symlink (O_NOFOLLOW alone guards only a path's last
+    component, so the agent's part of a path is opened one component at a time).
+
+    Raises:
+        FileNotFoundError: a component is missing.
+        TreeRejected: a component is a symlink or not a directory.
+    """
     try:
-        return os.open(root, _DIR_FLAGS)
+        fd = os.open(root, _DIR_FLAGS)
+        for part in below:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = nxt
+        return fd
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise TreeRejected(f"{what} was replaced by something that is not a directory") from None
@@ -150,6 +182,11 @@ def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
         rel = f"{rel_dir}/{name}" if rel_dir else name
         st = entry.stat(follow_symlinks=False)
         mode = st.st_mode
+        if strict and _git_refuses(name, stat.S_ISLNK(mode)):
+            # git add fails on these (or drops a nested repository's files): refused here, with
+            # a reason, before git ever runs.
+            raise TreeRejected(f"{budget.what} holds {rel!r}, a name git will not record "
+                               "(a nested repository or a look-alike of .git); remove it")
         if stat.S_ISLNK(mode):
             target = os.readlink(entry.name, dir_fd=dir_fd)
             text = _name(target, rel, strict)
@@ -174,26 +211,34 @@ def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
                 yield rel, "s", ""
             else:
                 yield rel, "x" if mode & 0o111 else "f", digest
+        elif strict and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+            # git opens every .gitignore and .gitattributes it meets: a fifo there blocks it until
+            # the deadline, a device feeds it without end.
+            raise TreeRejected(f"{budget.what} holds a fifo or device at {rel!r}; remove it")
         else:
             yield rel, "s", ""
 
 
 def scan(root: Path, caps: TreeCaps, *, what: str = "the workspace", strict: bool = True,
-         skip_top: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
-    """Every entry under ``root`` as (relative path, kind, digest), sorted by path.
+         skip_top: frozenset[str] = frozenset(), below: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """Every entry under ``root/below...`` as (relative path, kind, digest), sorted by path.
+
+    ``root`` is the host's; ``below`` names folders inside it that the agent could have
+    replaced by links, opened one at a time without following any.
 
     kind is ``f`` (file), ``x`` (executable file), ``l`` (symlink; digest over its target
     text, never followed) or ``s`` (anything else: fifo, socket, device; no digest).
-    ``strict`` refuses names and link targets that are not UTF-8 (a workspace); otherwise
-    they are shown escaped (a trace). A missing root is an empty tree.
+    ``strict`` (a workspace, which git reads next) refuses names and link targets that are
+    not UTF-8, names git will not record, fifos and devices; otherwise (a trace) names are
+    shown escaped and special files listed. A missing root is an empty tree.
 
     Raises:
-        TreeRejected: a cap is exceeded, the root is not a directory, or (strict) a name is
-            not UTF-8.
+        TreeRejected: a cap is exceeded, the root is not a directory, or (strict) a name or
+            an entry is refused.
         OSError: the host could not read its own directory (a harness failure).
     """
     try:
-        fd = _open_root(root, what)
+        fd = _open_root(root, what, below)
     except FileNotFoundError:
         return []
     budget = _Budget(caps, what)
@@ -213,14 +258,15 @@ def snapshot(root: Path, caps: TreeCaps, skip_top: frozenset[str]) -> dict[str, 
     return {rel: f"{kind}:{digest}" for rel, kind, digest in scan(root, caps, skip_top=skip_top)}
 
 
-def trace_digest(root: Path, caps: TreeCaps) -> str:
-    """Digest of an agent's trace folder, in the format of :func:`sealbench.digest.tree_digest`.
+def trace_digest(root: Path, caps: TreeCaps, below: tuple[str, ...] = ()) -> str:
+    """Digest of an agent's trace folder ``root/below...`` (see :func:`scan`), in the format
+    of :func:`sealbench.digest.tree_digest`.
 
     Special files are listed with kind ``s`` and links are never followed, so any trace can be
     digested; a trace over the caps raises :class:`TreeRejected`.
     """
     entries = [[rel, kind, digest] for rel, kind, digest in
-               scan(root, caps, what="the trace folder", strict=False)]
+               scan(root, caps, what="the trace folder", strict=False, below=below)]
     return digest_json([TREE_FORMAT, entries])
 
 
@@ -256,21 +302,82 @@ def reset_dir(parent: Path, name: str, subdirs: tuple[str, ...] = ()) -> None:
         os.close(pfd)
 
 
+_MOVED = ".sealbench-removing-"
+
+
 def _rmtree_at(dir_fd: int, name: str) -> None:
-    """Remove the directory ``name`` under ``dir_fd`` and everything in it, never following links."""
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    """Remove the directory ``name`` under ``dir_fd`` and everything in it, never following links.
+
+    Without recursion and with at most two directories open: every directory found below the
+    top one is first moved up into it, so a chain deeper than the interpreter's recursion
+    limit or the path limit is removed like a flat tree.
+    """
+    top = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     try:
-        with os.scandir(fd) as it:
-            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        for child, is_dir in children:
-            if is_dir:
-                _rmtree_at(fd, child)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
+        todo: list[str | None] = [None]  # None is the top directory itself
+        moved = 0
+        while todo:
+            sub = todo.pop()
+            try:
+                fd = top if sub is None else os.open(sub, _DIR_FLAGS, dir_fd=top)
+            except FileNotFoundError:
+                continue
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        if not entry.is_dir(follow_symlinks=False):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(entry.name, dir_fd=fd)
+                        elif sub is None:
+                            todo.append(entry.name)
+                        else:
+                            while _exists_at(top, f"{_MOVED}{moved}"):
+                                moved += 1
+                            os.rename(entry.name, f"{_MOVED}{moved}", src_dir_fd=fd, dst_dir_fd=top)
+                            todo.append(f"{_MOVED}{moved}")
+            finally:
+                if fd != top:
+                    os.close(fd)
+            if sub is not None:
+                os.rmdir(sub, dir_fd=top)
     finally:
-        os.close(fd)
+        os.close(top)
     os.rmdir(name, dir_fd=dir_fd)
+
+
+def _exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` (a directory tree, a file or a link) without following links and
+    without recursion; nothing there is nothing to do.
+
+    For trees the agent or the code under test wrote: ``shutil.rmtree`` recurses once per
+    level and dies with RecursionError on a chain a few thousand directories deep.
+
+    Raises:
+        OSError: something could not be removed.
+    """
+    try:
+        pfd = os.open(path.parent, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            st = os.stat(path.name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            _rmtree_at(pfd, path.name)
+        else:
+            os.unlink(path.name, dir_fd=pfd)
+    finally:
+        os.close(pfd)
 
 
 def read_regular(root: Path, rel: str, max_bytes: int) -> bytes | None:

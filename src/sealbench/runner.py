@@ -10,26 +10,26 @@ events.json are derived from it (:mod:`sealbench.derive`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from xml.parsers import expat
 
 from . import __version__
-from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, trace_digest
+from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
 from .derive import derive_iter, probe_bytes, probe_summary
@@ -43,6 +43,8 @@ from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
 
 JUNIT_REPORT_CAP = 16 * 2**20
+
+JUNIT_MAX_DEPTH = 64
 
 FEEDBACK_CAP = 16 * 1024
 
@@ -194,6 +196,8 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
     # Host-private and bound read-only: never a path inside the workspace, where a link the
     # previous attempt planted would turn this write into a write anywhere on the host.
     prompt_file = tw.private / "prompt.md"
+    if attempt > 1:
+        tw.reset_private()
     write_atomic(prompt_file, prompt, durable=False)
     if attempt > 1:
         tw.reset_meta()
@@ -264,7 +268,8 @@ def _wait_gap(ctx: _Ctx, since: float, gap_s: float, deadline: float) -> None:
 def _transcript(ctx: _Ctx, tw: TaskWorkspace) -> dict[str, Any]:
     """The digest of the agent's trace folder, read without following it anywhere."""
     try:
-        return {"transcript": trace_digest(tw.trace_dir, ctx.options.tree_caps)}
+        # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
+        return {"transcript": trace_digest(tw.ws, ctx.options.tree_caps, below=(META_DIR, "trace"))}
     except TreeRejected as e:
         return {"transcript": None, "transcript_rejected": e.reason}
 
@@ -299,18 +304,17 @@ def _junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[s
     if data is None:
         return {"ok": False, "why": "no JUnit report written (or not a regular file within the size cap)"}
     try:
-        root = ET.fromstring(data)
-    except ET.ParseError as e:
+        cases = _junit_cases(data)
+    except (expat.ExpatError, ValueError) as e:
         return {"ok": False, "why": f"unreadable JUnit report: {e}"}
     passed: set[str] = set()
     ran = failed = 0
-    for case in root.iter("testcase"):
-        name = case.get("name", "")
-        cls = case.get("classname", "")
-        if case.find("skipped") is not None:
+    for case in cases:
+        name, cls = case.name, case.cls
+        if "skipped" in case.marks:
             continue
         ran += 1
-        if case.find("failure") is not None or case.find("error") is not None:
+        if "failure" in case.marks or "error" in case.marks:
             failed += 1
             continue
         passed.update({name, f"{cls}::{name}", f"{cls}.{name}"})
@@ -318,6 +322,50 @@ def _junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[s
     ok = ran > 0 and failed == 0 and not missing
     why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
     return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
+
+
+@dataclass
+class _Case:
+    name: str
+    cls: str
+    marks: set[str] = field(default_factory=set)
+
+
+def _junit_cases(data: bytes) -> list[_Case]:
+    """Every ``testcase`` element of a JUnit report (at any depth), with which of ``skipped``,
+    ``failure`` and ``error`` it has as direct children.
+
+    Read as a stream, never built as a tree, and refused past :data:`JUNIT_MAX_DEPTH` levels:
+    the code under test can write the report, and a tree of millions of nested elements
+    within the size cap cost the runner 700 MB.
+
+    Raises:
+        expat.ExpatError: the report is not well-formed XML.
+        ValueError: it nests deeper than the cap.
+    """
+    cases: list[_Case] = []
+    open_elements: list[_Case | None] = []
+    # The namespace separator of ElementTree: a namespaced testcase is not a testcase there either.
+    parser = expat.ParserCreate(namespace_separator="}")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(open_elements) >= JUNIT_MAX_DEPTH:
+            raise ValueError(f"elements nested deeper than {JUNIT_MAX_DEPTH}")
+        parent = open_elements[-1] if open_elements else None
+        if parent is not None and tag in ("skipped", "failure", "error"):
+            parent.marks.add(tag)
+        case = _Case(attrs.get("name", ""), attrs.get("classname", "")) if tag == "testcase" else None
+        if case is not None:
+            cases.append(case)
+        open_elements.append(case)
+
+    def end(tag: str) -> None:
+        open_elements.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.Parse(data, True)
+    return cases
 
 
 def _remove_planted_report(grade_dir: Path, rel: str) -> None:
@@ -333,8 +381,7 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
     hidden_paths = task.hidden_paths()
     forbidden = forbidden_hits(changed, ctx.contract.forbidden_paths or [], hidden_paths)
     grade_dir = tw.root / f"grade-{attempt}"
-    if grade_dir.exists():
-        shutil.rmtree(grade_dir)
+    remove_tree(grade_dir)
     copy_tree(task.workspace, grade_dir)
     applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
     result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
@@ -360,7 +407,9 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
         result["oracle_timed_out"] = res.timed_out
     result["task_pass"] = bool(result["tests_green"] and applies and not forbidden)
     if not ctx.options.keep_work:
-        shutil.rmtree(grade_dir, ignore_errors=True)
+        # The code under test wrote in it: removed without recursion, whatever its depth.
+        with contextlib.suppress(OSError):
+            remove_tree(grade_dir)
     return result
 
 
@@ -498,7 +547,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
         if slot:
             ctx.slots.release()
         if not ctx.options.keep_work:
-            shutil.rmtree(tw.root, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(tw.root)
 
 
 def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, max_attempts: int,
@@ -527,6 +577,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 detail["probe_passed"] = prior.last_result == "probe_pass"
         feedback = ""
         gap_from: float | None = None
+        feedback_for: int | None = None  # the failed attempt whose feedback the next prompt carries
         for attempt in range(attempts_used + 1, max_attempts + 1):
             if outcome is not None:
                 break
@@ -540,10 +591,15 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             attempts_used = attempt
             a0 = time.monotonic()
             try:
+                if gap_from is not None and budget.attempt_gap_s is not None:
+                    # First of all: the visible tests' run, the prompt file, .sealbench/ and the
+                    # sandbox all carry the time they were made, which would tell this attempt
+                    # when the previous one's grading ended.
+                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
+                if feedback_for is not None:
+                    feedback = _feedback(ctx, task, tw, feedback_for, deadline - time.monotonic())
                 if ready is None or ready.attempt != attempt:
                     ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
-                if gap_from is not None and budget.attempt_gap_s is not None:
-                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
                 agent_facts = _run_agent(ctx, task, tw, ready, deadline)
                 prompt = ready.prompt
             except TreeRejected as e:
@@ -602,8 +658,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             if ctx.probe or result != Outcome.FAIL.value:
                 outcome = _final_outcome(result)
                 break
-            if attempt < max_attempts:
-                feedback = _feedback(ctx, task, tw, attempt, deadline - time.monotonic())
+            feedback_for = attempt
         if outcome is None:
             outcome = Outcome.FAIL
     except JournalStopped:
@@ -824,7 +879,8 @@ def execute(
     finally:
         journal.close()
         if not opts.keep_work:
-            shutil.rmtree(base / "work", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(base / "work")
     cards = None
     if probe:
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)

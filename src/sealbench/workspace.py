@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .agentfs import TreeCaps, TreeRejected, reset_dir, snapshot
+from .agentfs import TreeCaps, TreeRejected, remove_tree, reset_dir, snapshot
 from .errors import HarnessError
 from .gitrepo import init_one_commit
 
@@ -51,8 +51,8 @@ def _git_cmd(args: Sequence[str]) -> list[str]:
 
 
 def git(args: Sequence[str], cwd: Path, *, ceiling: Path, check: bool = True,
-        timeout_s: float | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run git with a clean configuration.
+        timeout_s: float | None = None, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """Run git with a clean configuration, ``stdin`` on its standard input.
 
     Raises:
         HarnessError: git is missing, or failed while ``check`` is set.
@@ -60,7 +60,7 @@ def git(args: Sequence[str], cwd: Path, *, ceiling: Path, check: bool = True,
     """
     try:
         proc = subprocess.run(_git_cmd(args), cwd=cwd, env=_git_env(ceiling), capture_output=True, check=False,
-                              timeout=None if timeout_s is None else max(0.05, timeout_s))
+                              input=stdin, timeout=None if timeout_s is None else max(0.05, timeout_s))
     except OSError as e:
         raise HarnessError(f"cannot run git ({e.strerror}); install git") from None
     if check and proc.returncode != 0:
@@ -128,6 +128,7 @@ def changed_paths(base: dict[str, str], now: dict[str, str]) -> list[str]:
 
 
 _SKIP_TOP = frozenset({".git", META_DIR})
+_NO_CONVERSION = "* !text !eol !crlf !ident !filter !working-tree-encoding\n"
 
 
 class TaskWorkspace:
@@ -147,6 +148,7 @@ class TaskWorkspace:
         self.pack_workspace = pack_workspace
         self.caps = caps or TreeCaps()
         self.base: dict[str, str] = {}
+        self._base_git_made = False
 
     @property
     def trace_dir(self) -> Path:
@@ -158,8 +160,7 @@ class TaskWorkspace:
         Raises:
             HarnessError: copying or git failed.
         """
-        if self.root.exists():
-            shutil.rmtree(self.root)
+        remove_tree(self.root)
         self.root.mkdir(parents=True)
         self.private.mkdir()
         try:
@@ -172,6 +173,15 @@ class TaskWorkspace:
         except TreeRejected as e:
             raise HarnessError(f"the pack's workspace {self.pack_workspace}: {e.reason}") from None
         (self.ws / META_DIR / "trace").mkdir(parents=True)
+
+    def reset_private(self) -> None:
+        """Rebuild the host-private folder before writing into it again: without a sandbox the
+        agent can reach it (it is the workspace's sibling) and replace it by a link.
+
+        Raises:
+            TreeRejected: the task's folder itself was replaced (possible only without a sandbox).
+        """
+        reset_dir(self.root, self.private.name)
 
     def reset_meta(self) -> None:
         """Rebuild ``.sealbench/`` (with an empty ``trace/``) before an attempt, whatever the
@@ -201,15 +211,29 @@ class TaskWorkspace:
             subprocess.TimeoutExpired: git took longer than ``timeout_s`` (the task's time).
             HarnessError: git failed.
         """
-        if not self.base_git.exists():
+        if not self._base_git_made:
             # Made from the pack's copy, only when there is something to capture: most
-            # attempts of a weak agent change nothing, and this is the hot path.
+            # attempts of a weak agent change nothing, and this is the hot path. Known made
+            # by this object, never by what is on disk: without a sandbox the agent can plant
+            # a base.git (a link to a host repository, whose index git add would rewrite).
+            remove_tree(self.base_git)
+            self.base_git.mkdir()
             init_one_commit(self.pack_workspace, self.base_git)
+            self._base_git_made = True
             (self.base_git / "info").mkdir()
             (self.base_git / "info" / "exclude").write_text(f"/{META_DIR}/\n")
+            # Highest precedence: the workspace's .gitattributes cannot make git add convert
+            # what it records (an unknown encoding failed it; text and ident rewrote files the
+            # agent left untouched). The base commit holds the pack's bytes unconverted too.
+            (self.base_git / "info" / "attributes").write_text(_NO_CONVERSION)
         deadline = time.monotonic() + max(0.05, timeout_s)
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root, timeout_s=deadline - time.monotonic())
+        # .sealbench (folder, file or link) is never part of a patch, and info/exclude alone can be
+        # negated by the agent's .gitignore. Not an exclude pathspec in the add: git fails when
+        # one names a path that a .gitignore ignores.
+        git([*wt, "rm", "-r", "--cached", "-q", "--ignore-unmatch", "--", f":(top){META_DIR}"], self.root,
+            ceiling=self.root, timeout_s=deadline - time.monotonic())
         return git_capped(
             [*wt, "diff", "--cached", "--binary", "--full-index", "--no-renames", "--no-ext-diff",
              "--no-textconv", "--no-color", "HEAD"],
@@ -245,13 +269,10 @@ def apply_patch(grade_dir: Path, patch: bytes, timeout_s: float | None = None) -
     """
     if not patch:
         return True, ""
-    patch_file = grade_dir.parent / (grade_dir.name + ".patch")
-    patch_file.write_bytes(patch)
-    try:
-        proc = git(["apply", "--binary", "--whitespace=nowarn", str(patch_file)], grade_dir,
-                   ceiling=grade_dir.parent, check=False, timeout_s=timeout_s)
-    finally:
-        patch_file.unlink(missing_ok=True)
+    # On git's stdin, not in a file: beside the grading copy, without a sandbox, the agent could
+    # have planted a link where the file would go.
+    proc = git(["apply", "--binary", "--whitespace=nowarn", "-"], grade_dir, ceiling=grade_dir.parent,
+               check=False, timeout_s=timeout_s, stdin=patch)
     return proc.returncode == 0, proc.stderr.decode("utf-8", "replace").strip()
 
 
