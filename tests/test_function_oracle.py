@@ -272,9 +272,15 @@ EXPLOITS = {
     "str_subclass_with_forged_eq": ("class Yes(str):\n    def __eq__(self, other):\n        return True\n"
                                     "    __hash__ = str.__hash__\n\n"
                                     "def has_close_elements(numbers, threshold):\n    return Yes('')\n"),
+    "lowers_the_oracle_s_resource_limits": (
+        "import os, resource, sys\ndef has_close_elements(numbers, threshold):\n"
+        "    for pid in (os.getppid(), 1):\n        for which in (resource.RLIMIT_CPU, resource.RLIMIT_NOFILE, "
+        "resource.RLIMIT_AS):\n            try:\n                resource.prlimit(pid, which, (1, 1))\n"
+        "                print('LOWERED', file=sys.stderr)\n            except OSError as e:\n"
+        "                print('REFUSED', e.errno, file=sys.stderr)\n    return None\n"),
     "kills_its_parent": ("import os, signal\ndef has_close_elements(numbers, threshold):\n"
                          "    for pid in (os.getppid(), 1, -1):\n        for sig in (signal.SIGINT, signal.SIGTERM, "
-                         "signal.SIGKILL):\n            try:\n                os.kill(pid, sig)\n"
+                         "signal.SIGSTOP, signal.SIGKILL):\n            try:\n                os.kill(pid, sig)\n"
                          "            except OSError:\n                pass\n    return None\n"),
     "writes_pass_looking_output_to_stdout": (
         "import os\nLINE = b'{\"sealbench_function_oracle\": 1, \"verdict\": \"pass\"}\\nPASSED\\n'\n"
@@ -349,6 +355,8 @@ def test_hostile_candidate_is_graded_fail(he_pack: Path, tmp_path: Path, exploit
         assert b"PID 1 REFUSED: PermissionError" in stderr, stderr
     if exploit == "reads_the_hidden_tests_from_the_grading_copy":
         assert stderr.count(b"GONE") == 2 and b"READABLE" not in stderr, stderr
+    if exploit == "lowers_the_oracle_s_resource_limits" and platform.machine() in ("x86_64", "aarch64"):
+        assert stderr.count(b"REFUSED 1") == 6 and b"LOWERED" not in stderr, stderr  # EPERM: seccomp
     if exploit == "kills_its_parent":
         assert "AssertionError" in summary["reason"]
 
