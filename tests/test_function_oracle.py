@@ -420,3 +420,20 @@ def test_a_pack_sealed_with_the_script_oracle_still_grades_as_before(tmp_path: P
     assert ref["card"]["outcome"] == "pass" and ref["graded"]["junit"]["ok"]
     wrong, _ = run_agent(pack, tmp_path / "wrong", writes("def add(a, b):\n    return 0\n"), task="legacy_0")
     assert wrong["card"]["outcome"] == "fail" and wrong["graded"]["junit"]["why"] == "no JUnit report written"
+
+
+def test_a_defaultdict_with_a_builtin_default_and_builtin_type_arguments_cross() -> None:
+    from collections import defaultdict
+
+    value = defaultdict(list, {"a": [1]})
+    back = roundtrip(value)
+    assert type(back) is defaultdict and back.default_factory is list and back == value
+    with pytest.raises(NotPlainData):
+        encode(defaultdict(lambda: 0))
+    # Types cross as arguments only, by name, and only the builtin ones.
+    assert decode(json.loads(json.dumps(encode(int, objects={}))), objects=lambda n, a: None) is int
+    for bad in (int, type("Mine", (), {})):
+        with pytest.raises(NotPlainData):
+            encode(bad) if bad is int else encode(bad, objects={})
+    with pytest.raises(NotPlainData):
+        decode(["B", "int"])

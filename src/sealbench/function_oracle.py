@@ -39,19 +39,21 @@ The trusted parent
 What crosses the pipes
 ----------------------
 Arguments and results are plain data: None, bool, int, float (inf and nan kept, exact),
-complex, str, bytes, list, tuple, dict, set and frozenset, and three standard containers whose
-equality is their data's (``collections.Counter``, ``OrderedDict``, ``deque``; MBPP 88 returns
-a Counter), checked recursively with exact types (a subclass of int or str is not plain data),
-at most :data:`MAX_DEPTH` deep, :data:`MAX_VALUES` values and :data:`MAX_FRAME` bytes a
+complex, str, bytes, list, tuple, dict, set and frozenset, and the standard containers whose
+equality is their data's (``collections.Counter``, ``OrderedDict``, ``deque``, a
+``defaultdict`` whose default is a builtin type; MBPP 88 returns a Counter, MBPP 653 a
+defaultdict), checked recursively with exact types (a subclass of int or str is not plain
+data), at most :data:`MAX_DEPTH` deep, :data:`MAX_VALUES` values and :data:`MAX_FRAME` bytes a
 message, encoded as JSON scalars and tagged JSON arrays (:func:`encode`) and decoded with
-``json`` alone: never pickle, marshal or eval in the parent, which builds every value itself. Arguments may also be instances
-of a class the trusted code defines (MBPP's ``Node``, ``Pair``): they cross as the class name
-and their attributes, and the worker rebuilds them from the candidate module's class of that
-name. A result that is not plain data fails the whole check. An exception the candidate
-raises crosses as the builtin exception types of its class's MRO and its message, and is
-raised in the parent as the first of them that can be built from a message, so a test
-expecting ``ValueError`` keeps its meaning; SystemExit, KeyboardInterrupt and GeneratorExit
-become :class:`CandidateExit`, which ``except Exception`` does not catch. Tolerances (the
+``json`` alone: never pickle, marshal or eval in the parent, which builds every value itself.
+Arguments may also be builtin types (MBPP 533 passes ``int``) and instances of a class the
+trusted code defines (MBPP's ``Node``, ``Pair``): those cross as the class name and their
+attributes, and the worker rebuilds them from the candidate module's class of that name. A
+result that is not plain data fails the whole check. An exception the candidate raises
+crosses as the builtin exception types of its class's MRO and its message, and is raised in
+the parent as the first of them that can be built from a message, so a test expecting
+``ValueError`` keeps its meaning; SystemExit, KeyboardInterrupt and GeneratorExit become
+:class:`CandidateExit`, which ``except Exception`` does not catch. Tolerances (the
 plus sets' ``np.allclose``) are untouched: the test compares exact copies of the values.
 
 What a hostile candidate can still do, and why each ends in "fail"
@@ -101,7 +103,7 @@ import resource
 import signal
 import struct
 import sys
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 
 # No typing at run time: this module starts twice in every grade, and typing costs ~8 ms.
 TYPE_CHECKING = False
@@ -178,6 +180,10 @@ class NotPlainData(ValueError):
 _SCALARS = (type(None), bool, int, float, str)
 _CONTAINERS: dict[str, type] = {"L": list, "T": tuple, "E": set, "Z": frozenset, "Q": deque}
 _MAPPINGS: dict[str, type] = {"D": dict, "K": Counter, "R": OrderedDict}
+# Builtin types may cross by name: as a defaultdict's default, and as arguments (MBPP 533
+# passes ``int``).
+_BUILTIN_TYPES: dict[str, type] = {t.__name__: t for t in (bool, bytes, complex, dict, float, frozenset, int, list,
+                                                           object, set, str, tuple)}
 # Larger ints cross as hex: int <-> decimal text is refused past 4300 digits.
 _JSON_INT_BITS = 4000
 
@@ -188,9 +194,10 @@ def encode(value: Any, *, objects: Mapping[str, type] | None = None, max_values:
     None, bool, int, float (Python's float text is exact, inf and nan included) and str are
     JSON scalars; every container is a JSON array whose first item is a tag: ``L`` list, ``T``
     tuple, ``E`` set, ``Z`` frozenset (items in a canonical order), ``Q`` deque, ``D`` dict,
-    ``K`` Counter, ``R`` OrderedDict (keys and values alternating), ``Y`` bytes (hex), ``C``
-    complex, ``I`` a large int (hex), ``O`` an instance of a trusted class (its name, then
-    attribute names and values alternating; arguments only).
+    ``K`` Counter, ``R`` OrderedDict (keys and values alternating), ``F`` defaultdict (the name
+    of its builtin default type or null, then keys and values), ``Y`` bytes (hex), ``C``
+    complex, ``I`` a large int (hex); in arguments only, ``B`` a builtin type by name and ``O``
+    an instance of a trusted class (its name, then attribute names and values alternating).
     ``objects`` maps names to the trusted classes whose instances may cross.
 
     Raises:
@@ -221,6 +228,17 @@ def encode(value: Any, *, objects: Mapping[str, type] | None = None, max_values:
             return out
         if kind is deque:
             return ["Q", *[enc(v, inner) for v in value]]
+        if kind is defaultdict:
+            factory = value.default_factory
+            name = None if factory is None else getattr(factory, "__name__", "")
+            if factory is not None and _BUILTIN_TYPES.get(name or "") is not factory:
+                raise NotPlainData("a defaultdict whose default is not a builtin type")
+            out = ["F", name]
+            for k, v in value.items():
+                out += [enc(k, inner), enc(v, inner)]
+            return out
+        if objects is not None and kind is type and _BUILTIN_TYPES.get(getattr(value, "__name__", "")) is value:
+            return ["B", getattr(value, "__name__", "")]
         if kind is set or kind is frozenset:
             # A canonical order: the worker's iteration order must not depend on the parent's hash seed.
             items = sorted((enc(v, inner) for v in value), key=lambda e: json.dumps(e, sort_keys=True))
@@ -265,6 +283,12 @@ def decode(node: Any, *, objects: _Objects | None = None, depth: int = 0) -> Any
             items = {decode(node[i], objects=objects, depth=inner): decode(node[i + 1], objects=objects, depth=inner)
                      for i in range(1, len(node), 2)}
             return items if tag == "D" else _MAPPINGS[tag](items)
+        if tag == "F" and len(node) % 2 == 0 and (node[1] is None or node[1] in _BUILTIN_TYPES):
+            items = {decode(node[i], objects=objects, depth=inner): decode(node[i + 1], objects=objects, depth=inner)
+                     for i in range(2, len(node), 2)}
+            return defaultdict(None if node[1] is None else _BUILTIN_TYPES[node[1]], items)
+        if tag == "B" and objects is not None and len(node) == 2 and node[1] in _BUILTIN_TYPES:
+            return _BUILTIN_TYPES[node[1]]
         if tag == "Y" and len(node) == 2 and type(node[1]) is str:
             return bytes.fromhex(node[1])
         if tag == "C" and len(node) == 3 and all(type(v) in (int, float) for v in node[1:]):
