@@ -49,7 +49,10 @@ def test_stubs_are_the_functions_whose_body_only_raises_not_implemented() -> Non
                                                                              ("other", None)]
     method = "class A:\n    def m(self, x):\n        raise NotImplementedError()\n"
     assert [(s.name, s.first_arg) for s in find_stubs("c.py", method)] == [("m", "x")]
+    imports_first = 'def max_fill(grid, capacity):\n    import math\n    """Doc."""\n    raise NotImplementedError\n'
+    assert [s.name for s in find_stubs("f.py", imports_first)] == ["max_fill"]
     assert find_stubs("d.py", "def f():\n    raise ValueError\n") == []
+    assert find_stubs("g.py", "def f():\n    x = 1\n    raise NotImplementedError\n") == []
     assert find_stubs("e.py", "def f(:\n") == []
 
 

@@ -5,8 +5,8 @@ workspace's stub merely raises: a test that never asserts anything fails the stu
 ``pack validate`` also grades candidates that do no work, and a task any of them passes is
 invalid ("passes a trivial solution").
 
-The stub is every function of a workspace file the reference solution replaces whose body
-(after an optional docstring) is a single ``raise NotImplementedError``. For function-level
+The stub is every function of a workspace file the reference solution replaces whose body,
+docstrings and imports aside, is a single ``raise NotImplementedError``. For function-level
 tasks the candidates are the stub's functions returning None, returning their first argument,
 and returning a constant of each type the reference returned when graded (``0``, ``''``,
 ``[]``, ``False`` and ``True``...). For repository tasks only the first: the unchanged
@@ -63,6 +63,13 @@ def _raises_not_implemented(stmt: ast.stmt) -> bool:
     return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
 
 
+def _docstring_or_import(stmt: ast.stmt) -> bool:
+    # HumanEval/115's prompt imports math before its docstring.
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return True
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
 def _first_arg(node: ast.FunctionDef | ast.AsyncFunctionDef, in_class: bool) -> str | None:
     names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
     if in_class and names and names[0] in ("self", "cls"):
@@ -81,10 +88,7 @@ def find_stubs(path: str, text: str) -> list[Stub]:
     def visit(node: ast.AST, in_class: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                body = child.body
-                if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                        and isinstance(body[0].value.value, str):
-                    body = body[1:]
+                body = [stmt for stmt in child.body if not _docstring_or_import(stmt)]
                 if len(body) == 1 and _raises_not_implemented(body[0]) and body[0].end_lineno is not None \
                         and body[0].end_col_offset is not None:
                     raise_ = body[0]
