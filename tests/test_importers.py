@@ -31,7 +31,7 @@ from sealbench.importers import (
     text_file,
 )
 from sealbench.importers.mbpp import interface
-from sealbench.importers.oracle import JUNIT_FILE, junit_test_name
+from sealbench.importers.oracle import junit_test_name
 from sealbench.importers.sources import task_id_for
 from sealbench.pack import Pack, Task, check_pack, load_pack, visible_test_leaks
 from sealbench.runner import _junit_verdict
@@ -236,8 +236,9 @@ def test_full_humaneval_import_is_sealed_with_provenance_and_no_visible_tests(tm
     assert task.record.provenance is not None and task.record.provenance.record_id == "HumanEval/0"
     assert task.record.provenance.source_sha256 == digest
     assert (task.record.max_attempts, task.record.wall_clock_s, task.record.language) == (1, 30.0, "python")
-    assert task.record.oracle_cmd == ["python", "test_sealbench_oracle.py"]
-    assert (task.record.junit_xml, task.record.required_tests) == (JUNIT_FILE, ["HumanEval_0::check"])
+    assert task.record.oracle_cmd == ["python", "-I", "-m", "sealbench.function_oracle", "sealbench_oracle.json"]
+    # The verdict is the trusted oracle's exit status: no report the candidate could reach.
+    assert (task.record.junit_xml, task.record.required_tests) == (None, [])
     assert {t.record.prompt_template_id for t in pack.tasks.values()} == {"function-v1"}
     assert sorted(p.name for p in (pack.root / "prompts").iterdir()) == ["function-v1.txt"]
     assert leftovers(tmp_path) == ["humaneval"]
@@ -256,6 +257,13 @@ def test_humaneval_task_keeps_the_original_prompt_and_stubs_its_body(tmp_path: P
     assert "`poly`: keep it as given" in task.prompt
     hidden = (task.hidden / "test_sealbench_oracle.py").read_text()
     assert original["test"].strip() in hidden and "check(find_zero)" in hidden
+    assert "import solution" not in hidden and "globals()" not in hidden
+    spec = json.loads((task.hidden / "sealbench_oracle.json").read_text())
+    # The prompt (with poly) is the oracle's trusted code: the candidate's poly is never used.
+    assert spec["trusted"] == [{"label": "prompt (original)", "code": original["prompt"]}]
+    assert (spec["module"], spec["functions"], spec["tests"]) == ("solution", ["find_zero"],
+                                                                  ["test_sealbench_oracle.py"])
+    assert sorted(os.listdir(task.hidden)) == ["sealbench_oracle.json", "test_sealbench_oracle.py"]
     assert sorted(os.listdir(task.dir)) == ["hidden", "prompt.md", "solution", "task.json", "workspace"]
 
 
@@ -280,19 +288,15 @@ def test_os_exit_zero_in_the_candidate_is_not_a_pass(tmp_path: Path) -> None:
 
 
 @needs_humaneval
-def test_a_report_planted_in_the_workspace_is_not_a_pass(tmp_path: Path) -> None:
+def test_an_edited_prompt_helper_is_not_used_by_the_oracle(tmp_path: Path) -> None:
+    # HumanEval/32 checks find_zero through the prompt's poly; a candidate whose poly always
+    # returns 0 passed every answer in the benchmark's own program.
     assert HUMANEVAL is not None
-    pack = import_pack("humaneval", HUMANEVAL, tmp_path / "he", limit=1)
-    task = pack.tasks["HumanEval_0"]
-    grade = tmp_path / "grade"
-    copy_tree(task.workspace, grade)
-    (grade / JUNIT_FILE).write_text('<testsuite tests="1"><testcase classname="HumanEval_0" name="check"/></testsuite>')
-    (grade / "solution.py").write_text("import os\nos._exit(0)\n")
-    overlay(task.hidden, grade)
-    proc = subprocess.run(task.record.oracle_cmd, cwd=grade, check=False,
-                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
-    assert proc.returncode == 0
-    assert not _junit_verdict(grade, JUNIT_FILE, task.record.required_tests)["ok"]
+    pack = import_pack("humaneval", HUMANEVAL, tmp_path / "he", limit=33)
+    task = pack.tasks["HumanEval_32"]
+    cheat = "def poly(xs, x):\n    return 0\n\n\ndef find_zero(xs):\n    return 12345.0\n"
+    ok, out = run_oracle(task, tmp_path, reference=False, solution_py=cheat)
+    assert not ok, out
 
 
 @needs_shared

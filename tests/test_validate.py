@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from conftest import needs_bwrap
 from sealbench.contract import lock_contract, new_contract
 from sealbench.errors import ContractError
 from sealbench.formats import AgentSpec
@@ -79,3 +82,64 @@ def test_resealing_drops_stale_evidence(sealed_pack: Path) -> None:
         f.write("\nMore words.\n")
     seal_pack(sealed_pack)
     assert json.loads((sealed_pack / "pack.json").read_text())["validity"] is None
+
+
+def weak_humaneval_source(path: Path) -> Path:
+    """HumanEval-format records: three tests that check (almost) nothing, and a sound one."""
+
+    def record(n: int, signature: str, body: str, test: str, entry: str) -> dict[str, str]:
+        return {"task_id": f"Weak/{n}", "prompt": f'{signature}\n    """Task {n}: see the name."""\n',
+                "entry_point": entry, "canonical_solution": body, "test": test}
+
+    records = [
+        record(0, "def total(xs):", "    return sum(xs)\n", "def check(candidate):\n    candidate([1, 2])\n", "total"),
+        record(1, "def copy_of(xs):", "    return list(xs)\n",
+               "def check(candidate):\n    assert candidate([1, 2]) == [1, 2]\n", "copy_of"),
+        record(2, "def is_big(x: int) -> bool:", "    return x > 100\n",
+               "def check(candidate):\n    assert candidate(1) == False\n    assert candidate(7) is False\n", "is_big"),
+        record(3, "def add(a, b):", "    return a + b\n",
+               "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 4) == 4\n", "add"),
+    ]
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    return path
+
+
+@needs_bwrap
+def test_function_oracles_that_a_trivial_solution_passes_are_invalid(tmp_path: Path) -> None:
+    from sealbench.importers import import_pack
+
+    pack = import_pack("humaneval", weak_humaneval_source(tmp_path / "weak.jsonl.gz"), tmp_path / "weak")
+    validity = validate_pack(pack.root, repeat=1, progress=False)
+    reasons = {tid: ev.reason for tid, ev in validity.tasks.items()}
+    assert reasons == {
+        "Weak_0": "passes a trivial solution (returns None; returns its first argument; returns 0)",
+        "Weak_1": "passes a trivial solution (returns its first argument)",
+        "Weak_2": "passes a trivial solution (returns False)",
+        "Weak_3": None,
+    }
+    # Every candidate was graded; the reference passed and the unchanged stub failed throughout.
+    assert validity.tasks["Weak_2"].trivial_passes == {"returns None": False, "returns its first argument": False,
+                                                       "returns False": True, "returns True": False}
+    assert validity.tasks["Weak_3"].trivial_passes == dict.fromkeys(
+        ["returns None", "returns its first argument", "returns 0"], False)
+    assert all(ev.reference_passes == [True] and ev.empty_change_passes == [False] for ev in validity.tasks.values())
+    contract, left_out = new_contract(load_pack(pack.root), tmp_path / "c.json", host="h",
+                                      agent=AgentSpec(label="a", command="builtin:noop"))
+    assert contract.task_ids == ["Weak_3"] and set(left_out) == {"Weak_0", "Weak_1", "Weak_2"}
+
+
+@needs_bwrap
+def test_a_repository_test_that_asserts_nothing_is_caught_by_removing_the_stub_s_raise(raw_pack: Path) -> None:
+    for other in (raw_pack / "tasks").iterdir():
+        if other.name != TASK:
+            shutil.rmtree(other)
+    task = raw_pack / "tasks" / TASK
+    (task / "workspace" / "window.py").write_text(
+        '"""Sliding windows over lists."""\n\n\ndef last_n(items: list[int], n: int) -> list[int]:\n'
+        "    raise NotImplementedError\n")
+    (task / "hidden" / "test_oracle_window.py").write_text(
+        "from window import last_n\n\n\ndef test_runs():\n    last_n([1, 2, 3], 2)\n")
+    seal_pack(raw_pack)
+    ev = validate_pack(raw_pack, repeat=1, progress=False).tasks[TASK]
+    assert (ev.valid, ev.reason) == (False, "passes a trivial solution (the stub's raise removed (returns None))")
+    assert ev.reference_passes == [True] and ev.empty_change_passes == [False]

@@ -65,7 +65,8 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
                              progress=False if args.no_progress else None)
     bad = {tid: ev for tid, ev in validity.tasks.items() if not ev.valid}
     print(f"{len(validity.tasks) - len(bad)} of {len(validity.tasks)} task oracles valid "
-          f"(reference passes and empty change fails, {validity.repeat} runs each, sandbox {validity.sandbox})")
+          f"(reference passes and empty change fails, {validity.repeat} runs each; no trivial solution passes; "
+          f"sandbox {validity.sandbox})")
     for tid, ev in bad.items():
         print(f"  invalid: {tid}: {ev.reason}")
     return EXIT_OK
@@ -282,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = pack.add_parser("check", help="verify a sealed pack without writing")
     p.add_argument("pack")
     p.set_defaults(func=cmd_pack_check)
-    p = pack.add_parser("validate", help="prove each oracle discriminates: reference passes, empty change fails")
+    p = pack.add_parser("validate", help="prove each oracle discriminates: reference passes, empty change "
+                        "and trivial solutions fail")
     p.add_argument("pack")
     p.add_argument("--repeat", type=int, default=3, help="grades of each kind per task (default 3)")
     p.add_argument("--jobs", type=int, default=2)

@@ -103,10 +103,17 @@ class Seal(Model):
 class ValidityEvidence(Model):
     """Oracle-validity evidence for one task (``pack validate``)."""
 
-    valid: bool = Field(description="True when the reference always passed and the empty change always failed.")
-    reason: str | None = Field(None, description="reference fails, empty change passes, flaky")
+    valid: bool = Field(description="True when the reference always passed, the empty change always failed "
+                        "and no trivial solution passed.")
+    reason: str | None = Field(None, description="reference fails, empty change passes, flaky, "
+                               "passes a trivial solution (naming which)")
     reference_passes: list[bool] = Field(description="Each grade of the reference solution.")
     empty_change_passes: list[bool] = Field(description="Each grade of the unchanged workspace.")
+    trivial_passes: dict[str, bool] = Field(
+        default_factory=dict,
+        description="Each trivial solution graded once (what it returns -> passed); empty when the task has "
+        "no stub or was already invalid.",
+    )
 
 
 class Validity(Model):

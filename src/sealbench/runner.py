@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import write_atomic
 from .formats import Budget, Outcome, Scorecard, ScoringContract
+from .function_oracle import is_oracle_cmd
 from .journal import Journal, iter_verified, open_for_resume
 from .pack import Pack, Task, check_pack
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open_sandbox
@@ -396,7 +397,14 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
         if task.record.junit_xml:
             _remove_planted_report(grade_dir, task.record.junit_xml)
         env = _env(ctx, task, grade_dir, attempt, None)
-        res, facts = _sandboxed(ctx, task.record.oracle_cmd, grade_dir, env, remaining)
+        spec = _spec(ctx, task.record.oracle_cmd, grade_dir, env, remaining)
+        if is_oracle_cmd(task.record.oracle_cmd):
+            # The trusted function-level oracle: its package bound read-only (an editable install
+            # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
+            # the candidate starts can signal or rewrite (see sealbench.function_oracle).
+            spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
+        res = ctx.sandbox.run(spec)
+        facts = _facts(ctx, res)
         result["oracle"] = facts
         green = res.exit_code == 0 and not res.timed_out
         if task.record.junit_xml:

@@ -185,6 +185,10 @@ class SandboxSpec:
     Captured output goes to ``stdout_path`` / ``stderr_path`` on the host (keep them outside
     the workdir, or the command can overwrite them); ``None`` keeps it in memory instead, in
     :attr:`SandboxResult.stdout` / :attr:`SandboxResult.stderr` (no file to create and remove).
+    ``as_pid_1`` runs the command as pid 1 of its pid namespace, with no bwrap reaper beside
+    it: nothing it starts can signal it without its consent, nor rewrite a reaper (a dumpable
+    process of the same uid) to forge its exit status. It is for a trusted supervisor that
+    reaps its own children (:mod:`sealbench.function_oracle`); :class:`NoSandbox` ignores it.
 
     Raises:
         ValueError: argv is empty, a path is relative, the timeout is not positive, or an
@@ -200,6 +204,7 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     readonly_paths: tuple[Path, ...] = ()
     network: bool = False
+    as_pid_1: bool = False
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
@@ -1170,6 +1175,8 @@ class BubblewrapSandbox(_ProcessSandbox):
         args = [*self._fixed, "--json-status-fd", str(status_fd), "--block-fd", str(block_fd)]
         if spec.network:
             args.append("--share-net")
+        if spec.as_pid_1:
+            args.append("--as-pid-1")
         args += ["--dev", "/dev", *self._tmpfs("/dev/shm", size), "--remount-ro", "/dev"]
         # Mounts under /tmp (a workdir from tempfile, a venv) must come after the /tmp tmpfs.
         home_first, home_last = self._home_args(spec)

@@ -1,9 +1,12 @@
 """Oracle validity: prove, before any contract is locked, that each oracle discriminates.
 
 For every task, in the sandbox: the reference solution is graded ``repeat`` times and must
-pass every time; the empty change is graded ``repeat`` times and must fail every time. A task
-that does not is marked with its reason (reference fails, empty change passes, flaky) and
-the evidence, which is written into the sealed pack, bound to its digest.
+pass every time; the empty change is graded ``repeat`` times and must fail every time; then
+each trivial solution (:mod:`sealbench.trivial`: the stub returning None, its first argument,
+a constant of the reference's return type; for repository tasks the stub's raise removed) is
+graded once and must fail. A task that does not is marked with its reason (reference fails,
+empty change passes, flaky, passes a trivial solution) and the evidence, which is written
+into the sealed pack, bound to its digest.
 """
 
 from __future__ import annotations
@@ -11,24 +14,28 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 from .agents import resolve_agent
 from .contract import DEFAULT_FORBIDDEN
 from .errors import PackError
 from .files import model_json, write_atomic
 from .formats import Budget, ScoringContract, Validity, ValidityEvidence
+from .function_oracle import is_oracle_cmd, parse_summary
 from .journal import Journal
 from .pack import Pack, Task, check_pack
 from .runner import RunOptions, _Ctx, _grade, _Progress
 from .sandbox import open_sandbox
+from .trivial import trivial_candidates
 from .workspace import TaskWorkspace
 
 
-def verdict(reference: list[bool], empty: list[bool]) -> tuple[bool, str | None]:
-    """The validity of one task from its repeated grades (pure)."""
+def verdict(reference: list[bool], empty: list[bool],
+            trivial: Mapping[str, bool] | None = None) -> tuple[bool, str | None]:
+    """The validity of one task from its repeated grades and its trivial solutions' (pure)."""
     reasons = []
     if len(set(reference)) > 1 or len(set(empty)) > 1:
         reasons.append("flaky")
@@ -36,7 +43,52 @@ def verdict(reference: list[bool], empty: list[bool]) -> tuple[bool, str | None]
         reasons.append("reference fails")
     if all(empty) and empty:
         reasons.append("empty change passes")
+    passed = [name for name, ok in (trivial or {}).items() if ok]
+    if passed:
+        reasons.append(f"passes a trivial solution ({'; '.join(passed)})")
     return (not reasons, ", ".join(reasons) or None)
+
+
+def _oracle_summary(ctx: _Ctx, grade: dict[str, Any]) -> dict[str, Any]:
+    """A function-level oracle's summary line in a grade's stdout; empty without one."""
+    digest = (grade.get("oracle") or {}).get("stdout")
+    if not digest:
+        return {}
+    return parse_summary((ctx.run_dir / "blobs" / digest.removeprefix("sha256:")).read_bytes()) or {}
+
+
+def _returned(summary: Mapping[str, Any]) -> dict[str, list[str]]:
+    returned = summary.get("returned")
+    if not isinstance(returned, dict):
+        return {}
+    return {k: [t for t in v if isinstance(t, str)] for k, v in returned.items() if isinstance(v, list)}
+
+
+def _trivial_grades(ctx: _Ctx, task: Task, tw: TaskWorkspace, first: int,
+                    returned: Mapping[str, list[str]]) -> dict[str, bool]:
+    """Grade each trivial solution once, from the unchanged workspace."""
+    texts: dict[str, str] = {}
+    for path in sorted(p for p in task.solution.rglob("*.py") if p.is_file() and not p.is_symlink()):
+        rel = path.relative_to(task.solution).as_posix()
+        original = task.workspace / rel
+        if original.is_file() and not original.is_symlink():
+            texts[rel] = original.read_text(encoding="utf-8", errors="replace")
+    candidates = trivial_candidates(texts, function_level=is_oracle_cmd(task.record.oracle_cmd),
+                                    returned=returned)
+    if not candidates:
+        return {}
+    tw.materialise()
+    out: dict[str, bool] = {}
+    for i, cand in enumerate(candidates):
+        for rel, text in cand.files.items():
+            (tw.ws / rel).write_text(text, encoding="utf-8")
+        changed = tw.changes()
+        patch = tw.capture_patch() if changed else b""
+        graded = _grade(ctx, task, tw, first + i, patch, changed, task.record.wall_clock_s)
+        out[cand.name] = bool(graded["task_pass"])
+        for rel in cand.files:
+            (tw.ws / rel).write_text(texts[rel], encoding="utf-8")
+    return out
 
 
 def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
@@ -52,15 +104,24 @@ def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
         changed = tw.changes()
         patch = tw.capture_patch() if changed else b""
         wall = task.record.wall_clock_s
-        ref = [bool(_grade(ctx, task, tw, i, patch, changed, wall)["task_pass"]) for i in range(1, repeat + 1)]
+        ref_grades = [_grade(ctx, task, tw, i, patch, changed, wall) for i in range(1, repeat + 1)]
+        ref = [bool(g["task_pass"]) for g in ref_grades]
         empty = [bool(_grade(ctx, task, tw, repeat + i, b"", [], wall)["task_pass"]) for i in range(1, repeat + 1)]
+        # A task already invalid gains nothing from more grades.
+        summary = _oracle_summary(ctx, ref_grades[0])
+        trivial = (_trivial_grades(ctx, task, tw, 2 * repeat + 1, _returned(summary))
+                   if all(ref) and not any(empty) else {})
     except Exception as e:  # the evidence records the harness failure instead of guessing
         return ValidityEvidence(valid=False, reason=f"harness error: {type(e).__name__}: {e}",
                                 reference_passes=[], empty_change_passes=[])
     finally:
         shutil.rmtree(tw.root, ignore_errors=True)
-    valid, reason = verdict(ref, empty)
-    return ValidityEvidence(valid=valid, reason=reason, reference_passes=ref, empty_change_passes=empty)
+    valid, reason = verdict(ref, empty, trivial)
+    if not any(ref) and summary.get("reason"):
+        # The function-level oracle says why (a result that is not plain data, for instance).
+        reason = f"{reason} ({str(summary['reason'])[:300]})"
+    return ValidityEvidence(valid=valid, reason=reason, reference_passes=ref, empty_change_passes=empty,
+                            trivial_passes=trivial)
 
 
 def validate_pack(

@@ -8,8 +8,10 @@ Each task becomes:
 
 * ``workspace/solution.py``: the prompt with a body that raises NotImplementedError;
 * ``solution/solution.py``: prompt + canonical_solution;
-* ``hidden/test_sealbench_oracle.py``: the candidate's names, the original test, the
-  ``check`` call (see :mod:`sealbench.importers.oracle`);
+* ``hidden/test_sealbench_oracle.py``: the original test and the ``check`` call, and
+  ``hidden/sealbench_oracle.json``: the function-level oracle's spec, whose trusted code is
+  the prompt (its helpers, such as 32's ``poly``, are the pack's, never the candidate's; see
+  :mod:`sealbench.importers.oracle`);
 * ``prompt.md``: what to do and the full original prompt.
 """
 
@@ -21,14 +23,7 @@ from pathlib import Path
 
 from ..errors import PackError, UsageError
 from .draft import ImportOptions, PackDraft, TaskDraft, make_record, text_file
-from .oracle import (
-    CANDIDATE_FILE,
-    JUNIT_FILE,
-    ORACLE_FILE,
-    script_oracle,
-    script_oracle_cmd,
-    script_required_test,
-)
+from .oracle import CANDIDATE_FILE, function_oracle_cmd, function_oracle_files
 from .provenance import describe, load_template, provenance
 from .sources import (
     SourceRecord,
@@ -151,30 +146,28 @@ def _task(spec: FunctionSet, rec: SourceRecord, options: ImportOptions, source: 
     if not entry_point.isidentifier():
         raise PackError(f"{rec.where}: entry_point {entry_point!r} is not a Python name")
     task_id = task_id_for(original, rec.where)
-    oracle = script_oracle(
+    hidden = function_oracle_files(
         origin=f"{original} of {source.name}",
         importer=spec.kind,
+        functions=[entry_point],
+        trusted=[("prompt (original)", prompt)],
         sections=[("test (original)", test), ("the benchmark's check call", f"check({entry_point})")],
-        classname=task_id,
-        name="check",
     )
     record = make_record(
         rec.where,
         task_id=task_id,
         template_id=TEMPLATE_ID,
-        oracle_cmd=script_oracle_cmd(),
+        oracle_cmd=function_oracle_cmd(),
         max_attempts=options.max_attempts,
         wall_clock_s=wall_clock_s,
         provenance=provenance(spec.title, digest, options.license or spec.license, original),
-        junit_xml=JUNIT_FILE,
-        required_tests=[script_required_test(task_id, "check")],
     )
     solution = (prompt if prompt.endswith("\n") else prompt + "\n") + canonical
     return TaskDraft(
         record=record,
         prompt=task_prompt(prompt, entry_point),
         workspace={CANDIDATE_FILE: text_file(stub_source(prompt, entry_point, rec.where))},
-        hidden={ORACLE_FILE: text_file(oracle)},
+        hidden={name: text_file(text) for name, text in hidden.items()},
         solution={CANDIDATE_FILE: text_file(solution)},
         origin=rec.where,
     )

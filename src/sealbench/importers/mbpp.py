@@ -29,15 +29,7 @@ from pathlib import Path
 
 from ..errors import PackError, UsageError
 from .draft import ImportOptions, PackDraft, TaskDraft, make_record, text_file
-from .oracle import (
-    CANDIDATE_FILE,
-    JUNIT_FILE,
-    ORACLE_FILE,
-    normalise_newlines,
-    script_oracle,
-    script_oracle_cmd,
-    script_required_test,
-)
+from .oracle import CANDIDATE_FILE, function_oracle_cmd, function_oracle_files, normalise_newlines
 from .provenance import describe, load_template, provenance
 from .sources import (
     SourceRecord,
@@ -93,6 +85,8 @@ class Interface:
     """solution.py as the agent gets it: what the tests use verbatim, function stubs."""
     given: list[str]
     """Names defined verbatim in the stub (classes, constants)."""
+    given_source: str
+    """Their source, as the stub gives it: the oracle runs it as trusted code."""
     test_imports: list[str]
     """Import statements of the reference that the tests rely on without importing."""
 
@@ -187,7 +181,8 @@ def interface(code: str, test_code: str, where: str) -> Interface:
         raise PackError(f"{where}: the tests call no function the reference code defines "
                         f"(free names in the tests: {', '.join(sorted(free - _BUILTINS)) or 'none'})")
     stub = "\n\n\n".join([*given_src, *stubs]) + "\n"
-    return Interface(functions, signatures, stub, given, imports)
+    given_source = "\n\n\n".join(given_src) + "\n" if given_src else ""
+    return Interface(functions, signatures, stub, given, given_source, imports)
 
 
 def task_prompt(description: str, iface: Interface) -> str:
@@ -205,23 +200,25 @@ def task_prompt(description: str, iface: Interface) -> str:
 
 def _draft_task(spec: _Set, rec: SourceRecord, options: ImportOptions, *, source: Path, digest: str,
                 wall_clock_s: float, description: str, code: str, sections: Sequence[tuple[str, str]],
-                iface: Interface, number: int, report_name: str) -> TaskDraft:
+                iface: Interface, number: int) -> TaskDraft:
     task_id = f"Mbpp_{number}"
     added = ("imports the tests need but do not make, from the reference code (added by sealbench)",
              "\n".join(iface.test_imports))
-    oracle = script_oracle(origin=f"task {number} of {source.name}", importer=spec.kind,
-                           sections=[added, *sections], classname=task_id, name=report_name)
+    hidden = function_oracle_files(origin=f"task {number} of {source.name}", importer=spec.kind,
+                                   functions=iface.functions,
+                                   trusted=[("what the tests use from the reference code, as the stub gives it",
+                                             iface.given_source)],
+                                   sections=[added, *sections])
     record = make_record(
-        rec.where, task_id=task_id, template_id=TEMPLATE_ID, oracle_cmd=script_oracle_cmd(),
+        rec.where, task_id=task_id, template_id=TEMPLATE_ID, oracle_cmd=function_oracle_cmd(),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(spec.title, digest, options.license or spec.license, str(number)),
-        junit_xml=JUNIT_FILE, required_tests=[script_required_test(task_id, report_name)],
     )
     return TaskDraft(
         record=record,
         prompt=task_prompt(description, iface),
         workspace={CANDIDATE_FILE: text_file(iface.stub)},
-        hidden={ORACLE_FILE: text_file(oracle)},
+        hidden={name: text_file(text) for name, text in hidden.items()},
         solution={CANDIDATE_FILE: text_file(code if code.endswith("\n") else code + "\n")},
         origin=rec.where,
     )
@@ -243,8 +240,7 @@ def _mbpp_task(spec: _Set, rec: SourceRecord, options: ImportOptions, source: Pa
     sections = [*setup, ("test_list (original)", "\n".join(tests))]
     iface = interface(code, normalise_newlines("\n".join(c for _, c in sections)), rec.where)
     return _draft_task(spec, rec, options, source=source, digest=digest, wall_clock_s=wall_clock_s,
-                       description=description, code=code, sections=sections, iface=iface, number=number,
-                       report_name="test_list")
+                       description=description, code=code, sections=sections, iface=iface, number=number)
 
 
 def _plus_task(spec: _Set, rec: SourceRecord, options: ImportOptions, source: Path, digest: str,
@@ -256,7 +252,7 @@ def _plus_task(spec: _Set, rec: SourceRecord, options: ImportOptions, source: Pa
     iface = interface(code, normalise_newlines("\n".join(c for _, c in sections)), rec.where)
     return _draft_task(spec, rec, options, source=source, digest=digest, wall_clock_s=wall_clock_s,
                        description=get_str(rec, "prompt"), code=code, sections=sections, iface=iface,
-                       number=number, report_name="test")
+                       number=number)
 
 
 def _variant(records: Sequence[SourceRecord], source: Path) -> _Set:
