@@ -298,6 +298,70 @@ def test_stalled_journal_ends_the_run_before_the_lease_runs_out(sealed_pack: Pat
     assert card_of(run_dir)["outcome"] == "pass"
 
 
+def test_repeated_ctrl_c_leaves_no_agent_running_past_the_lease(sealed_pack: Path, tmp_path: Path) -> None:
+    """Ctrl-C three times while an agent runs: the runner stops waiting for it and closes its
+    journal; the agent must not run on unaccounted (the watchdog ends the process), and the
+    resume charges at least what it ran."""
+    contract = tmp_path / "c.json"
+    make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(10.0, first_attempt_only=True),
+                  run_id="ctrl-c", wall_clock_s=60.0, max_attempts=2)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                             "--keep-work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for_stamp(stamps_file(run_dir), proc)
+    for _ in range(3):
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=20)
+    stamps = settled_stamps(stamps_file(run_dir))
+    last_line = events_of(run_dir)[-1]["mono_ms"] / 1000
+    assert stamps[-1] <= last_line + LEASE_MS / 1000, (stamps[-1], last_line)
+    execute(contract, run_dir, RunOptions(progress=False, resume=True))
+    (charge,) = charges(events_of(run_dir))
+    assert charge["charged_s"] >= stamps[-1] - stamps[0]
+    assert card_of(run_dir)["outcome"] == "pass"
+
+
+def test_a_caller_that_survives_an_interrupt_cannot_keep_an_agent_running_unaccounted(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    """A library caller whose execute() is interrupted (three Ctrl-C) while an agent still runs,
+    and which then carries on: the journal is closed, so the watchdog must end the process
+    within the lease rather than let the agent run on to its deadline unrecorded."""
+    contract = tmp_path / "c.json"
+    make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(10.0, first_attempt_only=True),
+                  run_id="caller", wall_clock_s=60.0, max_attempts=2)
+    run_dir = tmp_path / "run"
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""\
+        import os, signal, sys, threading, time
+        from pathlib import Path
+        from sealbench.runner import RunOptions, execute
+
+        stamps = Path(sys.argv[2]) / "work" / "{TASK}" / "ws" / ".sealbench" / "trace" / "stamps"
+
+        def interrupt() -> None:
+            while not stamps.exists():
+                time.sleep(0.01)
+            for _ in range(3):
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, jobs=1, keep_work=True))
+        except KeyboardInterrupt:
+            pass
+        time.sleep(15)  # the caller carries on
+    """))
+    proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "the journal has recorded nothing" in err.decode(), err.decode()
+    stamps = settled_stamps(stamps_file(run_dir))
+    last_line = events_of(run_dir)[-1]["mono_ms"] / 1000
+    assert stamps[-1] <= last_line + LEASE_MS / 1000, (stamps[-1], last_line)
+
+
 # --- journals written before mono_ms and boot_id ------------------------------------------
 
 

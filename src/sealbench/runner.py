@@ -47,6 +47,26 @@ class JournalStopped(Exception):
     """Internal: the journal could not be written; the run must stop at once."""
 
 
+class _Running:
+    """How many tasks are inside their attempt loop, where agents, oracles and visible tests run."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._count -= 1
+
+    @property
+    def idle(self) -> bool:
+        return self._count == 0
+
+
 def default_jobs() -> int:
     """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy."""
     return max(2, min(16, 4 * (os.cpu_count() or 1)))
@@ -96,6 +116,7 @@ class _Ctx:
     setups: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(os.cpu_count() or 1))
     probe: bool = False
     template_override: str | None = None
+    running: _Running = field(default_factory=_Running)
 
     def j(self, kind: str, task_id: str | None = None, attempt: int | None = None, **payload: Any) -> None:
         try:
@@ -437,7 +458,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
         slot = _take_slot(ctx)
         if not slot:
             return "interrupted"
-        return _run_started_task(ctx, task, prior, tw, max_attempts, ready, setup_error)
+        with ctx.running:
+            return _run_started_task(ctx, task, prior, tw, max_attempts, ready, setup_error)
     finally:
         if ready is not None and ready.prepared is not None:
             ready.prepared.close()
@@ -748,7 +770,10 @@ def execute(
     except JournalStopped as e:
         raise HarnessError(str(e)) from None
     finally:
-        heartbeat.stop()
+        if ctx.running.idle:
+            heartbeat.stop()
+        # else (an interrupt while agents still ran): the heartbeat stays, finds the journal
+        # closed, and its watchdog ends the process within the lease, so none runs unaccounted.
         journal.close()
         if not opts.keep_work:
             shutil.rmtree(base / "work", ignore_errors=True)
