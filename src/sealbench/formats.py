@@ -318,12 +318,17 @@ class Rate(Model):
 class JournalEvent(Model):
     """One line of ``journal.jsonl``: hash-chained, append-only."""
 
-    journal_version: Literal[1] = Field(1, description="Format version of the journal.")
+    journal_version: Literal[1, 2] = Field(2, description="Format version of the line: 2 carries mono_ms and "
+                                           "boot_id; 1 (older releases) has neither.")
     seq: int = Field(ge=0, description="0, 1, 2, ... with no gap.")
-    time: str = Field(description="UTC, ISO 8601 with Z.")
+    time: str = Field(description="UTC wall clock, ISO 8601 with Z: for people; no time is charged from it.")
+    mono_ms: int | None = Field(None, description="Version 2: the monotonic clock in ms when the line was written; "
+                                "charges are differences of it within one boot.")
+    boot_id: str | None = Field(None, description="Version 2: the kernel's boot id (null where unknown); a resume "
+                                "on another boot charges a running task its whole remaining budget.")
     kind: str = Field(description="run_started, task_started, attempt_started, agent_finished, patch_captured, "
-                      "graded, feedback, attempt_finished, attempt_interrupted, harness_error, task_finished, "
-                      "run_interrupted, run_resumed, journal_repaired, run_finished.")
+                      "graded, feedback, attempt_finished, attempt_interrupted, time_charged, harness_error, "
+                      "task_finished, heartbeat, run_interrupted, run_resumed, journal_repaired, run_finished.")
     task_id: str | None = Field(None, description="The task, for task events.")
     attempt: int | None = Field(None, description="The attempt, for attempt events.")
     payload: dict[str, Any] = Field(default_factory=dict, description="What happened; digests name stored outputs.")

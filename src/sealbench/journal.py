@@ -2,10 +2,15 @@
 
 Each line is one :class:`~sealbench.formats.JournalEvent`: ``seq``, UTC ``time``, ``kind``,
 ``task_id``, ``attempt``, ``payload``, the previous event's hash (``prev``) and its own
-(``hash``, sha256 over the canonical bytes of every other field). Every append is flushed
-and fsynced before :meth:`Journal.append` returns, so the runner acts only on what is on
-disk. A crash can leave at most a torn last line; :func:`open_for_resume` moves it aside
-(nothing is deleted), records the repair as an event and continues the chain.
+(``hash``, sha256 over the canonical bytes of every other field). Version 2 lines also carry
+``mono_ms`` and ``boot_id`` (:mod:`sealbench.clock`), inside the hash: they are the evidence
+time is charged from. Version 1 lines (older releases) are read and verified as they were
+written; a resumed version 1 journal continues with version 2 lines.
+
+Every append is flushed and fsynced before :meth:`Journal.append` returns, so the runner acts
+only on what is on disk; a heartbeat is only written (see :mod:`sealbench.clock`). A crash can
+leave at most a torn last line; :func:`open_for_resume` moves it aside (nothing is deleted),
+records the repair as an event and continues the chain.
 """
 
 from __future__ import annotations
@@ -14,22 +19,22 @@ import contextlib
 import json
 import os
 import threading
+import time as _time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .clock import Clock
 from .digest import canonical_json, sha256_bytes
 from .errors import HarnessError, RunRefusal, VerificationFailed
 
-JOURNAL_VERSION = 1
-_FIELDS = ("journal_version", "seq", "time", "kind", "task_id", "attempt", "payload", "prev", "hash")
-
-
-def utc_now() -> str:
-    """The current time as the journal writes it (UTC, milliseconds, Z)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+JOURNAL_VERSION = 2
+_FIELDS_V1 = ("journal_version", "seq", "time", "kind", "task_id", "attempt", "payload", "prev", "hash")
+_FIELDS = (*_FIELDS_V1, "mono_ms", "boot_id")
+# Each version's lines keep exactly the fields it was written with: a bundle made by an older
+# release verifies, and derives the same bytes, as it did then.
+_FIELDS_BY_VERSION: dict[int, frozenset[str]] = {1: frozenset(_FIELDS_V1), 2: frozenset(_FIELDS)}
 
 
 def event_hash(event: dict[str, Any]) -> str:
@@ -53,8 +58,12 @@ def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str
     if not isinstance(event, dict):
         return [f"{where}: not a JSON object"]
     problems = []
-    if tuple(sorted(event)) != tuple(sorted(_FIELDS)):
-        problems.append(f"{where}: fields {sorted(event)} differ from the journal format")
+    version = event.get("journal_version")
+    fields = _FIELDS_BY_VERSION.get(version) if type(version) is int else None
+    if fields is None:
+        return [f"{where}: journal_version {version!r} is not one this release reads"]
+    if set(event) != fields:
+        problems.append(f"{where}: fields {sorted(event)} differ from the journal format (version {version})")
         return problems
     if event["seq"] != seq:
         problems.append(f"{where}: seq {event['seq']} where {seq} was expected (lines reordered, added or dropped)")
@@ -136,13 +145,19 @@ class Journal:
     group commit: a thread whose line an fsync begun after its write has already covered
     returns without its own. After a failed fsync nothing more is appended (what reached
     the disk is unknown until the chain is verified on resume).
+
+    ``last_written`` is the monotonic time (seconds) stamped on the last line written, or the
+    time the journal was opened: the heartbeat's and the watchdog's reference.
     """
 
-    def __init__(self, path: Path, seq: int, prev: str | None, *, fsync: bool = True) -> None:
+    def __init__(self, path: Path, seq: int, prev: str | None, *, fsync: bool = True,
+                 clock: Clock | None = None) -> None:
         self.path = path
         self._seq = seq
         self._prev = prev
         self._fsync = fsync
+        self._clock = clock or Clock()
+        self.last_written = _time.monotonic()
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -151,7 +166,7 @@ class Journal:
         self._failed: str | None = None
 
     @classmethod
-    def create(cls, path: Path, *, fsync: bool = True) -> Journal:
+    def create(cls, path: Path, *, fsync: bool = True, clock: Clock | None = None) -> Journal:
         """Start a new journal; refuses to touch an existing one.
 
         Raises:
@@ -160,7 +175,7 @@ class Journal:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             raise RunRefusal(f"{path} exists; resume it with --resume or choose a new --out")
-        return cls(path, 0, None, fsync=fsync)
+        return cls(path, 0, None, fsync=fsync, clock=clock)
 
     @property
     def next_seq(self) -> int:
@@ -174,8 +189,12 @@ class Journal:
         attempt: int | None = None,
         payload: dict[str, Any] | None = None,
         time: str | None = None,
+        durable: bool = True,
     ) -> dict[str, Any]:
         """Append one event and make it durable before returning it.
+
+        ``durable=False`` only writes it (a heartbeat: the page cache keeps it past the death
+        of this process; a later fsync covers it).
 
         Raises:
             HarnessError: the write failed (disk full, I/O error); the file is cut back to
@@ -184,10 +203,13 @@ class Journal:
         with self._lock:
             if self._failed is not None:
                 raise HarnessError(self._failed)
+            mono = _time.monotonic()
             event: dict[str, Any] = {
                 "journal_version": JOURNAL_VERSION,
                 "seq": self._seq,
-                "time": time or utc_now(),
+                "time": time or self._clock.wall(),
+                "mono_ms": int(mono * 1000),
+                "boot_id": self._clock.boot_id,
                 "kind": kind,
                 "task_id": task_id,
                 "attempt": attempt,
@@ -210,8 +232,9 @@ class Journal:
             self._size += len(line)
             self._seq += 1
             self._prev = event["hash"]
+            self.last_written = mono
             end = self._size
-        if self._fsync:
+        if self._fsync and durable:
             self._sync(end)
         return event
 
@@ -238,7 +261,8 @@ class Journal:
                 self._fd = -1
 
 
-def open_for_resume(path: Path, *, fsync: bool = True) -> tuple[Journal, list[dict[str, Any]]]:
+def open_for_resume(path: Path, *, fsync: bool = True,
+                    clock: Clock | None = None) -> tuple[Journal, list[dict[str, Any]]]:
     """Verify a journal, repair a torn last line, and reopen it for appending.
 
     The torn bytes are moved to ``journal.torn-<seq>`` beside the journal (nothing is
@@ -263,7 +287,7 @@ def open_for_resume(path: Path, *, fsync: bool = True) -> tuple[Journal, list[di
             f.truncate(report.good_bytes)
             f.flush()
             os.fsync(f.fileno())
-    journal = Journal(path, len(events), prev, fsync=fsync)
+    journal = Journal(path, len(events), prev, fsync=fsync, clock=clock)
     if torn:
         events.append(
             journal.append(

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from xml.parsers import expat
@@ -31,6 +30,8 @@ from xml.parsers import expat
 from . import __version__
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
+from .charge import Charge, time_used
+from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
 from .contract import load_contract, pack_path, require_locked
 from .derive import derive_iter, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
@@ -54,6 +55,26 @@ class JournalStopped(Exception):
     """Internal: the journal could not be written; the run must stop at once."""
 
 
+class _Running:
+    """How many tasks are inside their attempt loop, where agents, oracles and visible tests run."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._count -= 1
+
+    @property
+    def idle(self) -> bool:
+        return self._count == 0
+
+
 def default_jobs() -> int:
     """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy."""
     return max(2, min(16, 4 * (os.cpu_count() or 1)))
@@ -71,6 +92,8 @@ class RunOptions:
     fsync: bool = True
     limits: Limits = field(default_factory=Limits)
     tree_caps: TreeCaps = field(default_factory=TreeCaps)
+    clock: Clock | None = None
+    """Wall clock and boot id the journal records (None: the system's); see :mod:`sealbench.clock`."""
 
 
 @dataclass
@@ -102,6 +125,7 @@ class _Ctx:
     setups: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(os.cpu_count() or 1))
     probe: bool = False
     template_override: str | None = None
+    running: _Running = field(default_factory=_Running)
 
     def j(self, kind: str, task_id: str | None = None, attempt: int | None = None, **payload: Any) -> None:
         try:
@@ -448,22 +472,18 @@ class _Prior:
     started: bool = False
     last_patch: str | None = None
     last_result: str | None = None
-    open_attempt: tuple[int, float] | None = None
+    open_attempt: int | None = None
 
 
-def _parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+def _prior_state(events: Sequence[dict[str, Any]], budget: Budget,
+                 boot_id: str | None) -> tuple[dict[str, _Prior], list[Charge]]:
+    """What each task had used when the run stopped, from the journal alone, and the time
+    charges the resume must journal (:mod:`sealbench.charge`).
 
-
-def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
-    """What each task had used when the run stopped, from the journal alone.
-
-    An attempt that started and never finished is used. Its time is charged from its start
-    to the last event the journal holds (a lower bound of the real stop); its work is
-    discarded, since the workspace is materialised afresh on resume.
+    An attempt that started and never finished is used; its work is discarded, since the
+    workspace is materialised afresh on resume. ``boot_id`` is this process's boot.
     """
     out: dict[str, _Prior] = {}
-    open_attempts: dict[tuple[str, int], str] = {}
     for ev in events:
         tid = ev["task_id"]
         if tid is None:
@@ -474,16 +494,14 @@ def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
             p.started = True
         elif kind == "attempt_started":
             p.attempts_started = max(p.attempts_started, ev["attempt"])
-            open_attempts[(tid, ev["attempt"])] = ev["time"]
+            p.open_attempt = ev["attempt"]
         elif kind == "attempt_finished":
-            open_attempts.pop((tid, ev["attempt"]), None)
-            p.consumed_s += payload["elapsed_ms"] / 1000
+            p.open_attempt = None
             p.last_result = payload["result"]
             if ev["attempt"] == 1:
                 p.first_attempt_passed = payload["result"] == Outcome.PASS.value
         elif kind == "attempt_interrupted":
-            open_attempts.pop((tid, ev["attempt"]), None)
-            p.consumed_s += float(payload["charged_s"])
+            p.open_attempt = None
             p.last_result = None
             if ev["attempt"] == 1:
                 p.first_attempt_passed = False
@@ -491,15 +509,14 @@ def _prior_state(events: Sequence[dict[str, Any]]) -> dict[str, _Prior]:
             p.last_patch = payload.get("patch_sha256")
         elif kind == "task_finished":
             p.finished = True
-    if events:
-        last = _parse_time(events[-1]["time"])
-        for (tid, attempt), started in open_attempts.items():
-            charged = max(0.0, (last - _parse_time(started)).total_seconds())
-            out[tid].open_attempt = (attempt, round(charged, 3))
-            out[tid].consumed_s += charged
-            if attempt == 1:
-                out[tid].first_attempt_passed = False
-    return out
+    for p in out.values():
+        if p.open_attempt == 1:
+            p.first_attempt_passed = False
+    used = time_used(events, boot_id=boot_id, cap_s=budget.wall_clock_s,
+                     feedback_runs_code=budget.feedback == "visible_tests")
+    for tid, seconds in used.used_s.items():
+        out[tid].consumed_s = seconds
+    return out, used.new_charges
 
 
 def _final_outcome(result: str) -> Outcome:
@@ -548,7 +565,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
         slot = _take_slot(ctx)
         if not slot:
             return "interrupted"
-        return _run_started_task(ctx, task, prior, tw, max_attempts, ready, setup_error)
+        with ctx.running:
+            return _run_started_task(ctx, task, prior, tw, max_attempts, ready, setup_error)
     finally:
         if ready is not None and ready.prepared is not None:
             ready.prepared.close()
@@ -791,9 +809,11 @@ def execute(
               "argv": list(command_line) if command_line is not None else None,
               "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
-              **_host_facts(sandbox, agent)}
+              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, **_host_facts(sandbox, agent)}
+    clock = opts.clock or Clock()
+    charges: list[Charge] = []
     if opts.resume:
-        journal, events = open_for_resume(jpath, fsync=opts.fsync)
+        journal, events = open_for_resume(jpath, fsync=opts.fsync, clock=clock)
         # A journal killed before its first event is resumed as a fresh start.
         first = events[0]["payload"] if events else header
         for key in ("contract_sha256", "pack_sha256"):
@@ -803,13 +823,13 @@ def execute(
         if first.get("agent") != header["agent"]:
             journal.close()
             raise RunRefusal("cannot resume with a different agent than the journal's")
-        prior = _prior_state(events)
+        prior, charges = _prior_state(events, contract.budget, clock.boot_id)
     else:
         if jpath.exists():
             raise RunRefusal(f"{jpath} exists; resume it with --resume or choose a new --out")
         if not probe:
             write_atomic(base / "scoring_contract.json", contract_bytes)
-        journal = Journal.create(jpath, fsync=opts.fsync)
+        journal = Journal.create(jpath, fsync=opts.fsync, clock=clock)
         events = []
         prior = {}
     stop = threading.Event()
@@ -821,15 +841,17 @@ def execute(
                probe=probe, template_override=template)
     outcomes: dict[str, str] = {}
     interrupted = False
+    heartbeat = Heartbeat(journal).start()
     try:
         if opts.resume and events:
             ctx.j("run_resumed", **header)
             for tid, p in prior.items():
                 # Every attempt that had started is used; none is given back.
                 if p.open_attempt is not None and not p.finished:
-                    attempt, charged = p.open_attempt
-                    ctx.j("attempt_interrupted", tid, attempt, reason="the runner stopped mid-attempt",
-                          charged_s=charged, charged_basis="attempt start to the last journal event")
+                    ctx.j("attempt_interrupted", tid, p.open_attempt, reason="the runner stopped mid-attempt")
+            for charge in charges:
+                # Decided once, here, and journaled: later resumes read the charge, never redo it.
+                ctx.j("time_charged", charge.task_id, **charge.payload())
         else:
             ctx.j("run_started", **header)
         if on_started is not None:
@@ -885,6 +907,10 @@ def execute(
     except JournalStopped as e:
         raise HarnessError(str(e)) from None
     finally:
+        if ctx.running.idle:
+            heartbeat.stop()
+        # else (an interrupt while agents still ran): the heartbeat stays, finds the journal
+        # closed, and its watchdog ends the process within the lease, so none runs unaccounted.
         journal.close()
         if not opts.keep_work:
             with contextlib.suppress(OSError):
