@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import sys
 import threading
@@ -26,10 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, runs_index
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .contract import load_contract, pack_path, require_locked
-from .derive import derive_iter, probe_bytes, probe_summary
+from .derive import derive_iter, isolation_of, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import write_atomic
@@ -62,6 +63,8 @@ class RunOptions:
     keep_work: bool = False
     fsync: bool = True
     limits: Limits = field(default_factory=Limits)
+    runs_index: Path | None = None
+    """Data directory of the runs index (None: the user's; see :func:`runs_index.data_dir`)."""
 
 
 @dataclass
@@ -76,6 +79,8 @@ class RunResult:
     scorecards: list[Scorecard] | None = None
     """Derived from the journal at the end of the run (not read back from scorecards.jsonl);
     None for the probe."""
+    isolation: str | None = None
+    """How the agent was isolated, over every start and resume (:func:`derive.isolation_of`)."""
 
 
 @dataclass
@@ -630,7 +635,9 @@ def execute(
         ContractError: unlocked or edited contract.
         PackError, VerificationFailed: the pack does not match its seal or the contract.
         RunRefusal: no sandbox, a journal that exists (without resume), a resume with a
-            different contract, pack or agent.
+            different contract, pack or agent, a run_id this machine already ran elsewhere
+            (see :mod:`.runs_index`).
+        RunsIndexError: the runs index cannot be written.
         HarnessError: the journal could not be written (every earlier event is kept).
     """
     opts = options or RunOptions()
@@ -645,16 +652,19 @@ def execute(
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
     base = run_dir / "probe" if probe else run_dir
-    base.mkdir(parents=True, exist_ok=True)
-    for sub in ("blobs", "patches", "traces"):
-        (base / sub).mkdir(exist_ok=True)
     jpath = base / "journal.jsonl"
     contract_bytes = contract_file.read_bytes()
     header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
               "argv": list(command_line) if command_line is not None else None,
               "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
-              **_host_facts(sandbox, agent)}
+              "run_nonce": secrets.token_hex(16), **_host_facts(sandbox, agent)}
+    if not (opts.resume or probe or jpath.exists()):
+        # Before anything is written: a second run of this run_id is refused with nothing left behind.
+        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
+    base.mkdir(parents=True, exist_ok=True)
+    for sub in ("blobs", "patches", "traces"):
+        (base / sub).mkdir(exist_ok=True)
     if opts.resume:
         journal, events = open_for_resume(jpath, fsync=opts.fsync)
         # A journal killed before its first event is resumed as a fresh start.
@@ -666,6 +676,13 @@ def execute(
         if first.get("agent") != header["agent"]:
             journal.close()
             raise RunRefusal("cannot resume with a different agent than the journal's")
+        header["run_nonce"] = first.get("run_nonce")  # the run's own; None in journals made before nonces
+        try:
+            if not probe:
+                runs_index.continue_run(contract, run_dir, header, data=opts.runs_index)
+        except BaseException:
+            journal.close()
+            raise
         prior = _prior_state(events)
     else:
         if jpath.exists():
@@ -756,8 +773,13 @@ def execute(
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
         cards = write_derived(base, iter_verified(jpath), contract.task_ids)
-    return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted,
-                     contract_sha256=contract.contract_sha256, scorecards=cards)
+    headers = [e["payload"] for e in events if e["kind"] in ("run_started", "run_resumed")]
+    result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted,
+                       contract_sha256=contract.contract_sha256, scorecards=cards,
+                       isolation=isolation_of([*headers, header]))
+    if not probe:
+        runs_index.record_end(contract, result, data=opts.runs_index)
+    return result
 
 
 def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
