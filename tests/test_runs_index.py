@@ -215,6 +215,30 @@ def test_a_deleted_run_directory_keeps_its_run_id_used(cli: Cli, sealed_pack: Pa
     assert code == 3 and "its journal is no longer there" in err
 
 
+def test_a_run_deleted_and_run_again_in_the_same_directory_is_refused(
+        cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
+    c = contract(sealed_pack, tmp_path, "in-place")
+    assert cli("run", c, "--out", tmp_path / "run", "--no-progress")[0] == 0
+    shutil.rmtree(tmp_path / "run")
+    code, _out, err = cli("run", c, "--out", tmp_path / "run", "--no-progress")
+    assert code == 3 and "its journal is no longer there" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_start_stopped_before_its_journal_existed_may_start_again_in_place(
+        cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
+    from sealbench.contract import load_contract
+    from sealbench.runs_index import claim_run
+
+    c = contract(sealed_pack, tmp_path, "never-started")
+    # What a run killed between recording itself and creating its journal leaves behind.
+    claim_run(load_contract(c), (tmp_path / "run").resolve(), {"run_nonce": "lost"})
+    code, _out, err = cli("run", c, "--out", tmp_path / "run", "--no-progress")
+    assert code == 0, err
+    code, _out, err = cli("run", c, "--out", tmp_path / "elsewhere", "--no-progress")
+    assert code == 3, err
+
+
 def test_runs_list_is_by_start_time_and_show_has_caps_access_rate_and_verify_status(
         cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
     failing = contract(sealed_pack, tmp_path, "zz-started-first", command="builtin:noop", max_attempts=2,

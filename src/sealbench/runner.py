@@ -712,6 +712,8 @@ def execute(
                           charged_s=charged, charged_basis="attempt start to the last journal event")
         else:
             ctx.j("run_started", **header)
+            if not probe:
+                runs_index.journal_started(contract, run_dir, data=opts.runs_index)
         if on_started is not None:
             on_started(journal)
         todo = [pack.tasks[t] for t in contract.task_ids if not prior.get(t, _Prior()).finished]

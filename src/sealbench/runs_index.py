@@ -52,6 +52,8 @@ LOCK = "runs.lock"
 INDEX_VERSION = 1
 """The schema version, kept in SQLite's ``user_version``."""
 
+CLAIMED = "claimed"
+"""Recorded before the journal exists; ``started`` once its first event is written."""
 STARTED = "started"
 FINISHED = "finished"
 INTERRUPTED = "interrupted"
@@ -60,6 +62,7 @@ RUN, BUNDLE = "run", "bundle"
 NOT_BUNDLED = "not bundled (sealbench bundle RUN_DIR, then sealbench verify BUNDLE)"
 
 _SCHEMA = f"""
+BEGIN;
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY,
     run_dir TEXT NOT NULL,
@@ -86,6 +89,7 @@ CREATE TABLE places (
 );
 CREATE INDEX places_by_run_id ON places (run_id);
 PRAGMA user_version = {INDEX_VERSION};
+COMMIT;
 """
 
 T = TypeVar("T")
@@ -104,7 +108,7 @@ class RunRecord:
     """The random nonce of the run's first journal event; None for journals made before nonces."""
     started_at: str
     state: str
-    """started (or still running), finished, interrupted, missing, or why its journal does not verify."""
+    """claimed, started (or still running), finished, interrupted, missing, or why its journal does not verify."""
     contract_sha256: str | None = None
     max_attempts: int | None = None
     wall_clock_s: float | None = None
@@ -245,7 +249,8 @@ def plan_index(found: Sequence[Found], remembered: Sequence[RunRecord],
                                       f"is {first.run_nonce}): it was run more than once on this machine", stamp))
     for r in sorted(remembered, key=lambda r: r.started_at):
         if r.run_id not in runs:
-            runs[r.run_id] = replace(r, state=MISSING, updated_at=stamp)
+            # A claim whose journal never started stays one; any other run not found is missing.
+            runs[r.run_id] = replace(r, state=CLAIMED if r.state == CLAIMED else MISSING, updated_at=stamp)
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id)), places
 
 
@@ -403,14 +408,19 @@ class _Store:
             raise
         return con
 
-    def use(self, op: Callable[[sqlite3.Connection], T], *, readonly: bool = False) -> T:
-        """Run ``op`` on the database; a corrupt file is moved aside, rebuilt, and ``op`` run again."""
+    def use(self, op: Callable[[sqlite3.Connection], T], *, readonly: bool = False, durable: bool = True) -> T:
+        """Run ``op`` on the database; a corrupt file is moved aside, rebuilt, and ``op`` run again.
+
+        ``durable=False`` skips SQLite's fsyncs, for what a rebuild recovers from the files anyway.
+        """
         import sqlite3
 
         for attempt in (1, 2):
             try:
                 con = self.connect(readonly=readonly)
                 try:
+                    if not durable:
+                        con.execute("PRAGMA synchronous = OFF")
                     return op(con)
                 finally:
                     con.close()
@@ -592,20 +602,28 @@ def _writing(data: Path | None) -> Iterator[_Store]:
         os.close(fd)
 
 
-def _write(data: Path | None, op: Callable[[_Store, sqlite3.Connection], T]) -> T:
+def _write(data: Path | None, op: Callable[[_Store, sqlite3.Connection], T], *, durable: bool = True) -> T:
     with _writing(data) as store:
-        return store.use(lambda con: op(store, con))
+        return store.use(lambda con: op(store, con), durable=durable)
 
 
 # --------------------------------------------------------------------------- what the runner records
 
 
 def _refusal(run_id: str, first: RunRecord, index: Path) -> RunRefusal:
-    gone = "" if Path(first.run_dir, "journal.jsonl").is_file() else "; its journal is no longer there"
+    if Path(first.run_dir, "journal.jsonl").is_file():
+        again = f"`sealbench run CONTRACT --resume {first.run_dir}` continues that run"
+        gone = ""
+    elif first.state == CLAIMED:
+        again = f"it stopped before its journal was written: `sealbench run CONTRACT --out {first.run_dir}` starts it"
+        gone = ""
+    else:
+        again = "that run cannot be continued"
+        gone = "; its journal is no longer there"
     return RunRefusal(
         f"run_id {run_id} was already run on this machine, in {first.run_dir} (started {first.started_at}{gone}). "
-        f"A locked run_id is run once: `sealbench run CONTRACT --resume {first.run_dir}` continues that run; to "
-        f"measure again, lock a new contract (a new run_id). Recorded in {index}; see `sealbench runs show {run_id}`"
+        f"A locked run_id is run once: {again}; to measure again, lock a new contract (a new run_id). "
+        f"Recorded in {index}; see `sealbench runs show {run_id}`"
     )
 
 
@@ -625,15 +643,16 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any
     run_id = str(contract.run_id)
     nonce = header.get("run_nonce")
     record = RunRecord(run_id=run_id, run_dir=str(run_dir), run_nonce=nonce if isinstance(nonce, str) else None,
-                       started_at=now(), state=STARTED, isolation=isolation_of([header]),
+                       started_at=now(), state=CLAIMED, isolation=isolation_of([header]),
                        updated_at=now(), **contract_facts(contract))
 
     def op(store: _Store, con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")
         try:
             (first,) = _runs(con, run_id) or (None,)
-            # The same directory without a journal: a start that never reached its first event.
-            if first is not None and first.run_dir != record.run_dir:
+            # Only a start that never wrote its first event may start again, in its own directory:
+            # a run whose journal was deleted is still a run.
+            if first is not None and (first.run_dir != record.run_dir or first.state != CLAIMED):
                 raise _refusal(run_id, first, store.db)
             _put_run(con, record)
             store.append_log(RUN, run_id, record.run_dir, record.run_nonce, record.started_at)
@@ -643,6 +662,21 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any
             raise
 
     _write(data, op)
+
+
+def journal_started(contract: ScoringContract, run_dir: Path, *, data: Path | None = None) -> None:
+    """Record that the run claimed in ``run_dir`` has written its first event; best effort."""
+
+    def op(store: _Store, con: sqlite3.Connection) -> None:
+        with con:
+            con.execute("UPDATE runs SET state = ?, updated_at = ? WHERE run_id = ? AND run_dir = ? AND state = ?",
+                        (STARTED, now(), str(contract.run_id), str(run_dir), CLAIMED))
+
+    try:
+        # Not fsynced: if a crash loses it, the run only looks like a start without a journal.
+        _write(data, op, durable=False)
+    except RunsIndexError as e:
+        print(f"sealbench: note: {e}", file=sys.stderr)
 
 
 def continue_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any], *,
@@ -694,7 +728,7 @@ def record_end(contract: ScoringContract, result: RunResult, *, data: Path | Non
                         "WHERE run_id = ? AND run_dir = ?", (state, rate, now(), run_id, run_dir))
 
     try:
-        _write(data, op)
+        _write(data, op, durable=False)  # what rebuild re-derives from the run directory
     except RunsIndexError as e:
         print(f"sealbench: note: {e}", file=sys.stderr)
 
@@ -823,6 +857,8 @@ def _by_run(places: Sequence[PlaceRecord]) -> dict[str, list[PlaceRecord]]:
 
 
 def _state(r: RunRecord) -> str:
+    if r.state == CLAIMED:
+        return "claimed, but its journal never started (run it again into the same directory)"
     if r.state == STARTED:
         return "started, not finished (still running, or stopped: --resume continues it)"
     if r.state == INTERRUPTED:
