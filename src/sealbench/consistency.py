@@ -80,7 +80,8 @@ class _Task:
 
 def _payload(event: Mapping[str, Any]) -> Mapping[str, Any]:
     payload = event.get("payload")
-    return payload if isinstance(payload, Mapping) else {}
+    # Events are parsed JSON: a mapping is a dict (checked as such, which is fast).
+    return payload if isinstance(payload, dict) else {}
 
 
 def _number(value: Any) -> int | None:
@@ -143,7 +144,9 @@ class _Reader:
                 self.say(tid, f"{_at(ev)}: this task is not in the contract's denominator; the runner "
                               f"runs only the locked task_ids")
             return
-        task = self.tasks.setdefault(tid, _Task())
+        task = self.tasks.get(tid)
+        if task is None:
+            task = self.tasks[tid] = _Task()
         kind = ev.get("kind")
         if task.finished is not None:
             self.say(tid, f"{_at(ev)} comes after the task's task_finished (seq {task.finished.get('seq')}); "
@@ -321,7 +324,7 @@ class _Reader:
                               f"{g.get('forbidden')!r}")
         if g.get("tests_green") is True:
             oracle = g.get("oracle")
-            oracle = oracle if isinstance(oracle, Mapping) else {}
+            oracle = oracle if isinstance(oracle, dict) else {}
             if oracle.get("exit_code") != 0 or oracle.get("timed_out") is not False:
                 self.say(tid, f"{_at(graded_ev)} says tests_green, but the oracle exited "
                               f"{oracle.get('exit_code')!r} (timed out: {oracle.get('timed_out')!r})")
@@ -417,7 +420,7 @@ def journal_contradictions(
     reader = _Reader(source=source, denominator=frozenset(contract.task_ids), cap=cap,
                      wall_clock_s=budget.wall_clock_s if budget is not None else None, probe=probe)
     for index, ev in enumerate(events):
-        if not isinstance(ev, Mapping):
+        if not isinstance(ev, dict):
             continue  # the chain check reports lines that are not objects
         if ev.get("task_id") is None:
             reader.run_event(index, ev)
