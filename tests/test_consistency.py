@@ -396,3 +396,17 @@ def test_hostile_journal_values_never_raise() -> None:
                          {"kind": "task_finished", "task_id": "a", "payload": {"outcome": ["pass"]}},
                          {"kind": "graded", "task_id": "b", "attempt": "1", "payload": None}]
     assert journal_contradictions(events, contract())
+
+
+def test_a_real_run_with_visible_test_feedback_tells_a_consistent_story(raw_pack: Path, tmp_path: Path) -> None:
+    record = json.loads((raw_pack / "tasks" / GOOD / "task.json").read_text())
+    record["visible_test_cmd"] = ["python", "-c", "print('1 visible test failed')"]
+    (raw_pack / "tasks" / GOOD / "task.json").write_text(json.dumps(record))
+    seal_pack(raw_pack)
+    c = tmp_path / "c.json"
+    make_contract(raw_pack, c, task_ids=(GOOD,), command=AGENT, run_id="feedback", max_attempts=2,
+                  feedback="visible_tests", narration_probe=False)
+    execute(c, tmp_path / "run", RunOptions(progress=False))
+    events = read_chain(tmp_path / "run" / "journal.jsonl").events
+    assert [(e["kind"], e["attempt"]) for e in events if e["kind"] == "feedback"] == [("feedback", 1)]
+    assert verify_bundle(make_bundle(tmp_path / "run", tmp_path / "out")).rate.task_pass_count == 1

@@ -809,7 +809,7 @@ class IndexView:
             out.append(f"      {r.run_dir}")
         orphans = [p for p in self.places if p.run_id not in {r.run_id for r in self.runs}]
         if orphans:
-            out.append("bundles of runs not run on this machine:")
+            out.append("bundles whose run this index has not recorded (made elsewhere, or its directory never seen):")
             out += [f"  {p.run_id}  {p.path}: {p.status}" for p in orphans]
         return out
 
@@ -839,7 +839,7 @@ class RunView:
                 f"  contract: {r.contract_sha256 or 'not recorded'}",
             ]
         else:
-            out.append("  not run on this machine")
+            out.append("  no run of it recorded on this machine (its bundles may come from elsewhere)")
         bundles = [p for p in self.places if p.kind == BUNDLE]
         out.append(f"  verify: {_verify(bundles)}" if not bundles else "  bundles:")
         out += [f"    {p.path}: {p.status}" for p in bundles]
