@@ -76,5 +76,10 @@ def lock_contract(pack: Path, contract: Path, run_id: str, agent: str, jobs_note
     check(measure([SEALBENCH, "contract", "lock", str(contract), "--run-id", run_id]), "contract lock")
 
 
+def private_runs_index(root: Path) -> None:
+    """Record the benchmark's runs in an index under ``root``, never in the user's data directory."""
+    os.environ["SEALBENCH_DATA_DIR"] = str(root / "runs-index")
+
+
 def row(label: str, value: str) -> None:
     print(f"  {label:<58} {value}", flush=True)

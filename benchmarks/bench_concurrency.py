@@ -14,7 +14,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import SEALBENCH, check, lock_contract, measure, row, write_pack
+from _common import SEALBENCH, check, lock_contract, measure, private_runs_index, row, write_pack
 
 
 def run(contract: Path, out: Path, jobs: int) -> tuple[float, float]:
@@ -30,15 +30,17 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
+        private_runs_index(root)
         print("bench_concurrency")
         pack = write_pack(root / "sleepy", 64, oracle=["true"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
-        contract = root / "sleepy.json"
-        lock_contract(pack, contract, "sleepy", "sleep 0.5")
         ideal = 64 * 0.5 / 16
         # Three runs, one after the other: each deletes its workspaces, which slows the next
-        # one's file creation on some file systems; all three are printed.
-        times = sorted(run(contract, root / f"sleepy-run-{k}", 16)[0] for k in range(3))
+        # one's file creation on some file systems; all three are printed. One run per locked
+        # run_id: each run has a contract of its own.
+        for k in range(3):
+            lock_contract(pack, root / f"sleepy-{k}.json", f"sleepy-{k}", "sleep 0.5")
+        times = sorted(run(root / f"sleepy-{k}.json", root / f"sleepy-run-{k}", 16)[0] for k in range(3))
         seconds = statistics.median(times)
         row("64 tasks, agent sleeps 0.5 s, --jobs 16 (median of 3)",
             f"{seconds:.2f} s = {seconds / ideal:.2f}x the ideal {ideal:.0f} s (target 1.3x); "
@@ -46,10 +48,10 @@ def main() -> None:
 
         pack = write_pack(root / "trivial", 200, oracle=["true"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
-        contract = root / "trivial.json"
-        lock_contract(pack, contract, "trivial", "true")
-        one, _ = run(contract, root / "trivial-j1", 1)
-        two, _ = run(contract, root / "trivial-j2", 2)
+        for jobs in (1, 2):
+            lock_contract(pack, root / f"trivial-j{jobs}.json", f"trivial-j{jobs}", "true")
+        one, _ = run(root / "trivial-j1.json", root / "trivial-j1", 1)
+        two, _ = run(root / "trivial-j2.json", root / "trivial-j2", 2)
         row("200 trivial tasks, --jobs 1", f"{one:.2f} s")
         row("200 trivial tasks, --jobs 2", f"{two:.2f} s = {one / two:.2f}x the speed of --jobs 1")
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import SEALBENCH, check, lock_contract, measure, row, write_pack
+from _common import SEALBENCH, check, lock_contract, measure, private_runs_index, row, write_pack
 
 
 def floor(n: int, argv: list[str], per_task: int = 1) -> float:
@@ -45,23 +45,25 @@ def main() -> None:
     jobs_default = args.jobs or default_jobs()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
+        private_runs_index(root)
         pack = write_pack(root / "pack", n, oracle=["python", "-c", "pass"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
         print(f"bench_harness: {n} one-attempt tasks, oracle python -c pass")
         bare = floor(n, [sys.executable, "-c", "pass"])
         row(f"floor: {n} x bare `python -c pass`", f"{bare:.2f} s ({bare / n * 1000:.1f} ms each)")
-        contract = root / "true.json"
-        lock_contract(pack, contract, "bench-true", "true")
         for jobs in sorted({1, jobs_default}):
+            # One run per locked run_id: each measured run has a contract of its own.
+            contract = root / f"true-j{jobs}.json"
+            lock_contract(pack, contract, f"bench-true-j{jobs}", "true")
             t = run(contract, root / f"true-j{jobs}", jobs)
             per = (t - bare) / n * 1000
             row(f"agent `true` (abstain, no oracle), --jobs {jobs}",
                 f"{t:.2f} s = {t / bare:.2f}x floor, harness {per:+.1f} ms/attempt (targets 1.5x, 15 ms)")
-        contract = root / "edit.json"
-        lock_contract(pack, contract, "bench-edit", "sh -c 'echo \"VALUE = 0\" >> mod.py'")
         bare2 = floor(n, [sys.executable, "-c", "pass"], per_task=2)
         row(f"floor: {2 * n} x bare `python -c pass` (agent + oracle)", f"{bare2:.2f} s")
         for jobs in sorted({1, jobs_default}):
+            contract = root / f"edit-j{jobs}.json"
+            lock_contract(pack, contract, f"bench-edit-j{jobs}", "sh -c 'echo \"VALUE = 0\" >> mod.py'")
             t = run(contract, root / f"edit-j{jobs}", jobs)
             per = (t - bare2) / n * 1000
             row(f"agent edits a file, graded by the oracle, --jobs {jobs}",

@@ -1,9 +1,11 @@
-"""Issue 5 target: verify a 10,000-task bundle with 40,000 journal events in < 5 s and < 300 MB.
+"""Issue 5 target: verify a 10,000-task bundle in < 5 s and < 300 MB.
 
-The run is synthesised with sealbench's own journal writer (four events per task: started,
-attempt started, attempt finished, finished), bundled with `sealbench bundle`, then timed
-with `sealbench verify`, which checks every sum and the chain and re-derives every derived
-file byte for byte. The floor is `python -c pass`, timed in the same run.
+The run is synthesised with sealbench's own journal writer, seven events per task as the
+runner writes them (task started, attempt started, agent finished, patch captured, graded,
+attempt finished, task finished; a third of the tasks pass), bundled with `sealbench
+bundle`, then timed with `sealbench verify`, which checks every sum and the chain,
+re-derives every derived file byte for byte and checks each task's events against its
+outcome. The floor is `python -c pass`, timed in the same run.
 Run: .venv/bin/python benchmarks/bench_verify.py [--tasks N]
 """
 
@@ -40,17 +42,29 @@ def synthesise(run_dir: Path, n: int) -> None:
                                            "pack_sha256": contract.pack.sha256 if contract.pack else None,
                                            "argv": None, "probe": False, "sandbox": {"kind": "bubblewrap"}})
     hidden = sha256_bytes(b"hidden tests")
+    patch = b"--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-VALUE = 0\n+VALUE = 1\n"
+    patch_digest = sha256_bytes(patch)
+    (run_dir / "blobs").mkdir()
+    (run_dir / "blobs" / patch_digest.removeprefix("sha256:")).write_bytes(patch)
     for i, tid in enumerate(ids):
         passed = i % 3 == 0
         journal.append("task_started", task_id=tid, payload={
             "max_attempts": 1, "wall_clock_s": 60, "prompt_template_id": "t", "hidden_tests_sha256": hidden,
             "oracle_cmd": ["python", "check_value.py"]})
         journal.append("attempt_started", task_id=tid, attempt=1, payload={"budget_s": 60})
+        journal.append("agent_finished", task_id=tid, attempt=1, payload={"exit_code": 0, "timed_out": False,
+                                                                           "elapsed_ms": 5})
+        journal.append("patch_captured", task_id=tid, attempt=1, payload={
+            "patch_sha256": patch_digest, "empty": False, "changed": ["mod.py"], "changed_count": 1})
+        journal.append("graded", task_id=tid, attempt=1, payload={
+            "patch_applies_clean": True, "forbidden": [], "no_forbidden_path": True, "tests_green": passed,
+            "oracle": {"exit_code": 0 if passed else 1, "timed_out": False}, "oracle_timed_out": False,
+            "task_pass": passed})
         journal.append("attempt_finished", task_id=tid, attempt=1,
                        payload={"result": "pass" if passed else "fail", "elapsed_ms": 10})
         journal.append("task_finished", task_id=tid, payload={
             "outcome": "pass" if passed else "fail", "attempts_used": 1, "elapsed_ms": 12,
-            "first_attempt_passed": passed, "patch_sha256": None})
+            "first_attempt_passed": passed, "patch_sha256": patch_digest})
     journal.append("run_finished", payload={})
     journal.close()
     write_derived(run_dir, read_chain(run_dir / "journal.jsonl").events, ids)

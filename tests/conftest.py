@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,24 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 LOCK_TIME = datetime(2026, 10, 12, 9, 30, tzinfo=UTC)
 # Packs kept as fixtures hold hidden tests of their own: data, not tests of sealbench.
 collect_ignore_glob = ["fixtures/*"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_runs_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Runs made by module fixtures record themselves in an index of the module's own."""
+    with pytest.MonkeyPatch.context() as mp:
+        data = tmp_path_factory.mktemp("sealbench-data")
+        mp.setenv("SEALBENCH_DATA_DIR", str(data))
+        yield data
+
+
+@pytest.fixture(autouse=True)
+def runs_index_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's runs record themselves in its own index (never the user's), so run_ids
+    may repeat across tests; subprocesses inherit it through the environment."""
+    data = tmp_path / "sealbench-data"
+    monkeypatch.setenv("SEALBENCH_DATA_DIR", str(data))
+    return data
 
 
 @pytest.fixture

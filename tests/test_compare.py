@@ -7,6 +7,7 @@ math and every refusal of an unpaired design.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -31,6 +32,7 @@ from sealbench.errors import ScoreRefusal, UsageError
 from sealbench.formats import Metrics, TieRule
 from sealbench.pack import seal_pack
 from sealbench.runner import RunOptions, execute
+from sealbench.signing import keygen
 
 needs_runs = needs_bwrap
 ALL = ("csv-split-001", "t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_missing_test",
@@ -44,6 +46,7 @@ class Bundles:
     shell: Path
     noop_four: Path
     noop_three_attempts: Path
+    shell_unsandboxed: Path
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +58,10 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
     shutil.copytree(SAMPLE, pack)
     seal_pack(pack)
 
-    def bundle(run_id: str, command: str, task_ids: tuple[str, ...] = ALL, **kw: Any) -> Path:
+    def bundle(run_id: str, command: str, task_ids: tuple[str, ...] = ALL, sandbox: str = "auto", **kw: Any) -> Path:
         contract = work / f"{run_id}.contract.json"
         make_contract(pack, contract, task_ids=task_ids, command=command, run_id=run_id, narration_probe=False, **kw)
-        execute(contract, work / "runs" / run_id, RunOptions(progress=False))
+        execute(contract, work / "runs" / run_id, RunOptions(progress=False, sandbox=sandbox))
         return make_bundle(work / "runs" / run_id, work / "bundles")
 
     return Bundles(
@@ -67,7 +70,13 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
         shell=bundle("cmp-shell", "sh -c 'echo I read the task and changed nothing'"),
         noop_four=bundle("cmp-noop-four", "builtin:noop", ALL[:4]),
         noop_three_attempts=bundle("cmp-noop-3", "builtin:noop", max_attempts=3),
+        shell_unsandboxed=bundle("cmp-shell-none", "sh -c 'echo I read the task and changed nothing'",
+                                 sandbox="none"),
     )
+
+
+def run_dir_of(bundle: Path) -> Path:
+    return bundle.parent.parent / "runs" / bundle.name
 
 
 # --- real bundles ------------------------------------------------------------------------
@@ -87,7 +96,8 @@ def test_five_tasks_cannot_separate_reference_from_noop(bundles: Bundles) -> Non
 
 @needs_runs
 def test_holm_adjusts_every_pair_of_three_bundles(bundles: Bundles) -> None:
-    report = compare([bundles.reference, bundles.noop, bundles.shell])
+    # The built-ins ran in-process and the shell agent in bubblewrap: compared only when allowed.
+    report = compare([bundles.reference, bundles.noop, bundles.shell], allow_mixed_isolation=True)
     got = [(p.name_a, p.name_b, p.b, p.c, p.p_value, p.p_adjusted, p.verdict) for p in report.pairs]
     assert got == [
         ("cmp-reference", "cmp-noop", 5, 0, 0.0625, 0.1875, TIE),
@@ -122,6 +132,50 @@ def test_unverifiable_bundle_is_refused(bundles: Bundles, tmp_path: Path) -> Non
 def test_a_run_cannot_be_paired_with_itself(bundles: Bundles) -> None:
     with pytest.raises(ScoreRefusal, match="given twice"):
         compare([bundles.reference, bundles.reference])
+
+
+@needs_runs
+def test_runs_isolated_differently_are_refused_unless_allowed_and_then_carry_the_caveat(
+        bundles: Bundles, cli: Any) -> None:
+    with pytest.raises(ScoreRefusal, match=r"isolation differs between cmp-shell and cmp-shell-none: cmp-shell ran "
+                                           r"in bubblewrap, cmp-shell-none with no sandbox"):
+        compare([bundles.shell, bundles.shell_unsandboxed])
+    with pytest.raises(ScoreRefusal, match=r"cmp-noop ran in-process \(the agent inside sealbench's own process"):
+        compare([bundles.noop, bundles.shell])
+    code, _out, err = cli("compare", bundles.shell, bundles.shell_unsandboxed)
+    assert code == 3 and "--allow-mixed-isolation" in err
+    code, out, err = cli("compare", bundles.shell, bundles.shell_unsandboxed, "--allow-mixed-isolation")
+    assert code == 0, err
+    assert ("caveat: the runs were isolated differently (cmp-shell ran in bubblewrap; cmp-shell-none ran with no "
+            "sandbox)") in out
+    code, out, _ = cli("compare", bundles.shell, bundles.shell_unsandboxed, "--allow-mixed-isolation", "--json")
+    assert code == 0 and "isolated differently" in json.loads(out)["caveats"][0]
+    assert compare([bundles.reference, bundles.noop]).caveats == (), "the same isolation needs no caveat"
+
+
+@needs_runs
+def test_verify_says_no_sandbox_when_there_was_none(bundles: Bundles, cli: Any) -> None:
+    code, out, _ = cli("verify", bundles.shell_unsandboxed)
+    assert code == 0 and "isolation: no sandbox (--sandbox none): the agent and the oracles ran unisolated" in out
+    code, out, _ = cli("verify", bundles.shell)
+    assert code == 0 and "isolation: bubblewrap" in out and "no sandbox" not in out
+
+
+@needs_runs
+def test_require_signed_refuses_unsigned_bundles_and_signatures_by_other_keys(
+        bundles: Bundles, cli: Any, tmp_path: Path) -> None:
+    key, pub = keygen(tmp_path / "signer")
+    _, other = keygen(tmp_path / "other")
+    code, _out, err = cli("compare", bundles.reference, bundles.noop, "--require-signed", "--pubkey", pub)
+    assert code == 3 and f"{bundles.reference} is not signed (no SHA256SUMS.sig)" in err
+    assert "internal consistency only" in err
+    signed = [make_bundle(run_dir_of(b), tmp_path / "signed", sign_key=key) for b in (bundles.reference, bundles.noop)]
+    code, out, err = cli("compare", *signed, "--require-signed", "--pubkey", other, "--pubkey", pub)
+    assert code == 0 and "cmp-reference vs cmp-noop" in out, err
+    code, _out, err = cli("compare", *signed, "--require-signed", "--pubkey", other)
+    assert code == 3 and "is not a signature by any key given with --pubkey" in err
+    code, _out, err = cli("compare", *signed, "--require-signed")
+    assert code == 2 and "--require-signed needs the keys" in err
 
 
 def test_fewer_than_two_bundles_is_a_usage_error(tmp_path: Path) -> None:

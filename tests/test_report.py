@@ -30,6 +30,7 @@ from sealbench.files import model_json
 from sealbench.pack import seal_pack
 from sealbench.report import (
     FIGURE_FILES,
+    RUN_DIR_CHECKED,
     build_sections,
     load_run,
     render_figures,
@@ -279,11 +280,12 @@ def test_hostile_values_are_escaped(mixed: Reported) -> None:
 
 
 def test_bundle_layout_reports_the_same_facts(mixed: Reported, tmp_path: Path) -> None:
+    # Without SHA256SUMS a bundle-shaped directory is reported as a run directory.
     bundle = tmp_path / "runs" / "run-report"
     shutil.copytree(mixed.run_dir, bundle, ignore=shutil.ignore_patterns("blobs", "probe"))
     contract = load_contract(bundle / "scoring_contract.json")
     (bundle / "rate.json").write_text(model_json(score(contract, events_from(bundle, contract))))
-    for name in ("README.md", "commands.txt", "SHA256SUMS"):
+    for name in ("README.md", "commands.txt"):
         (bundle / name).write_text("not read by the report\n")
     out = _report(bundle, tmp_path / "report")
     assert out.md == mixed.md and out.html == mixed.html
@@ -297,7 +299,23 @@ def test_report_of_a_real_bundle_goes_beside_it_and_the_bundle_still_verifies(
     assert out.md_path.parent == tmp_path / "runs" / f"{bundle.name}-report"
     assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
     verify_bundle(bundle)
-    assert out.md == mixed.md.replace("../runs/run-report/", "../run-report/")
+    checked = "the bundle verifies (every sum, the journal chains, every derived file, each task's events); " \
+              "not signed: without a checked signature this proves internal consistency only"
+    assert checked in out.md and RUN_DIR_CHECKED in mixed.md
+    assert out.md == mixed.md.replace("../runs/run-report/", "../run-report/").replace(RUN_DIR_CHECKED, checked)
+
+
+def test_report_of_a_tampered_bundle_is_refused_naming_what_failed(mixed: Reported, tmp_path: Path,
+                                                                   cli: Any) -> None:
+    bundle = make_bundle(mixed.run_dir, tmp_path / "runs")
+    rate = json.loads((bundle / "rate.json").read_text())
+    rate["task_pass_count"] = 4
+    (bundle / "rate.json").write_text(json.dumps(rate, indent=2) + "\n")
+    code, _out, err = cli("report", bundle)
+    assert code == 3, err
+    assert f"no report: the bundle {bundle} does not verify" in err
+    assert "rate.json: content differs from its sha256 in SHA256SUMS" in err and "task_pass_count differ" in err
+    assert not (tmp_path / "runs" / f"{bundle.name}-report").exists()
 
 
 def test_a_rate_json_the_journal_does_not_support_is_refused(mixed: Reported, tmp_path: Path) -> None:

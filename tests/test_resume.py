@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from conftest import make_contract
+from sealbench.consistency import journal_contradictions
+from sealbench.contract import load_contract
 from sealbench.derive import derive
 from sealbench.errors import RunRefusal
 from sealbench.journal import read_chain
@@ -48,16 +50,19 @@ def check_run(run_dir: Path, max_attempts: int, ids: tuple[str, ...] = IDS) -> l
     derived = derive(events, ids)
     for rel, data in derived.files.items():
         assert (run_dir / rel).read_bytes() == data, rel
+    # What verify checks of a bundle holds after any kill and resume.
+    assert journal_contradictions(events, load_contract(run_dir / "scoring_contract.json")) == []
     return events
 
 
 @pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
 def test_kill_9_at_20_random_points_then_resume(sealed_pack: Path, tmp_path: Path) -> None:
-    contract_file = tmp_path / "c.json"
-    make_contract(sealed_pack, contract_file, task_ids=IDS, command=AGENT, run_id="kill9")
     rng = random.Random(20261130)
     interrupted = 0
     for i in range(20):
+        # One run per locked run_id: each kill point runs its own contract.
+        contract_file = tmp_path / f"c{i}.json"
+        make_contract(sealed_pack, contract_file, task_ids=IDS, command=AGENT, run_id=f"kill9-{i}")
         run_dir = tmp_path / f"run{i}"
         proc = subprocess.Popen([sealbench_exe(), "run", str(contract_file), "--out", str(run_dir), "--no-progress",
                                  "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -21,8 +21,10 @@
 Nothing derived is copied: every derived file is recomputed from the journals by the same
 pure functions the runner and ``score`` use, and the run directory's own copies must agree.
 :func:`verify_bundle` recomputes them again and compares byte for byte, with the sums, the
-signature, the journal chains, the contract's lock and the pins between them, and reports
-every discrepancy at once.
+signature, the journal chains, the contract's lock and the pins between them, checks that
+each task's events tell a story the runner could have written (:mod:`.consistency`), and
+reports every discrepancy at once. Unsigned, a bundle proves internal consistency only:
+whoever holds a run can rewrite a whole story and recompute every hash.
 
 :func:`bundle_files` and :func:`check_bundle` are the pure cores (values in, values out);
 :func:`make_bundle` and :func:`verify_bundle` are the shells that read and write files.
@@ -44,8 +46,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .consistency import journal_contradictions
 from .contract import require_locked
-from .derive import derive, probe_bytes, probe_summary, rate_bytes, seed_event
+from .derive import (
+    NOT_RECORDED,
+    derive,
+    isolation_of,
+    isolation_sentence,
+    probe_bytes,
+    probe_summary,
+    rate_bytes,
+    seed_event,
+)
 from .digest import DIGEST_RE, sha256_bytes
 from .errors import (
     ContractError,
@@ -73,6 +85,12 @@ README = "README.md"
 SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.sig"
 NOT_A_RANKING = "not a vendor ranking."
+SIGNED_BY = "SHA256SUMS signed by key"
+UNSIGNED_CAVEAT = (
+    "without a checked signature this proves internal consistency only: whoever holds a run can rewrite "
+    "it and recompute every hash and sum, so ask for a bundle signed with a key you trust and check it "
+    "with --pubkey"
+)
 LIBRARY_CALL_NOTE = (
     "# argv null: started by a library call (sealbench.runner.execute); no command line was recorded"
 )
@@ -406,8 +424,8 @@ def bundle_files(
 
     Raises:
         ContractError: the contract is unreadable, unlocked or edited after lock.
-        VerificationFailed: the journals pin another contract or pack, or a referenced blob
-            is missing or does not match its name.
+        VerificationFailed: the journals pin another contract or pack, contradict themselves
+            (see :mod:`.consistency`), or a referenced blob is missing or does not match its name.
         ScoreRefusal: what ``score`` refuses, and a declared narration probe that has not run
             (or not on every task).
         IncompleteScorecard: a scorecard fails seed 000's validate_scorecard.
@@ -415,9 +433,10 @@ def bundle_files(
     contract = parse_contract(contract_bytes)
     require_locked(contract)
     probe_events = probe[1] if probe is not None else None
-    problems = run_pins(contract, events, JOURNAL, probe=False)
+    problems = run_pins(contract, events, JOURNAL, probe=False) + journal_contradictions(events, contract)
     if probe_events is not None:
         problems += run_pins(contract, probe_events, PROBE_JOURNAL, probe=True)
+        problems += journal_contradictions(probe_events, contract, source=PROBE_JOURNAL, probe=True)
     if problems:
         raise VerificationFailed(problems)
     r = rederive(contract, events, probe_events, blobs)
@@ -566,14 +585,26 @@ class VerifyReport:
     scorecards: tuple[Scorecard, ...]
     probe_sentence: str | None
     started_at: str
+    isolation: str = NOT_RECORDED
+    """How the agent was isolated (:func:`derive.isolation_of`)."""
+    run_nonce: str | None = None
+    """The random nonce of the run's first event; None in journals made before nonces."""
+
+    @property
+    def signed(self) -> bool:
+        """Whether a signature by the key given to verify was checked."""
+        return self.signature.startswith(SIGNED_BY)
 
     def lines(self) -> list[str]:
         """The report as sentences for a terminal."""
+        signature = self.signature if self.signed else f"{self.signature}; {UNSIGNED_CAVEAT}"
         return [
             f"ok: bundle {self.bundle} of run {self.run_id} verifies: {self.files_checked} file(s) "
-            f"match SHA256SUMS and everything derived re-derives byte for byte",
+            f"match SHA256SUMS, everything derived re-derives byte for byte, and each task's events "
+            f"agree with its outcome",
             f"  {self.rate.sentence}; contract {self.rate.contract_sha256}",
-            f"  signature: {self.signature}",
+            f"  signature: {signature}",
+            f"  isolation: {isolation_sentence(self.isolation)}",
             f"  pack: {self.pack}",
             f"  narration probe: {self.probe_sentence or 'not run (the contract declares none)'}",
         ]
@@ -590,18 +621,20 @@ class BundleFacts:
     started_at: str
     signature: str
     pack: str
+    isolation: str
+    run_nonce: str | None
 
 
 def _check_signature(files: Mapping[str, bytes], public_pem: bytes | None) -> tuple[list[str], str]:
     sig = files.get(SIGNATURE)
     if public_pem is None:
-        return [], ("SHA256SUMS.sig present, not checked (pass --pubkey)" if sig is not None else "not signed")
+        return [], (f"{SIGNATURE} present, not checked (pass --pubkey)" if sig is not None else "not signed")
     key = fingerprint(public_pem)
     if sig is None:
         return [f"{SIGNATURE}: missing; the bundle is not signed, so key {key} cannot vouch for it"], ""
     if SUMS not in files or not signature_valid(public_pem, files[SUMS], sig):
         return [f"{SIGNATURE}: not a signature of {SUMS} by key {key}"], ""
-    return [], f"SHA256SUMS signed by key {key}"
+    return [], f"{SIGNED_BY} {key}"
 
 
 def _scorecard_problems(data: bytes | None) -> list[str]:
@@ -676,8 +709,12 @@ def check_bundle(
     events = chain.events
     probe_events = probe_chain.events if probe_chain is not None else None
     problems += run_pins(contract, events, JOURNAL, probe=False)
+    # The chain shows the journal was not edited, unless every hash was recomputed: what the
+    # events mean must agree too (see consistency's module docstring).
+    problems += journal_contradictions(events, contract)
     if probe_events is not None:
         problems += run_pins(contract, probe_events, PROBE_JOURNAL, probe=True)
+        problems += journal_contradictions(probe_events, contract, source=PROBE_JOURNAL, probe=True)
     blobs = {rel.removeprefix("blobs/"): data for rel, data in files.items()
              if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
     r = rederive(contract, events, probe_events, blobs)
@@ -704,9 +741,12 @@ def check_bundle(
     if problems or r.rate is None:
         return problems, None
     first = _dicts(events)[0]
+    nonce = _payload(first).get("run_nonce")
+    headers = [_payload(e) for e in _dicts(events) if e.get("kind") in ("run_started", "run_resumed")]
     facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
                    probe_sentence=r.probe.get("sentence") if r.probe else None,
-                   started_at=str(first.get("time")), signature=signature, pack=pack_note)
+                   started_at=str(first.get("time")), signature=signature, pack=pack_note,
+                   isolation=isolation_of(headers), run_nonce=nonce if isinstance(nonce, str) else None)
     return [], facts
 
 
@@ -740,7 +780,9 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     pin that contract and its pack, the pack against its seal when ``pack`` is given, every
     scorecard against seed 000's rules, and re-derives scorecards.jsonl, events.json,
     traces/, patches/, rate.json, narration_probe.json, commands.txt and README.md from the
-    journals, byte for byte.
+    journals, byte for byte, and checks that each task's events agree with its outcome
+    (:func:`consistency.journal_contradictions`). Without ``pubkey`` this proves internal
+    consistency only.
 
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
@@ -765,6 +807,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
         files_checked=sum(1 for rel in files if rel not in (SUMS, SIGNATURE)),
         signature=facts.signature, pack=facts.pack, contract=facts.contract, rate=facts.rate,
         scorecards=facts.scorecards, probe_sentence=facts.probe_sentence, started_at=facts.started_at,
+        isolation=facts.isolation, run_nonce=facts.run_nonce,
     )
 
 

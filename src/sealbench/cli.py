@@ -212,18 +212,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_bundle(args: argparse.Namespace) -> int:
     from .bundle import make_bundle
+    from .runs_index import record_bundle
 
     sign_key = Path(args.sign) if args.sign else None
     out = make_bundle(Path(args.run_dir), Path(args.out), sign_key=sign_key)
+    record_bundle(out, "made here, not verified yet (sealbench verify BUNDLE)")
     print(f"wrote bundle {out}" + (" (signed: SHA256SUMS.sig)" if sign_key else ""))
     return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .bundle import verify_bundle
+    from .errors import VerificationFailed
+    from .runs_index import record_bundle, verify_status
 
-    report = verify_bundle(Path(args.bundle), pubkey=Path(args.pubkey) if args.pubkey else None,
-                           pack=Path(args.pack) if args.pack else None)
+    bundle = Path(args.bundle)
+    try:
+        report = verify_bundle(bundle, pubkey=Path(args.pubkey) if args.pubkey else None,
+                               pack=Path(args.pack) if args.pack else None)
+    except VerificationFailed as e:
+        record_bundle(bundle, f"does not verify: {len(e.problems)} problem(s); first: {e.problems[0]}")
+        raise
+    record_bundle(bundle, verify_status(report.signed, report.signature))
     for line in report.lines():
         print(line)
     return EXIT_OK
@@ -241,7 +251,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
-    report = compare([Path(b) for b in (args.a, *args.others)])
+    report = compare([Path(b) for b in (args.a, *args.others)], allow_mixed_isolation=args.allow_mixed_isolation,
+                     require_signed=args.require_signed, pubkeys=[Path(k) for k in args.pubkey])
     if args.json:
         _print_json(report.to_json())
     else:
@@ -255,6 +266,30 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     md, html = write_report(Path(args.bundle), Path(args.out) if args.out else None)
     print(f"wrote {md} and {html}")
+    return EXIT_OK
+
+
+def cmd_runs_list(args: argparse.Namespace) -> int:
+    from .runs_index import list_runs
+
+    for line in list_runs().list_lines():
+        print(line)
+    return EXIT_OK
+
+
+def cmd_runs_show(args: argparse.Namespace) -> int:
+    from .runs_index import show_run
+
+    for line in show_run(args.run_id).lines():
+        print(line)
+    return EXIT_OK
+
+
+def cmd_runs_rebuild(args: argparse.Namespace) -> int:
+    from .runs_index import rebuild
+
+    for line in rebuild([Path(d) for d in args.dirs]).lines():
+        print(line)
     return EXIT_OK
 
 
@@ -385,7 +420,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("others", metavar="B", nargs="+",
                    help="one or more bundles of the same slice (three or more runs: Holm-adjusted)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--allow-mixed-isolation", action="store_true",
+                   help="compare runs isolated differently (bubblewrap, none, in-process); the output says so")
+    p.add_argument("--require-signed", action="store_true",
+                   help="refuse bundles not signed by a --pubkey key (unsigned: internal consistency only)")
+    p.add_argument("--pubkey", metavar="KEY", action="append", default=[],
+                   help="a public key the bundles may be signed by (repeat it)")
     p.set_defaults(func=cmd_compare)
+
+    runs = sub.add_parser("runs", help="the local index of runs made on this machine (one run per run_id)")
+    runs_sub = runs.add_subparsers(dest="runs_command", parser_class=_Parser, required=True)
+    p = runs_sub.add_parser("list", help="every run the index knows, by start time (not a ranking)")
+    p.set_defaults(func=cmd_runs_list)
+    p = runs_sub.add_parser("show", help="what the index knows of one run_id")
+    p.add_argument("run_id")
+    p.set_defaults(func=cmd_runs_show)
+    p = runs_sub.add_parser("rebuild", help="recreate the index from run directories and bundles (the files win)")
+    p.add_argument("dirs", metavar="DIR", nargs="*",
+                   help="run directories, bundles, or folders holding them; also rereads every place it knew")
+    p.set_defaults(func=cmd_runs_rebuild)
     return parser
 
 

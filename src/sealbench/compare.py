@@ -5,7 +5,10 @@ Seed 004: "Better" needs a paired design: the same task ids, the same budget pol
 tests, and a rule for ties written in advance. :func:`compare` refuses unless every bundle
 verifies and the runs share task_ids, the pack digest, the hidden-test digests, the budget
 policy, the metrics, the feedback policy and the forbidden paths, and every contract names the
-same tie rule and was locked before its run began. Each pair of runs is then judged on the
+same tie rule and was locked before its run began. Runs whose agents were isolated differently
+(bubblewrap, no sandbox, in-process) are refused unless the caller allows it, and the report
+then carries the caveat; with ``require_signed`` every bundle must carry a signature by one of
+the given keys (an unsigned bundle proves internal consistency only). Each pair of runs is then judged on the
 tasks where they disagree: ``b`` (A passed, B failed) and ``c`` (A failed, B passed), the
 exact McNemar p-value, Holm-adjusted across the pairs when more than two runs are compared,
 and the tie rule's alpha.
@@ -22,7 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .bundle import VerifyReport, verify_bundle
+from .bundle import SIGNATURE, SUMS, VerifyReport, verify_bundle
+from .derive import IN_PROCESS, NO_SANDBOX, NOT_RECORDED
 from .errors import ScoreRefusal, UsageError, VerificationFailed
 from .formats import ScoringContract, TieRule
 from .stats import holm_adjust, mcnemar_exact
@@ -142,6 +146,8 @@ class Side:
     passed: Mapping[str, bool]
     hidden_tests: Mapping[str, str]
     started_at: str
+    isolation: str = NOT_RECORDED
+    """How the agent was isolated (:func:`derive.isolation_of`)."""
 
     @classmethod
     def of(cls, report: VerifyReport) -> Side:
@@ -152,6 +158,7 @@ class Side:
             passed={c.task_id: c.passed for c in report.scorecards},
             hidden_tests={c.task_id: c.hidden_tests_sha256 for c in report.scorecards},
             started_at=report.started_at,
+            isolation=report.isolation,
         )
 
 
@@ -163,6 +170,8 @@ class CompareReport:
     task_ids: tuple[str, ...]
     tie_rule: TieRule
     pairs: tuple[PairResult, ...]
+    caveats: tuple[str, ...] = ()
+    """What the comparison was allowed to overlook (mixed isolation), printed with it."""
 
     def lines(self) -> list[str]:
         """The comparison as sentences for a terminal."""
@@ -171,7 +180,8 @@ class CompareReport:
             f"paired comparison of {', '.join(self.run_ids)} on the same {len(self.task_ids)} task(s); "
             f"tie rule fixed before the runs: {self.tie_rule.test} at alpha {self.tie_rule.alpha:g}, {correction}"
         )
-        return [head, *(f"  {p.sentence()}" for p in self.pairs), "  not a vendor ranking."]
+        return [head, *(f"  caveat: {c}" for c in self.caveats), *(f"  {p.sentence()}" for p in self.pairs),
+                "  not a vendor ranking."]
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values."""
@@ -181,6 +191,7 @@ class CompareReport:
             "task_ids": list(self.task_ids),
             "tie_rule": self.tie_rule.model_dump(mode="json"),
             "pairs": [p.to_json() for p in self.pairs],
+            "caveats": list(self.caveats),
             "note": "not a vendor ranking",
         }
 
@@ -201,14 +212,33 @@ def _when(text: str | None, what: str, run_id: str) -> datetime:
     return moment
 
 
-def check_comparable(sides: Sequence[Side]) -> None:
+def isolation_caveat(sides: Sequence[Side]) -> str | None:
+    """The caveat of runs whose agents were isolated differently, or None when they agree."""
+    if len({s.isolation for s in sides}) < 2:
+        return None
+    each = "; ".join(f"{s.run_id} ran {_isolated(s.isolation)}" for s in sides)
+    return (f"the runs were isolated differently ({each}); their agents could reach different things "
+            f"(the network, the hidden tests, the harness's own process), so a difference may come from the "
+            f"isolation rather than the agents")
+
+
+def _isolated(isolation: str) -> str:
+    parts = isolation.split("+")
+    if NO_SANDBOX in parts:
+        return "with no sandbox" + ("" if parts == [NO_SANDBOX] else f" ({isolation})")
+    if parts == [IN_PROCESS]:
+        return "in-process (the agent inside sealbench's own process, the oracles sandboxed)"
+    return f"in {isolation}" if isolation != NOT_RECORDED else "with its isolation not recorded"
+
+
+def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = False) -> None:
     """Refuse runs that do not form a paired design fixed in advance.
 
     Raises:
         UsageError: fewer than two runs.
         ScoreRefusal: a run_id twice, or runs that differ in task_ids, pack digest, hidden-test
-            digests, budget policy, metrics, feedback policy, forbidden paths or tie rule, or
-            a contract locked after its run began.
+            digests, budget policy, metrics, feedback policy, forbidden paths, tie rule or (unless
+            ``allow_mixed_isolation``) isolation, or a contract locked after its run began.
     """
     if len(sides) < 2:
         raise UsageError("compare needs two or more bundles")
@@ -246,6 +276,10 @@ def check_comparable(sides: Sequence[Side]) -> None:
             raise _refuse(f"forbidden paths differ between {pair}")
         if fc.tie_rule != sc.tie_rule:
             raise _refuse(f"tie rules differ between {pair}: {_rule(fc.tie_rule)} and {_rule(sc.tie_rule)}")
+        if first.isolation != s.isolation and not allow_mixed_isolation:
+            raise _refuse(f"isolation differs between {pair}: {first.run_id} ran {_isolated(first.isolation)}, "
+                          f"{s.run_id} {_isolated(s.isolation)}; the agents were not held to the same rules. "
+                          f"Pass --allow-mixed-isolation to compare anyway (the comparison then says so)")
     for s in sides:
         locked = _when(s.contract.locked_at, "locked_at", s.run_id)
         started = _when(s.started_at, "run_started time", s.run_id)
@@ -263,39 +297,68 @@ def _rule(rule: TieRule) -> str:
     return f"{rule.test} alpha {rule.alpha:g} {rule.correction}"
 
 
-def compare_sides(sides: Sequence[Side]) -> CompareReport:
+def compare_sides(sides: Sequence[Side], *, allow_mixed_isolation: bool = False) -> CompareReport:
     """Compare verified runs pairwise under their shared tie rule.
 
     Raises:
         UsageError: fewer than two runs.
         ScoreRefusal: the runs are not comparable (see :func:`check_comparable`).
     """
-    check_comparable(sides)
+    check_comparable(sides, allow_mixed_isolation=allow_mixed_isolation)
     task_ids = tuple(sides[0].contract.task_ids)
     rule = sides[0].contract.tie_rule
     try:
         pairs = paired_results([s.run_id for s in sides], [s.passed for s in sides], task_ids, rule)
     except ValueError as e:
         raise _refuse(str(e)) from None
+    caveat = isolation_caveat(sides)
     return CompareReport(run_ids=tuple(s.run_id for s in sides), task_ids=task_ids, tie_rule=rule,
-                         pairs=tuple(pairs))
+                         pairs=tuple(pairs), caveats=(caveat,) if caveat else ())
 
 
-def compare(bundles: Sequence[Path]) -> CompareReport:
-    """Verify each bundle, then compare the runs pairwise (see the module docstring).
+def _signer(path: Path, pubkeys: Sequence[Path]) -> Path:
+    """The key among ``pubkeys`` whose signature ``path`` carries.
 
     Raises:
-        UsageError: fewer than two bundles, or a path that is not a bundle directory.
-        ScoreRefusal: a bundle does not verify, or the runs are not comparable.
+        ScoreRefusal: the bundle carries no signature, or none by these keys.
+    """
+    from .signing import read_key, signature_valid
+
+    sums, sig = path / SUMS, path / SIGNATURE
+    if not sig.is_file():
+        raise _refuse(f"{path} is not signed (no {SIGNATURE}); --require-signed compares signed bundles only, "
+                      f"since an unsigned bundle proves internal consistency only")
+    data = sums.read_bytes() if sums.is_file() else b""
+    for key in pubkeys:
+        if signature_valid(read_key(key), data, sig.read_bytes()):
+            return key
+    raise _refuse(f"{path}: {SIGNATURE} is not a signature by any key given with --pubkey "
+                  f"({', '.join(str(k) for k in pubkeys)})")
+
+
+def compare(bundles: Sequence[Path], *, allow_mixed_isolation: bool = False, require_signed: bool = False,
+            pubkeys: Sequence[Path] = ()) -> CompareReport:
+    """Verify each bundle, then compare the runs pairwise (see the module docstring).
+
+    With ``require_signed`` each bundle must carry a signature by one of ``pubkeys``.
+
+    Raises:
+        UsageError: fewer than two bundles, a path that is not a bundle directory, a key that
+            cannot be read, or ``require_signed`` without ``pubkeys``.
+        ScoreRefusal: a bundle does not verify or is not signed as required, or the runs are
+            not comparable.
     """
     if len(bundles) < 2:
         raise UsageError("compare needs two or more bundles")
+    if require_signed and not pubkeys:
+        raise UsageError("--require-signed needs the keys the bundles must be signed by: --pubkey KEY (repeat it)")
     sides = []
     for path in bundles:
+        key = _signer(path, pubkeys) if require_signed else None
         try:
-            report = verify_bundle(path)
+            report = verify_bundle(path, pubkey=key)
         except VerificationFailed as e:
             raise _refuse(f"{path} does not verify ({len(e.problems)} problem(s); first: {e.problems[0]}); "
                           f"see `sealbench verify {path}`") from None
         sides.append(Side.of(report))
-    return compare_sides(sides)
+    return compare_sides(sides, allow_mixed_isolation=allow_mixed_isolation)

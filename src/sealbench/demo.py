@@ -61,10 +61,12 @@ def run_demo(root: Path, sandbox: str = "auto") -> int:
         ("demo-two-attempts-cap1", "scripted repairer v1", f"python {agent_script}", [str(agents_dir.resolve())], 1),
     ]
     code = 0
+    # The demo's runs are recorded in an index of its own, so running the demo again starts afresh.
+    index = root / "runs-index"
     for run_id, label, command, mounts, cap in runs:
         _say(f"{run_id}: lock a contract, run, score")
         cfile = _contract(pack_dir, root / f"{run_id}.contract.json", run_id, label, command, mounts, cap)
-        execute(cfile, root / "runs" / run_id, RunOptions(sandbox=sandbox, progress=False))
+        execute(cfile, root / "runs" / run_id, RunOptions(sandbox=sandbox, progress=False, runs_index=index))
         rc = print_run_summary(cfile, root / "runs" / run_id)
         code = code or rc
 
@@ -86,7 +88,8 @@ def run_demo(root: Path, sandbox: str = "auto") -> int:
     print(f"  report: {html}")
 
     _say("compare: same slice, same budget; five tasks cannot separate agents, so it says tie")
-    for line in compare(bundles).lines():
+    # The built-in agents ran in-process and the scripted one in bubblewrap: allowed, with its caveat.
+    for line in compare(bundles, allow_mixed_isolation=True).lines():
         print(f"  {line}")
 
     _say("refusals: what sealbench will not print")
@@ -107,5 +110,12 @@ def run_demo(root: Path, sandbox: str = "auto") -> int:
             code = 1
         except Refusal as e:
             print(f"  {what}: refused: {e}")
+    try:
+        execute(root / "demo-noop.contract.json", root / "runs" / "demo-noop-again",
+                RunOptions(sandbox=sandbox, progress=False, runs_index=index))
+        print("  a second run of a locked run_id: NOT refused (this is a bug)")
+        code = 1
+    except Refusal as e:
+        print(f"  a second run of a locked run_id (best of two): refused: {e}")
     print(f"\ndemo files are in {root}/", file=sys.stderr)
     return code

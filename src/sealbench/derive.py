@@ -163,3 +163,44 @@ def rate_bytes(rate: Rate) -> bytes:
 def probe_bytes(summary: Mapping[str, Any]) -> bytes:
     """The bytes of ``narration_probe.json``: one serialisation wherever it is written."""
     return (json.dumps(summary, indent=2) + "\n").encode("utf-8")
+
+
+NO_SANDBOX = "none"
+IN_PROCESS = "in-process"
+NOT_RECORDED = "not recorded"
+
+
+def isolation_of(headers: Iterable[Mapping[str, Any]]) -> str:
+    """How the agent under test was isolated, from a journal's run_started and run_resumed payloads.
+
+    A sandbox kind (``bubblewrap``) when the agent ran in it; ``none`` when the run used
+    ``--sandbox none`` (nothing isolated: the agent and the oracles ran on the host);
+    ``in-process`` when a built-in or Python agent ran inside the harness's own process (the
+    oracles sandboxed); ``not recorded`` when the journal does not say. A run resumed under
+    another isolation gets each, joined by ``+``.
+    """
+    kinds: list[str] = []
+    for header in headers:
+        sandbox, agent = header.get("sandbox"), header.get("agent")
+        kind = sandbox.get("kind") if isinstance(sandbox, Mapping) else None
+        sandboxed = agent.get("sandboxed") if isinstance(agent, Mapping) else None
+        if kind == NO_SANDBOX:
+            kinds.append(NO_SANDBOX)
+        elif sandboxed is False:
+            kinds.append(IN_PROCESS)
+        elif isinstance(kind, str) and kind:
+            kinds.append(kind)
+        else:
+            kinds.append(NOT_RECORDED)
+    return "+".join(dict.fromkeys(kinds)) or NOT_RECORDED
+
+
+def isolation_sentence(isolation: str) -> str:
+    """The isolation as people read it; ``no sandbox`` whenever any part of the run had none."""
+    parts = isolation.split("+")
+    if NO_SANDBOX in parts:
+        return ("no sandbox (--sandbox none): the agent and the oracles ran unisolated, with the network and "
+                "the hidden tests within the agent's reach" + ("" if parts == [NO_SANDBOX] else f" ({isolation})"))
+    if parts == [IN_PROCESS]:
+        return "in-process: the agent ran inside the harness's own process; the oracles ran in the sandbox"
+    return isolation

@@ -10,6 +10,7 @@
     |   +-- ContractError           a scoring contract cannot be locked or is not locked
     |   +-- ScoreRefusal            events cannot be scored under the locked contract
     |   +-- RunRefusal              a run cannot start or resume
+    |   +-- RunsIndexError          the local runs index cannot be read or written
     +-- HarnessError                exit 1: the sandbox or grading machinery failed
     +-- VerificationFailed          exit 4: tampering found; carries every discrepancy
 
@@ -56,6 +57,10 @@ class ScoreRefusal(Refusal):
 
 class RunRefusal(Refusal):
     """A run cannot start or resume (no sandbox, different contract, ...)."""
+
+
+class RunsIndexError(Refusal):
+    """The local index of runs cannot be read or written (a read-only data directory, ...)."""
 
 
 class HarnessError(SealbenchError):

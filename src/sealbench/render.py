@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .contract import load_contract
-from .derive import rate_bytes, seed_event
+from .derive import NO_SANDBOX, isolation_sentence, rate_bytes, seed_event
 from .errors import Refusal, VerificationFailed
 from .files import write_atomic
 from .formats import Outcome, Rate, Scorecard
@@ -87,6 +87,8 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
                                   f"{result.contract_sha256}, not {contract.contract_sha256})"])
     print_scorecards(cards if cards is not None else read_scorecards(run_dir), f"scorecards of {contract.run_id}",
                      run_dir / "scorecards.jsonl")
+    if result is not None and result.isolation is not None and NO_SANDBOX in result.isolation.split("+"):
+        print(f"isolation: {isolation_sentence(result.isolation)}")
     try:
         events = [seed_event(c) for c in cards] if cards is not None else events_from(run_dir, contract)
         rate = score(contract, events)

@@ -26,7 +26,7 @@ import os
 import statistics
 import urllib.parse
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,6 +68,12 @@ FIGURE_FILES: dict[str, str] = {
     "elapsed": "report-elapsed.svg",
 }
 """The figure files written beside report.md, by figure name."""
+
+RUN_DIR_CHECKED = (
+    "a run directory, not a bundle: its derived files were checked against its journal; "
+    "sealbench bundle and sealbench verify check the rest"
+)
+"""What a report of a run directory says was checked."""
 
 UNFINISHED = "unfinished"
 """The row for tasks of the denominator that have no task_finished event."""
@@ -125,6 +131,8 @@ class RunView:
     """Task ids whose ``patches/<id>.patch`` is present."""
     files_href: str = ""
     """URL prefix from the report's folder to the run's folder; '' when they are the same."""
+    checked: str = RUN_DIR_CHECKED
+    """What was verified before the report was made (a bundle is verified whole)."""
 
     @property
     def n(self) -> int:
@@ -349,6 +357,7 @@ def _header(view: RunView) -> Section:
         ("contract sha256", code(c.contract_sha256, "none")),
         ("pack digest", code(c.pack.sha256 if c.pack else None, "none")),
         ("denominator", spans(f"{view.n} locked task id{'' if view.n == 1 else 's'}")),
+        ("checked", spans(view.checked)),
     ), wide=True)
     caps = Fields("Caps", (
         ("max_attempts", spans(str(b.max_attempts) if b else "not set")),
@@ -587,6 +596,31 @@ def default_out_dir(bundle_or_run_dir: Path) -> Path:
     return resolved.with_name(f"{resolved.name}-report")
 
 
+def verify_first(bundle_or_run_dir: Path) -> str | None:
+    """Verify a bundle (a directory with SHA256SUMS) before it is reported; None for a run directory.
+
+    Returns:
+        What the verification proved, as the report's "checked" line.
+
+    Raises:
+        ScoreRefusal: the bundle does not verify; the message names every problem found.
+    """
+    from .bundle import SIGNATURE, SUMS, verify_bundle
+
+    if not (bundle_or_run_dir / SUMS).is_file():
+        return None
+    try:
+        report = verify_bundle(bundle_or_run_dir)
+    except VerificationFailed as e:
+        shown = "; ".join(e.problems[:5]) + (f"; and {len(e.problems) - 5} more" if len(e.problems) > 5 else "")
+        raise ScoreRefusal(f"no report: the bundle {bundle_or_run_dir} does not verify ({len(e.problems)} "
+                           f"problem(s)): {shown}; see `sealbench verify {bundle_or_run_dir}`") from None
+    sig = ("not signed" if SIGNATURE not in report.signature else
+           f"{SIGNATURE} present, not checked against a key here (sealbench verify BUNDLE --pubkey KEY checks it)")
+    return (f"the bundle verifies (every sum, the journal chains, every derived file, each task's events); "
+            f"{sig}: without a checked signature this proves internal consistency only")
+
+
 def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[Path, Path]:
     """Write report.md (with its SVG figures beside it) and a self-contained report.html.
 
@@ -598,12 +632,16 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
 
     Raises:
         ContractError: no readable scoring_contract.json.
-        ScoreRefusal: no journal.jsonl, or an unreadable rate.json.
+        ScoreRefusal: no journal.jsonl, an unreadable rate.json, or a bundle that does not
+            verify (see :func:`verify_first`).
         VerificationFailed: the directory's files disagree with its journal (see :func:`load_run`).
     """
     run_dir = Path(bundle_or_run_dir)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
+    checked = verify_first(run_dir)
     view = load_run(run_dir, out)
+    if checked is not None:
+        view = replace(view, checked=checked)
     sections = build_sections(view)
     svgs = render_figures(view, figure_names(sections))
     out.mkdir(parents=True, exist_ok=True)

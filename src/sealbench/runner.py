@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -27,13 +28,13 @@ from pathlib import Path
 from typing import Any
 from xml.parsers import expat
 
-from . import __version__
+from . import __version__, runs_index
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .charge import Charge, time_used
 from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
 from .contract import load_contract, pack_path, require_locked
-from .derive import derive_iter, probe_bytes, probe_summary
+from .derive import derive_iter, isolation_of, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
 from .files import write_atomic
@@ -94,6 +95,8 @@ class RunOptions:
     tree_caps: TreeCaps = field(default_factory=TreeCaps)
     clock: Clock | None = None
     """Wall clock and boot id the journal records (None: the system's); see :mod:`sealbench.clock`."""
+    runs_index: Path | None = None
+    """Data directory of the runs index (None: the user's; see :func:`runs_index.data_dir`)."""
 
 
 @dataclass
@@ -108,6 +111,8 @@ class RunResult:
     scorecards: list[Scorecard] | None = None
     """Derived from the journal at the end of the run (not read back from scorecards.jsonl);
     None for the probe."""
+    isolation: str | None = None
+    """How the agent was isolated, over every start and resume (:func:`derive.isolation_of`)."""
 
 
 @dataclass
@@ -785,7 +790,9 @@ def execute(
         ContractError: unlocked or edited contract.
         PackError, VerificationFailed: the pack does not match its seal or the contract.
         RunRefusal: no sandbox, a journal that exists (without resume), a resume with a
-            different contract, pack or agent.
+            different contract, pack or agent, a run_id this machine already ran elsewhere
+            (see :mod:`.runs_index`).
+        RunsIndexError: the runs index cannot be written.
         HarnessError: the journal could not be written (every earlier event is kept).
     """
     opts = options or RunOptions()
@@ -800,18 +807,22 @@ def execute(
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
     base = run_dir / "probe" if probe else run_dir
-    base.mkdir(parents=True, exist_ok=True)
-    for sub in ("blobs", "patches", "traces"):
-        (base / sub).mkdir(exist_ok=True)
     jpath = base / "journal.jsonl"
     contract_bytes = contract_file.read_bytes()
     header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
               "argv": list(command_line) if command_line is not None else None,
               "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
-              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, **_host_facts(sandbox, agent)}
+              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
+              **_host_facts(sandbox, agent)}
     clock = opts.clock or Clock()
     charges: list[Charge] = []
+    if not (opts.resume or probe or jpath.exists()):
+        # Before anything is written: a second run of this run_id is refused with nothing left behind.
+        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
+    base.mkdir(parents=True, exist_ok=True)
+    for sub in ("blobs", "patches", "traces"):
+        (base / sub).mkdir(exist_ok=True)
     if opts.resume:
         journal, events = open_for_resume(jpath, fsync=opts.fsync, clock=clock)
         # A journal killed before its first event is resumed as a fresh start.
@@ -823,6 +834,13 @@ def execute(
         if first.get("agent") != header["agent"]:
             journal.close()
             raise RunRefusal("cannot resume with a different agent than the journal's")
+        header["run_nonce"] = first.get("run_nonce")  # the run's own; None in journals made before nonces
+        try:
+            if not probe:
+                runs_index.continue_run(contract, run_dir, header, data=opts.runs_index)
+        except BaseException:
+            journal.close()
+            raise
         prior, charges = _prior_state(events, contract.budget, clock.boot_id)
     else:
         if jpath.exists():
@@ -854,6 +872,8 @@ def execute(
                 ctx.j("time_charged", charge.task_id, **charge.payload())
         else:
             ctx.j("run_started", **header)
+            if not probe:
+                runs_index.journal_started(contract, run_dir, data=opts.runs_index)
         if on_started is not None:
             on_started(journal)
         todo = [pack.tasks[t] for t in contract.task_ids if not prior.get(t, _Prior()).finished]
@@ -920,8 +940,13 @@ def execute(
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
         cards = write_derived(base, iter_verified(jpath), contract.task_ids)
-    return RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted,
-                     contract_sha256=contract.contract_sha256, scorecards=cards)
+    headers = [e["payload"] for e in events if e["kind"] in ("run_started", "run_resumed")]
+    result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted,
+                       contract_sha256=contract.contract_sha256, scorecards=cards,
+                       isolation=isolation_of([*headers, header]))
+    if not probe:
+        runs_index.record_end(contract, result, data=opts.runs_index)
+    return result
 
 
 def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
