@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from conftest import needs_bwrap
 from sealbench import sandbox as sandbox_module
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 from sealbench.sandbox import (
@@ -41,7 +42,6 @@ from sealbench.sandbox import (
 
 PY = sys.executable
 HAVE_BWRAP = shutil.which("bwrap") is not None
-needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not installed")
 ISOLATING = [pytest.param("bubblewrap", marks=needs_bwrap)]
 EVERY = [*ISOLATING, "none"]
 HAS_PIDS_CGROUP = process_limit_method().startswith("pids cgroup")
