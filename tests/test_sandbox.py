@@ -29,7 +29,6 @@ from conftest import needs_bwrap
 from sealbench import sandbox as sandbox_module
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 from sealbench.sandbox import (
-    KILL_GRACE_S,
     BubblewrapSandbox,
     Limits,
     NoSandbox,
@@ -45,6 +44,7 @@ HAVE_BWRAP = shutil.which("bwrap") is not None
 ISOLATING = [pytest.param("bubblewrap", marks=needs_bwrap)]
 EVERY = [*ISOLATING, "none"]
 HAS_PIDS_CGROUP = process_limit_method().startswith("pids cgroup")
+PROMISED_KILL_S = 1.0  # README: killed within 1 s of the deadline, whatever it ignores
 
 
 def marked_pids(mark: str) -> list[int]:
@@ -189,7 +189,23 @@ def test_exploit_ignores_sigterm_is_killed_within_1s(agent: Agent) -> None:
     result, _, _ = agent.sh("trap '' TERM; sleep 30 & sleep 30", timeout_s=1.0)
     wall = time.monotonic() - started
     assert result.timed_out and result.exit_code is None
-    assert wall < 1.0 + KILL_GRACE_S + 0.5, wall  # killed within 1 s after the deadline
+    assert wall < 1.0 + PROMISED_KILL_S, wall  # the promise, not the grace constant it is built from
+    assert marked_pids(agent.mark) == []
+
+
+def test_deadline_sends_sigterm_then_sigkill_after_a_grace_within_1s(agent: Agent) -> None:
+    """SIGTERM reaches the command at the deadline and leaves it time to act (bubblewrap's own
+    monitor must not die of it and take the namespace down at once); SIGKILL ends it within
+    the promised second."""
+    started = time.monotonic()
+    result, _, _ = agent.sh("trap 'echo term > term.txt; sleep 0.2; echo graced > graced.txt' TERM; "
+                            "sleep 30 & wait; sleep 30", timeout_s=1.0)
+    wall = time.monotonic() - started
+    assert result.timed_out and result.exit_code is None
+    assert (agent.workdir / "term.txt").read_text() == "term\n"
+    assert (agent.workdir / "graced.txt").read_text() == "graced\n"
+    assert result.signal == signal.SIGKILL
+    assert wall < 1.0 + PROMISED_KILL_S, wall
     assert marked_pids(agent.mark) == []
 
 
@@ -685,7 +701,7 @@ def test_prepared_command_takes_the_deadline_given_at_start(kind: str, tmp_path:
         t0 = time.monotonic()
         result = prepared.start(0.2)
     assert result.timed_out and result.exit_code is None
-    assert time.monotonic() - t0 < 0.2 + KILL_GRACE_S + 0.5
+    assert time.monotonic() - t0 < 0.2 + PROMISED_KILL_S
 
 
 @pytest.mark.parametrize("kind", EVERY)
