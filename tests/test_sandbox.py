@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -274,6 +276,23 @@ def test_exploit_fork_bomb_is_contained(agent: Agent) -> None:
         assert list(root.glob(f"run-{os.getpid()}-*")) == []
 
 
+def test_process_cap_stops_the_command_at_its_limit(agent: Agent) -> None:
+    """The gentle counterpart of the fork bomb: forty sleepers asked for, a dozen allowed."""
+    needs_cgroup_without_isolation(agent)
+    if not HAS_PIDS_CGROUP and os.geteuid() == 0:
+        pytest.skip("root without a pids cgroup: the process cap is not enforceable")
+    code = ("import subprocess\nprocs = []\n"
+            "try:\n    for _ in range(40):\n        procs.append(subprocess.Popen(['sleep', '5']))\n"
+            "except OSError as e:\n    print('refused', e.errno)\n"
+            "print(len(procs))\nfor p in procs:\n    p.kill()\n")
+    result, out, err = agent.python(code, limits=Limits(processes=12), timeout_s=20.0)
+    assert result.exit_code == 0, err
+    lines = out.split()
+    assert lines[:2] == ["refused", str(errno.EAGAIN)], out
+    assert int(lines[-1]) <= 12, out
+    assert marked_pids(agent.mark) == []
+
+
 def test_exploit_writes_huge_file_is_stopped_by_rlimit_fsize(agent: Agent) -> None:
     cap = 2**20
     result, _, _ = agent.sh("exec head -c 8000000 /dev/zero > big", limits=Limits(file_size_bytes=cap))
@@ -338,22 +357,25 @@ def test_missing_host_paths_raise_harness_error(agent: Agent) -> None:
 
 def test_exploit_write_outside_workspace_leaves_host_untouched(jailed: Agent) -> None:
     sibling = jailed.root / "outside.txt"
-    host_targets = [
-        Path("/etc/sealbench-probe"),
-        Path("/usr/sealbench-probe"),
-        Path("/sealbench-probe"),
-        Path("/root/sealbench-probe"),
-        Path("/usr/bin/sealbench-probe"),
-    ]
+    # Named per run, and removed if written: a sandbox that lets them through (a mutant of
+    # the defence suite) must not leave files on the host or trip a concurrent run.
+    probe = f"sealbench-probe-{jailed.mark}"
+    host_targets = [Path("/etc", probe), Path("/usr", probe), Path("/", probe), Path("/root", probe),
+                    Path("/usr/bin", probe)]
     script = "; ".join(f"(echo pwned > {t}) 2>/dev/null && echo WROTE {t}" for t in host_targets)
     script += f"; echo pwned > {sibling}; mount -o remount,rw /usr 2>/dev/null && echo REMOUNTED"
-    script += "; unshare -Ur true 2>/dev/null && echo USERNS; echo mine > inside.txt"
-    result, out, _ = jailed.sh(script)
-    assert result.exit_code == 0
-    assert "WROTE" not in out and "REMOUNTED" not in out and "USERNS" not in out, out
-    for target in [*host_targets, sibling]:
-        assert not target.exists(), target
-    assert (jailed.workdir / "inside.txt").read_text() == "mine\n"
+    script += "; unshare -U true 2>/dev/null && echo USERNS; echo mine > inside.txt"
+    try:
+        result, out, _ = jailed.sh(script)
+        assert result.exit_code == 0
+        assert "WROTE" not in out and "REMOUNTED" not in out and "USERNS" not in out, out
+        for target in [*host_targets, sibling]:
+            assert not target.exists(), target
+        assert (jailed.workdir / "inside.txt").read_text() == "mine\n"
+    finally:
+        for target in host_targets:
+            with contextlib.suppress(OSError):
+                target.unlink()
 
 
 def test_exploit_reads_hidden_tests_from_sibling_path(jailed: Agent) -> None:
@@ -456,6 +478,28 @@ def test_exploit_dns_lookup_fails(jailed: Agent) -> None:
     result, out, err = jailed.python(code)
     assert result.exit_code == 0, err
     assert out.splitlines() == ["['lo']", "gaierror"]
+
+
+def test_exploit_reads_etc_entries_that_are_not_world_readable(jailed: Agent) -> None:
+    hidden = [p for p in ("/etc/shadow", "/etc/gshadow", "/etc/ssl/private")
+              if os.path.lexists(p) and not os.stat(p).st_mode & stat.S_IROTH]
+    if not hidden:
+        pytest.skip("no entry of this host's /etc is kept from other users, so there is nothing to mask")
+    code = ("import os\n"
+            f"for p in {hidden!r}:\n"
+            "    try:\n        print(len(os.listdir(p)) if os.path.isdir(p) else len(open(p, 'rb').read()))\n"
+            "    except PermissionError:\n        print('denied')\n")
+    result, out, err = jailed.python(code)
+    assert result.exit_code == 0, err
+    # Masked: /dev/null (which a nodev mount will not even open) or an empty directory.
+    assert all(seen in ("0", "denied") for seen in out.split()) and len(out.split()) == len(hidden), out
+
+
+def test_exploit_uses_root_capabilities_inside(jailed: Agent) -> None:
+    result, out, _ = jailed.sh("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status")
+    assert result.exit_code == 0
+    caps = dict(line.split(":", 1) for line in out.splitlines())
+    assert len(caps) == 5 and all(int(value, 16) == 0 for value in caps.values()), caps
 
 
 def test_exploit_kills_host_process(jailed: Agent) -> None:
