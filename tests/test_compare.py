@@ -7,8 +7,9 @@ math and every refusal of an unpaired design.
 
 from __future__ import annotations
 
+import functools
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -37,35 +38,47 @@ ALL = ("csv-split-001", "t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_m
        "t_22_reject_network_call")
 
 
-@dataclass(frozen=True)
 class Bundles:
-    reference: Path
-    noop: Path
-    shell: Path
-    noop_four: Path
-    noop_three_attempts: Path
+    """Bundles of real runs over the sample pack, each made the first time a test asks for it
+    (a test that needs two does not wait for five)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.pack = work / "pack"
+        shutil.copytree(SAMPLE, self.pack)
+        seal_pack(self.pack)
+
+    def _bundle(self, run_id: str, command: str, task_ids: tuple[str, ...] = ALL, **kw: Any) -> Path:
+        contract = self.work / f"{run_id}.contract.json"
+        make_contract(self.pack, contract, task_ids=task_ids, command=command, run_id=run_id,
+                      narration_probe=False, **kw)
+        execute(contract, self.work / "runs" / run_id, RunOptions(progress=False))
+        return make_bundle(self.work / "runs" / run_id, self.work / "bundles")
+
+    @functools.cached_property
+    def reference(self) -> Path:
+        return self._bundle("cmp-reference", "builtin:reference")
+
+    @functools.cached_property
+    def noop(self) -> Path:
+        return self._bundle("cmp-noop", "builtin:noop")
+
+    @functools.cached_property
+    def shell(self) -> Path:
+        return self._bundle("cmp-shell", "sh -c 'echo I read the task and changed nothing'")
+
+    @functools.cached_property
+    def noop_four(self) -> Path:
+        return self._bundle("cmp-noop-four", "builtin:noop", ALL[:4])
+
+    @functools.cached_property
+    def noop_three_attempts(self) -> Path:
+        return self._bundle("cmp-noop-3", "builtin:noop", max_attempts=3)
 
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
-    work = tmp_path_factory.mktemp("compare")
-    pack = work / "pack"
-    shutil.copytree(SAMPLE, pack)
-    seal_pack(pack)
-
-    def bundle(run_id: str, command: str, task_ids: tuple[str, ...] = ALL, **kw: Any) -> Path:
-        contract = work / f"{run_id}.contract.json"
-        make_contract(pack, contract, task_ids=task_ids, command=command, run_id=run_id, narration_probe=False, **kw)
-        execute(contract, work / "runs" / run_id, RunOptions(progress=False))
-        return make_bundle(work / "runs" / run_id, work / "bundles")
-
-    return Bundles(
-        reference=bundle("cmp-reference", "builtin:reference"),
-        noop=bundle("cmp-noop", "builtin:noop"),
-        shell=bundle("cmp-shell", "sh -c 'echo I read the task and changed nothing'"),
-        noop_four=bundle("cmp-noop-four", "builtin:noop", ALL[:4]),
-        noop_three_attempts=bundle("cmp-noop-3", "builtin:noop", max_attempts=3),
-    )
+    return Bundles(tmp_path_factory.mktemp("compare"))
 
 
 # --- real bundles ------------------------------------------------------------------------
