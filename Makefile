@@ -72,8 +72,14 @@ test-defences: setup
 demo: setup
 	$(BIN)/sealbench demo --dir $(CACHE)/demo
 
+# Every benchmark, each line the median and range of 3 runs beside its floor; the output also
+# becomes the README's Figures block, line for line.
 bench: setup
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@mkdir -p $(CACHE)
+	@set -o pipefail; { $(BIN)/python benchmarks/figures.py header && \
+		for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done && \
+		$(BIN)/python benchmarks/figures.py footer; } | tee $(CACHE)/bench.txt
+	$(BIN)/python benchmarks/figures.py readme $(CACHE)/bench.txt README.md
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .mypy_cache .ruff_cache src/*.egg-info
