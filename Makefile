@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow demo lint typecheck bench clean system-packages test-packages data docs
+.PHONY: setup test test-slow test-defences demo lint typecheck bench clean system-packages test-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -65,14 +65,25 @@ test: setup test-packages lint typecheck
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
+# Each defence listed in tests/defences.toml removed from a copy of the source: its tests must fail.
+test-defences: setup
+	$(BIN)/python tests/defences.py
+
 demo: setup
 	$(BIN)/sealbench demo --dir $(CACHE)/demo
 
+# Every benchmark, each line the median and range of 3 runs beside its floor; the output also
+# becomes the README's Figures block, line for line.
 bench: setup
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@mkdir -p $(CACHE)
+	@set -o pipefail; { $(BIN)/python benchmarks/figures.py header && \
+		for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done && \
+		$(BIN)/python benchmarks/figures.py footer; } | tee $(CACHE)/bench.txt
+	$(BIN)/python benchmarks/figures.py readme $(CACHE)/bench.txt README.md
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .mypy_cache .ruff_cache src/*.egg-info
 
 docs: $(STAMP)
 	$(BIN)/python -c "from pathlib import Path; from sealbench.schema_doc import splice; p = Path('README.md'); p.write_text(splice(p.read_text()))"
+	$(BIN)/python tests/defences.py --readme

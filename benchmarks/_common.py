@@ -1,14 +1,22 @@
-"""Shared helpers for the benchmark scripts: timing real processes and their peak memory."""
+"""Shared helpers for the benchmark scripts: timing real processes and their peak memory, and
+printing each figure as the median and range of several runs beside its floor.
+
+Every figure is measured ``--runs`` times (at least 3); each run measures its floor too, right
+before the figure itself, so a ratio compares the two under the same load. A target is "met"
+when the median meets it, "MISSED" otherwise, with how many single runs met it.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +45,79 @@ def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str]
 
 
 def floor_seconds(tries: int = 5) -> float:
-    """The floor every figure is compared with: the best of a few bare `python -c pass`."""
+    """A bare ``python -c pass``: the best of a few, so one slow start does not count."""
     return min(measure([sys.executable, "-c", "pass"]).seconds for _ in range(tries))
+
+
+def bare_loop(n: int, argv: Sequence[str], jobs: int = 1) -> float:
+    """Seconds to run ``argv`` ``n`` times as plain subprocesses, ``jobs`` at a time."""
+    t0 = time.perf_counter()
+    if jobs == 1:
+        for _ in range(n):
+            subprocess.run(list(argv), check=True)
+    else:
+        with ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(lambda _: subprocess.run(list(argv), check=True), range(n)))
+    return time.perf_counter() - t0
+
+
+MIN_RUNS = 3
+
+
+def runs_argument(value: str) -> int:
+    """``--runs``: at least three, or no median and range worth printing."""
+    runs = int(value)
+    if runs < MIN_RUNS:
+        raise ValueError(f"--runs must be at least {MIN_RUNS}")
+    return runs
+
+
+@dataclass(frozen=True)
+class Target:
+    """A published target: ``bound`` in the unit of the values, ``text`` as the README states it."""
+
+    bound: float
+    text: str
+    strict: bool = True
+
+    def met(self, value: float) -> bool:
+        return value < self.bound if self.strict else value <= self.bound
+
+
+def seconds(v: float) -> str:
+    return f"{v:.2f} s"
+
+
+def millis(v: float) -> str:
+    return f"{v * 1000:.0f} ms"
+
+
+def megabytes(v: float) -> str:
+    return f"{v:.0f} MB"
+
+
+def times(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def signed_ms(v: float) -> str:
+    return f"{v:+.1f} ms"
+
+
+def spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """"<median> (runs <lo> to <hi>, n=<n>)"."""
+    return f"{fmt(statistics.median(values))} (runs {fmt(min(values))} to {fmt(max(values))}, n={len(values)})"
+
+
+def verdict(values: Sequence[float], target: Target) -> str:
+    within = sum(target.met(v) for v in values)
+    status = "met" if target.met(statistics.median(values)) else "MISSED"
+    return f"target {target.text}: {status} ({within} of {len(values)} runs within)"
+
+
+def figure(label: str, values: Sequence[float], fmt: Callable[[float], str], target: Target | None = None) -> None:
+    """One line: the median and range of ``values``, and the target's verdict when there is one."""
+    row(label, spread(values, fmt) + (f"; {verdict(values, target)}" if target else ""))
 
 
 def check(m: Measured, what: str) -> Measured:

@@ -1,20 +1,37 @@
 """Issue 4 targets: concurrency and memory of a run.
 
-1. 64 tasks whose agent sleeps 0.5 s, at --jobs 16: within 1.3x of the ideal 2 s (median of 3 runs).
-2. 200 trivial tasks at --jobs 2 against --jobs 1 (same run, same machine).
-3. A 10,000-task run of trivial tasks keeps the runner under 200 MB peak memory
-   (events streamed to the journal; nothing kept per task beyond its scorecard).
-Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big]
+1. 64 tasks whose agent sleeps 0.5 s, at --jobs 16: within 1.3x of the ideal 2 s. The floor,
+   timed in each run, is the same 64 `sleep 0.5` as bare subprocesses, 16 at a time.
+2. 200 trivial tasks at --jobs 2 against --jobs 1, both in each run; the floor is 200 bare
+   `true` one after another.
+3. A 10,000-task run of trivial tasks keeps the runner under 200 MB peak memory (events
+   streamed to the journal; nothing kept per task beyond its scorecard). Its floors, in each
+   run: `pack check` of the same pack (memory) and 10,000 bare `true`, 8 at a time (time).
+Every line is measured --runs times, each run under a contract locked for it.
+Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big] [--runs R]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 
-from _common import SEALBENCH, check, lock_contract, measure, private_runs_index, row, write_pack
+from _common import (
+    SEALBENCH,
+    Target,
+    bare_loop,
+    check,
+    figure,
+    lock_contract,
+    measure,
+    megabytes,
+    private_runs_index,
+    runs_argument,
+    seconds,
+    times,
+    write_pack,
+)
 
 
 def run(contract: Path, out: Path, jobs: int) -> tuple[float, float]:
@@ -23,45 +40,76 @@ def run(contract: Path, out: Path, jobs: int) -> tuple[float, float]:
     return m.seconds, m.peak_mb
 
 
+def sealed(root: Path, n: int) -> Path:
+    pack = write_pack(root, n, oracle=["true"])
+    check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
+    return pack
+
+
+def sleepers(root: Path, runs: int) -> None:
+    pack = sealed(root / "sleepy", 64)
+    ideal = 64 * 0.5 / 16
+    floors, walls = [], []
+    for r in range(runs):
+        floors.append(bare_loop(64, ["sleep", "0.5"], jobs=16))
+        contract = root / f"sleepy-{r}.json"
+        lock_contract(pack, contract, f"sleepy-{r}", "sleep 0.5")
+        walls.append(run(contract, root / f"sleepy-run-{r}", 16)[0])
+    print(f"  64 tasks, agent sleeps 0.5 s, --jobs 16 (the ideal is {ideal:.0f} s)")
+    figure("    floor: 64 bare `sleep 0.5`, 16 at a time", floors, seconds)
+    figure("    wall time", walls, seconds)
+    figure("    against the ideal", [w / ideal for w in walls], times, Target(1.3, "<= 1.3x", strict=False))
+    figure("    against the floor of the same run", [w / f for w, f in zip(walls, floors, strict=True)], times)
+
+
+def jobs_one_and_two(root: Path, runs: int) -> None:
+    pack = sealed(root / "trivial", 200)
+    floors, ones, twos = [], [], []
+    for r in range(runs):
+        floors.append(bare_loop(200, ["true"]))
+        for jobs, into in ((1, ones), (2, twos)):
+            contract = root / f"trivial-j{jobs}-{r}.json"
+            lock_contract(pack, contract, f"trivial-j{jobs}-{r}", "true")
+            into.append(run(contract, root / f"trivial-j{jobs}-{r}", jobs)[0])
+    print("  200 trivial tasks (agent `true`)")
+    figure("    floor: 200 bare `true`, one after another", floors, seconds)
+    figure("    --jobs 1", ones, seconds)
+    figure("    --jobs 2", twos, seconds)
+    figure("    speed of --jobs 2 over --jobs 1, same run", [o / t for o, t in zip(ones, twos, strict=True)], times)
+
+
+def big(root: Path, n: int, runs: int) -> None:
+    pack = sealed(root / "big", n)
+    checks, floors, walls, peaks = [], [], [], []
+    for r in range(runs):
+        checks.append(check(measure([SEALBENCH, "pack", "check", str(pack)]), "check").peak_mb)
+        floors.append(bare_loop(n, ["true"], jobs=8))
+        contract = root / f"big-{r}.json"
+        lock_contract(pack, contract, f"big-{r}", "true")
+        wall, peak = run(contract, root / f"big-run-{r}", 8)
+        walls.append(wall)
+        peaks.append(peak)
+    print(f"  {n} trivial tasks, --jobs 8")
+    figure(f"    floor: {n} bare `true`, 8 at a time", floors, seconds)
+    figure("    wall time", walls, seconds)
+    figure("    floor: peak memory of `pack check` alone", checks, megabytes)
+    figure("    runner peak memory", peaks, megabytes, Target(200, "< 200 MB"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--big", type=int, default=10_000)
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--runs", type=runs_argument, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         private_runs_index(root)
-        print("bench_concurrency")
-        pack = write_pack(root / "sleepy", 64, oracle=["true"])
-        check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
-        ideal = 64 * 0.5 / 16
-        # Three runs, one after the other: each deletes its workspaces, which slows the next
-        # one's file creation on some file systems; all three are printed. One run per locked
-        # run_id: each run has a contract of its own.
-        for k in range(3):
-            lock_contract(pack, root / f"sleepy-{k}.json", f"sleepy-{k}", "sleep 0.5")
-        times = sorted(run(root / f"sleepy-{k}.json", root / f"sleepy-run-{k}", 16)[0] for k in range(3))
-        seconds = statistics.median(times)
-        row("64 tasks, agent sleeps 0.5 s, --jobs 16 (median of 3)",
-            f"{seconds:.2f} s = {seconds / ideal:.2f}x the ideal {ideal:.0f} s (target 1.3x); "
-            f"runs {', '.join(f'{t:.2f}' for t in times)} s")
-
-        pack = write_pack(root / "trivial", 200, oracle=["true"])
-        check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
-        for jobs in (1, 2):
-            lock_contract(pack, root / f"trivial-j{jobs}.json", f"trivial-j{jobs}", "true")
-        one, _ = run(root / "trivial-j1.json", root / "trivial-j1", 1)
-        two, _ = run(root / "trivial-j2.json", root / "trivial-j2", 2)
-        row("200 trivial tasks, --jobs 1", f"{one:.2f} s")
-        row("200 trivial tasks, --jobs 2", f"{two:.2f} s = {one / two:.2f}x the speed of --jobs 1")
-
+        print(f"bench_concurrency: {args.runs} runs of each line")
+        sleepers(root, args.runs)
+        jobs_one_and_two(root, args.runs)
         if not args.skip_big:
-            pack = write_pack(root / "big", args.big, oracle=["true"])
-            check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
-            contract = root / "big.json"
-            lock_contract(pack, contract, "big", "true")
-            seconds, peak = run(contract, root / "big-run", 8)
-            row(f"{args.big} trivial tasks, --jobs 8", f"{seconds:.1f} s, runner peak {peak:.0f} MB (target < 200 MB)")
+            big(root, args.big, args.runs)
 
 
 if __name__ == "__main__":

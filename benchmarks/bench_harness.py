@@ -5,27 +5,38 @@
 most 15 ms of harness time per attempt. Because `true` changes nothing, sealbench records an
 abstain and never runs the oracle; a second run uses an agent that edits a file so every
 attempt is graded too (agent and oracle both in the sandbox), against a floor of two bare
-subprocesses per task.
-Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J]
+subprocesses per task. Every configuration runs --runs times, each time right after its own
+floor, under a contract locked for that run.
+Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J] [--runs R]
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import SEALBENCH, check, lock_contract, measure, private_runs_index, row, write_pack
+from _common import (
+    SEALBENCH,
+    Target,
+    bare_loop,
+    check,
+    figure,
+    lock_contract,
+    measure,
+    private_runs_index,
+    runs_argument,
+    seconds,
+    signed_ms,
+    times,
+    write_pack,
+)
 
-
-def floor(n: int, argv: list[str], per_task: int = 1) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n * per_task):
-        subprocess.run(argv, check=True)
-    return time.perf_counter() - t0
+AGENTS = {
+    "true": ("agent `true` (abstain, no oracle)", "true", 1),
+    "edit": ("agent edits a file, graded by the oracle", "sh -c 'echo \"VALUE = 0\" >> mod.py'", 2),
+}
 
 
 def run(contract: Path, out: Path, jobs: int) -> float:
@@ -38,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=None, help="also measure at this --jobs (default: the CLI default)")
+    ap.add_argument("--runs", type=runs_argument, default=3)
     args = ap.parse_args()
     n = args.tasks
     from sealbench.runner import default_jobs
@@ -48,26 +60,26 @@ def main() -> None:
         private_runs_index(root)
         pack = write_pack(root / "pack", n, oracle=["python", "-c", "pass"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
-        print(f"bench_harness: {n} one-attempt tasks, oracle python -c pass")
-        bare = floor(n, [sys.executable, "-c", "pass"])
-        row(f"floor: {n} x bare `python -c pass`", f"{bare:.2f} s ({bare / n * 1000:.1f} ms each)")
-        for jobs in sorted({1, jobs_default}):
-            # One run per locked run_id: each measured run has a contract of its own.
-            contract = root / f"true-j{jobs}.json"
-            lock_contract(pack, contract, f"bench-true-j{jobs}", "true")
-            t = run(contract, root / f"true-j{jobs}", jobs)
-            per = (t - bare) / n * 1000
-            row(f"agent `true` (abstain, no oracle), --jobs {jobs}",
-                f"{t:.2f} s = {t / bare:.2f}x floor, harness {per:+.1f} ms/attempt (targets 1.5x, 15 ms)")
-        bare2 = floor(n, [sys.executable, "-c", "pass"], per_task=2)
-        row(f"floor: {2 * n} x bare `python -c pass` (agent + oracle)", f"{bare2:.2f} s")
-        for jobs in sorted({1, jobs_default}):
-            contract = root / f"edit-j{jobs}.json"
-            lock_contract(pack, contract, f"bench-edit-j{jobs}", "sh -c 'echo \"VALUE = 0\" >> mod.py'")
-            t = run(contract, root / f"edit-j{jobs}", jobs)
-            per = (t - bare2) / n * 1000
-            row(f"agent edits a file, graded by the oracle, --jobs {jobs}",
-                f"{t:.2f} s = {t / bare2:.2f}x floor, harness {per:+.1f} ms/attempt")
+        print(f"bench_harness: {n} one-attempt tasks, oracle python -c pass, {args.runs} runs of each line")
+        for key, (label, agent, per_task) in AGENTS.items():
+            floors: list[float] = []
+            walls: dict[int, list[float]] = {}
+            for r in range(args.runs):
+                floors.append(bare_loop(n * per_task, [sys.executable, "-c", "pass"]))
+                for jobs in sorted({1, jobs_default}):
+                    contract = root / f"{key}-j{jobs}-{r}.json"
+                    lock_contract(pack, contract, f"bench-{key}-j{jobs}-{r}", agent)
+                    walls.setdefault(jobs, []).append(run(contract, root / f"{key}-j{jobs}-{r}", jobs))
+            figure(f"floor: {n * per_task} x bare `python -c pass`", floors, seconds)
+            for jobs, values in walls.items():
+                ratios = [w / f for w, f in zip(values, floors, strict=True)]
+                per_attempt = [(w - f) / n for w, f in zip(values, floors, strict=True)]
+                print(f"  {label}, --jobs {jobs}")
+                figure("    wall time", values, seconds)
+                figure("    against the floor of the same run", ratios, times,
+                       Target(1.5, "<= 1.5x", strict=False) if key == "true" else None)
+                figure("    harness time per attempt", [p * 1000 for p in per_attempt],
+                       signed_ms, Target(15, "<= 15 ms", strict=False) if key == "true" else None)
 
 
 if __name__ == "__main__":

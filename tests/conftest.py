@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -58,18 +60,58 @@ def sealed_pack(raw_pack: Path) -> Path:
     return raw_pack
 
 
-def bwrap_available() -> bool:
-    """True when the bubblewrap sandbox starts here (make setup installs it)."""
+def in_ci() -> bool:
+    """True under CI (``CI=true``), where no sandbox test may be skipped."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@functools.cache
+def bubblewrap_problem() -> tuple[str, str] | None:
+    """Why the bubblewrap sandbox cannot run tests here: ("missing", why), ("broken", why), or None.
+
+    Only a ``bwrap`` that is not installed is a reason to skip; one that is installed and does
+    not start is a failure of every test that needs it, with bubblewrap's own error.
+    """
+    found = shutil.which("bwrap")
+    if found is None:
+        return "missing", ("bubblewrap is not installed (no `bwrap` on PATH), and this test runs agents in it; "
+                           "`make setup` installs it (apt-get install bubblewrap)")
     try:
         from sealbench.sandbox import open_sandbox
 
         open_sandbox("bubblewrap")
-        return True
-    except Exception:
-        return False
+    except Exception as e:
+        return "broken", f"bubblewrap is installed ({found}) but the sandbox does not start: {type(e).__name__}: {e}"
+    return None
 
 
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap cannot start here (make setup installs it)")
+def bwrap_available() -> bool:
+    """True when the bubblewrap sandbox starts here (make setup installs it)."""
+    return bubblewrap_problem() is None
+
+
+needs_bwrap = pytest.mark.needs_bwrap
+"""Runs agents in the real bubblewrap sandbox: skipped only when bwrap is not installed (never
+under CI), failed with bubblewrap's error when it is installed but does not start."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_bwrap: runs agents in the real bubblewrap sandbox")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("needs_bwrap") is None:
+        return
+    problem = bubblewrap_problem()
+    if problem is None:
+        return
+    kind, why = problem
+    if kind == "missing" and not in_ci():
+        pytest.skip(why)
+    if kind == "missing":
+        why += "; CI is set, and CI does not pass with sandbox tests skipped"
+    pytest.fail(why, pytrace=False)
 
 
 def make_contract(

@@ -302,6 +302,23 @@ def test_dropped_task_is_caught_even_in_a_rechained_journal(made: Made, tmp_path
     assert named(problems, f"rate.json: score refuses the journal's events: denominator drift, missing ['{TASKS[1]}']")
 
 
+def test_rechained_journal_edit_that_changes_nothing_derived_is_caught_by_the_sums(made: Made, tmp_path: Path) -> None:
+    """Only SHA256SUMS (and the signature over it) can tell: the chain is consistent again and no
+    derived file depends on what changed."""
+    bundle = copy(made.bundle, tmp_path)
+    lines = journal_lines(bundle)
+    last = json.loads(lines[-1])
+    assert last["kind"] == "run_finished"
+    last["time"] = "2026-10-12T23:59:59.000000Z"
+    last["hash"] = event_hash(last)
+    lines[-1] = json.dumps(last, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    (bundle / "journal.jsonl").write_bytes(b"".join(lines))
+    assert not read_chain(bundle / "journal.jsonl").problems, "the forged chain itself is consistent"
+    problems = problems_of(bundle)
+    assert len(problems) == 1 and re.fullmatch(r"journal\.jsonl: content differs from its sha256 in SHA256SUMS line \d+",
+                                                problems[0]), problems
+
+
 def test_scorecard_swapped_between_two_bundles_is_caught(made: Made, tmp_path: Path) -> None:
     bundle = copy(made.bundle, tmp_path)
     mine = (bundle / "scorecards.jsonl").read_text().splitlines()
@@ -332,7 +349,9 @@ def test_contract_relocked_after_edit_no_longer_matches_the_journal(made: Made, 
     (bundle / "scoring_contract.json").write_text(json.dumps(raw, indent=2) + "\n")
     resum(bundle)
     problems = problems_of(bundle)
-    assert named(problems, "journal.jsonl seq 0 (run_started): pins contract", "probe/journal.jsonl seq 0",
+    # Each journal's own pin: "probe/journal.jsonl seq 0 ..." also contains the run journal's words.
+    assert any(p.startswith("journal.jsonl seq 0 (run_started): pins contract") for p in problems), problems
+    assert named(problems, "probe/journal.jsonl seq 0 (run_started): pins contract",
                  "rate.json: budget, contract_sha256 differ")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,10 +17,21 @@ from conftest import SEED_IDS, write_json
 Cli = Callable[..., tuple[int, str, str]]
 
 
-def test_help_lists_exit_codes(cli: Cli) -> None:
+def documented_exit_codes() -> list[int]:
+    """The codes of the README's exit-code table."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    return [int(m) for m in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)]
+
+
+def test_help_lists_exit_codes(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli("--help")
     assert info.value.code == 0
+    listed = re.findall(r"^  (\d+)  \S", capsys.readouterr().out.split("exit codes:", 1)[1], re.MULTILINE)
+    documented = documented_exit_codes()
+    assert len(documented) >= 6
+    assert [c for c in documented if str(c) not in listed] == [], "exit codes the README documents but --help omits"
 
 
 def test_usage_error_exits_2(cli: Cli) -> None:

@@ -7,16 +7,17 @@ math and every refusal of an unpaired design.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import SAMPLE, bwrap_available, make_contract, needs_bwrap
+from conftest import SAMPLE, make_contract, needs_bwrap
 from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.compare import (
     TIE,
@@ -39,40 +40,52 @@ ALL = ("csv-split-001", "t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_m
        "t_22_reject_network_call")
 
 
-@dataclass(frozen=True)
 class Bundles:
-    reference: Path
-    noop: Path
-    shell: Path
-    noop_four: Path
-    noop_three_attempts: Path
-    shell_unsandboxed: Path
+    """Bundles of real runs over the sample pack, each made the first time a test asks for it
+    (a test that needs two does not wait for five)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.pack = work / "pack"
+        shutil.copytree(SAMPLE, self.pack)
+        seal_pack(self.pack)
+
+    def _bundle(self, run_id: str, command: str, task_ids: tuple[str, ...] = ALL, sandbox: str = "auto",
+                **kw: Any) -> Path:
+        contract = self.work / f"{run_id}.contract.json"
+        make_contract(self.pack, contract, task_ids=task_ids, command=command, run_id=run_id,
+                      narration_probe=False, **kw)
+        execute(contract, self.work / "runs" / run_id, RunOptions(progress=False, sandbox=sandbox))
+        return make_bundle(self.work / "runs" / run_id, self.work / "bundles")
+
+    @functools.cached_property
+    def reference(self) -> Path:
+        return self._bundle("cmp-reference", "builtin:reference")
+
+    @functools.cached_property
+    def noop(self) -> Path:
+        return self._bundle("cmp-noop", "builtin:noop")
+
+    @functools.cached_property
+    def shell(self) -> Path:
+        return self._bundle("cmp-shell", "sh -c 'echo I read the task and changed nothing'")
+
+    @functools.cached_property
+    def noop_four(self) -> Path:
+        return self._bundle("cmp-noop-four", "builtin:noop", ALL[:4])
+
+    @functools.cached_property
+    def noop_three_attempts(self) -> Path:
+        return self._bundle("cmp-noop-3", "builtin:noop", max_attempts=3)
+
+    @functools.cached_property
+    def shell_unsandboxed(self) -> Path:
+        return self._bundle("cmp-shell-none", "sh -c 'echo I read the task and changed nothing'", sandbox="none")
 
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory: pytest.TempPathFactory) -> Bundles:
-    if not bwrap_available():
-        pytest.skip("bubblewrap cannot start here (make setup installs it)")
-    work = tmp_path_factory.mktemp("compare")
-    pack = work / "pack"
-    shutil.copytree(SAMPLE, pack)
-    seal_pack(pack)
-
-    def bundle(run_id: str, command: str, task_ids: tuple[str, ...] = ALL, sandbox: str = "auto", **kw: Any) -> Path:
-        contract = work / f"{run_id}.contract.json"
-        make_contract(pack, contract, task_ids=task_ids, command=command, run_id=run_id, narration_probe=False, **kw)
-        execute(contract, work / "runs" / run_id, RunOptions(progress=False, sandbox=sandbox))
-        return make_bundle(work / "runs" / run_id, work / "bundles")
-
-    return Bundles(
-        reference=bundle("cmp-reference", "builtin:reference"),
-        noop=bundle("cmp-noop", "builtin:noop"),
-        shell=bundle("cmp-shell", "sh -c 'echo I read the task and changed nothing'"),
-        noop_four=bundle("cmp-noop-four", "builtin:noop", ALL[:4]),
-        noop_three_attempts=bundle("cmp-noop-3", "builtin:noop", max_attempts=3),
-        shell_unsandboxed=bundle("cmp-shell-none", "sh -c 'echo I read the task and changed nothing'",
-                                 sandbox="none"),
-    )
+    return Bundles(tmp_path_factory.mktemp("compare"))
 
 
 def run_dir_of(bundle: Path) -> Path:

@@ -104,6 +104,15 @@ def test_symlinked_task_folder_leaving_the_pack_is_refused(raw_pack: Path, tmp_p
         load_pack(raw_pack)
 
 
+def test_symlinked_workspace_leaving_the_pack_is_refused(raw_pack: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.move(str(raw_pack / "tasks" / TASK / "workspace"), tmp_path / "workspace")
+    (raw_pack / "tasks" / TASK / "workspace").symlink_to(tmp_path / "workspace")
+    with pytest.raises(PackError, match="workspace: symlink leaves the pack"):
+        load_pack(raw_pack)
+
+
 def test_missing_prompt_is_refused(raw_pack: Path) -> None:
     (raw_pack / "tasks" / TASK / "prompt.md").unlink()
     with pytest.raises(PackError, match=r"prompt\.md: file not found"):

@@ -141,10 +141,13 @@ def test_exploit_conftest_skips_everything(sealed_pack: Path, tmp_path: Path) ->
 
 @pytest.mark.parametrize("path", ["sitecustomize.py", "usercustomize.py", "force.pth", "pkg/sitecustomize.py"])
 def test_exploit_sitecustomize_or_pth_forces_exit_zero(sealed_pack: Path, tmp_path: Path, path: str) -> None:
+    # The fix comes with the planted file, so that nothing but the forbidden path can fail it.
     body = "import os; os._exit(0)"
-    _, events, cards = run(sealed_pack, tmp_path,
-                           sh(f'mkdir -p "$(dirname {path})"; echo "{body}" > {path}'), max_attempts=1)
-    assert kinds(events, "graded")[0]["payload"]["forbidden"] == [path]
+    cmd = sh(f'printf {json.dumps(FIX)} > window.py; mkdir -p "$(dirname {path})"; echo "{body}" > {path}')
+    _, events, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
+    graded = kinds(events, "graded")[0]["payload"]
+    assert graded["forbidden"] == [path] and graded["no_forbidden_path"] is False
+    assert graded["patch_applies_clean"] is True
     assert cards[0]["outcome"] == "fail"
 
 
@@ -245,10 +248,12 @@ def test_exploit_prints_fake_passed_lines(sealed_pack: Path, tmp_path: Path) -> 
 def test_exploit_symlink_on_hidden_test_path_redirects_overlay(sealed_pack: Path, tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("original")
-    cmd = sh(f"ln -s {victim} test_oracle_window.py")
+    # The fix comes with the link, so that nothing but the forbidden path can fail it.
+    cmd = sh(f"printf {json.dumps(FIX)} > window.py; ln -s {victim} test_oracle_window.py")
     _, events, cards = run(sealed_pack, tmp_path, cmd, max_attempts=1)
     assert victim.read_text() == "original"
-    assert kinds(events, "graded")[0]["payload"]["forbidden"] == ["test_oracle_window.py"]
+    graded = kinds(events, "graded")[0]["payload"]
+    assert graded["forbidden"] == ["test_oracle_window.py"] and graded["no_forbidden_path"] is False
     assert cards[0]["outcome"] == "fail"
 
 

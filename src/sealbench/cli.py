@@ -22,6 +22,8 @@ EPILOG = """exit codes:
   3  refusal, including bad input: no rate emitted
   4  verification failed (tampering found)
   1  anything unexpected (a bug; --debug prints the traceback)
+  130  interrupted (Ctrl-C); run --resume continues
+  143  terminated (SIGTERM), resumable
 """
 
 

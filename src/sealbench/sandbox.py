@@ -20,8 +20,9 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
 * Network: an empty network namespace with only a loopback device, so the host's loopback
   services, its resolver and the outside world are unreachable.
-* Processes: the command runs in its own session and process group; at the deadline the group
-  gets SIGTERM and, :data:`KILL_GRACE_S` later, SIGKILL. When bwrap exits, its
+* Processes: the command runs in its own session and process group (``--new-session``, apart
+  from bwrap's monitor, which would take the namespace down at once if it got the SIGTERM); at
+  the deadline the group gets SIGTERM and, :data:`KILL_GRACE_S` later, SIGKILL. When bwrap exits, its
   ``--die-with-parent`` pid-1 reaper dies and the kernel kills everything left in the pid
   namespace; :meth:`run` returns only once that reaper has exited, which the kernel reports
   only after every other process of the namespace is gone (a per-run cgroup, when there is
@@ -652,6 +653,7 @@ class _Supervisor:
             self.pidfd = os.pidfd_open(proc.pid)
             self.poller.register(self.pidfd, select.POLLIN)
         self.exited = False
+        self.reaper_pid: int | None = None
         self.reaper_pidfd: int | None = None
 
     def _child_exited(self) -> bool:
@@ -685,6 +687,7 @@ class _Supervisor:
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, OSError):
             first = json.loads(bytes(self.status).split(b"\n", 1)[0])
             self.reaper_pidfd = os.pidfd_open(int(first["child-pid"]))
+            self.reaper_pid = int(first["child-pid"])
 
     def wait_reaper(self, deadline: float) -> bool:
         """Wait until the sandbox's pid-1 reaper is gone (True) or ``deadline`` passes.
@@ -766,6 +769,10 @@ class _ProcessSandbox:
 
     def _failed_to_start(self, status: bytes, returncode: int) -> bool:
         return False
+
+    def _terminate(self, proc: subprocess.Popen[bytes], supervisor: _Supervisor) -> None:
+        """At the deadline: SIGTERM to the command's process group (SIGKILL follows the grace)."""
+        _signal_group(proc.pid, signal.SIGTERM)
 
     def prepare(self, spec: SandboxSpec) -> Prepared:
         """Set ``spec`` up and hold it just before the command runs; see :class:`Prepared`.
@@ -973,7 +980,7 @@ class Prepared:
         try:
             timed_out = not supervisor.wait_exit(start + timeout_s)
             if timed_out:
-                _signal_group(proc.pid, signal.SIGTERM)
+                box._terminate(proc, supervisor)
                 sent = signal.SIGTERM
                 if not supervisor.wait_exit(time.monotonic() + KILL_GRACE_S):
                     _signal_group(proc.pid, signal.SIGKILL)
@@ -1146,7 +1153,9 @@ class BubblewrapSandbox(_ProcessSandbox):
         args = [self.executable, "--unshare-all", "--unshare-user", "--cap-drop", "ALL"]
         if self._disable_userns:
             args.append("--disable-userns")
-        args += ["--die-with-parent", "--hostname", "sandbox", *_system_binds(), "--proc", "/proc"]
+        # --new-session: the command leads its own process group, so the deadline's SIGTERM can
+        # reach it without killing bwrap (see _terminate).
+        args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", *_system_binds(), "--proc", "/proc"]
         return tuple(args)
 
     def _tmpfs(self, path: str, size: int) -> list[str]:
@@ -1189,6 +1198,27 @@ class BubblewrapSandbox(_ProcessSandbox):
             args += ["--setenv", key, value]
         args += ["--", *spec.argv]
         return _Launch(args, {}, None, (status_fd, block_fd))
+
+    def _terminate(self, proc: subprocess.Popen[bytes], supervisor: _Supervisor) -> None:
+        """SIGTERM to the command's own process group, never to bwrap's monitor.
+
+        The monitor dies of SIGTERM, and with it, at once, the whole pid namespace: the command
+        would get no grace before SIGKILL. With ``--new-session`` the sandbox's pid-1 reaper and
+        the command it forks lead a session of their own (the reaper ignores signals from
+        outside its namespace). Until the reaper has forked the command there is nothing to
+        warn: then bwrap's group gets the SIGTERM, monitor included.
+        """
+        groups: set[int] = set()
+        reaper = supervisor.reaper_pid
+        if reaper is not None:
+            with contextlib.suppress(OSError, ValueError):
+                for child in Path(f"/proc/{reaper}/task/{reaper}/children").read_text().split():
+                    groups.add(os.getpgid(int(child)))
+        groups.discard(proc.pid)
+        for group in groups:
+            _signal_group(group, signal.SIGTERM)
+        if not groups:
+            _signal_group(proc.pid, signal.SIGTERM)
 
     def _failed_to_start(self, status: bytes, returncode: int) -> bool:
         # bwrap reports "exit-code" only for a command it managed to exec.
