@@ -8,6 +8,7 @@ verdict, and each must be graded fail while the reference still passes.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import platform
@@ -311,7 +312,9 @@ def writes(source: str) -> str:
 
 def run_agent(pack: Path, tmp_path: Path, command: str, task: str = "HumanEval_0") -> tuple[dict[str, Any], Path]:
     contract = tmp_path / "contract.json"
-    make_contract(pack, contract, task_ids=[task], command=command, run_id="oracle-run", max_attempts=1)
+    # One run per locked run_id: each run of a test locks its own.
+    run_id = "oracle-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]
+    make_contract(pack, contract, task_ids=[task], command=command, run_id=run_id, max_attempts=1)
     run_dir = tmp_path / "run"
     execute(contract, run_dir, RunOptions(progress=False, sandbox="bubblewrap"))
     events = read_chain(run_dir / "journal.jsonl").events

@@ -87,7 +87,7 @@ def test_exploit_planted_junit_report_with_early_exit_is_not_a_pass(tmp_path: Pa
     events, card = run_contract(contract, tmp_path / "run")
     grade = graded(events)
     assert grade["oracle"]["exit_code"] == 0, "the early exit fooled the exit status"
-    assert grade["junit"]["why"] == "no JUnit report written"
+    assert grade["junit"]["why"].startswith("no JUnit report written")
     assert grade["patch_applies_clean"] and grade["no_forbidden_path"]
     assert card["outcome"] == "fail"
 

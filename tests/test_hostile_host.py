@@ -8,6 +8,7 @@ is the agent's failure (with a reason), never a harness error, a crash or a hang
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -33,7 +34,9 @@ def sh(script: str) -> str:
 def run(sealed_pack: Path, tmp_path: Path, command: str, *, options: RunOptions | None = None,
         **kw: Any) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
     contract_file = tmp_path / "contract.json"
-    make_contract(sealed_pack, contract_file, task_ids=(TASK,), command=command, run_id="hostile", **kw)
+    # One run per locked run_id: each run of a test locks its own.
+    run_id = "hostile-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]
+    make_contract(sealed_pack, contract_file, task_ids=(TASK,), command=command, run_id=run_id, **kw)
     run_dir = tmp_path / "run"
     execute(contract_file, run_dir, options or RunOptions(progress=False))
     events = read_chain(run_dir / "journal.jsonl").events  # raises if the chain was broken

@@ -608,7 +608,6 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 detail["probe_passed"] = prior.last_result == "probe_pass"
         feedback = ""
         gap_from: float | None = None
-        feedback_for: int | None = None  # the failed attempt whose feedback the next prompt carries
         for attempt in range(attempts_used + 1, max_attempts + 1):
             if outcome is not None:
                 break
@@ -622,13 +621,6 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             attempts_used = attempt
             a0 = time.monotonic()
             try:
-                if gap_from is not None and budget.attempt_gap_s is not None:
-                    # First of all: the visible tests' run, the prompt file, .sealbench/ and the
-                    # sandbox all carry the time they were made, which would tell this attempt
-                    # when the previous one's grading ended.
-                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
-                if feedback_for is not None:
-                    feedback = _feedback(ctx, task, tw, feedback_for, deadline - time.monotonic())
                 if ready is None or ready.attempt != attempt:
                     ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
                 agent_facts = _run_agent(ctx, task, tw, ready, deadline)
@@ -689,7 +681,13 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             if ctx.probe or result != Outcome.FAIL.value:
                 outcome = _final_outcome(result)
                 break
-            feedback_for = attempt
+            if attempt < max_attempts:
+                if gap_from is not None and budget.attempt_gap_s is not None:
+                    # First of all: the visible tests' run, the prompt file, .sealbench/ and the
+                    # sandbox all carry the time they were made, which would tell the next
+                    # attempt when this one's grading ended.
+                    _wait_gap(ctx, gap_from, budget.attempt_gap_s, deadline)
+                feedback = _feedback(ctx, task, tw, attempt, deadline - time.monotonic())
         if outcome is None:
             outcome = Outcome.FAIL
     except JournalStopped:

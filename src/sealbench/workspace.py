@@ -161,6 +161,7 @@ class TaskWorkspace:
             HarnessError: copying or git failed.
         """
         remove_tree(self.root)
+        self._base_git_made = False  # removed with the root: made again on the next capture
         self.root.mkdir(parents=True)
         self.private.mkdir()
         try:
