@@ -715,18 +715,24 @@ def test_swebench_needs_a_clone(tmp_path: Path, swe_repo: tuple[Path, list[dict[
 # ---------------------------------------------------------------- full data sets (make test-slow)
 
 
+# Their references return what cannot cross to the function-level oracle: re.Match objects
+# (737, 787, 794), more than 16 million values (MBPP+ 255). pack validate names them.
+NOT_PLAIN = {"Mbpp_737", "Mbpp_787", "Mbpp_794"}
+
+
 @pytest.mark.slow
 @needs_shared
 @pytest.mark.parametrize(
-    ("kind", "source", "tasks"),
-    [("humaneval", SHARED_DATA / "humaneval" / "HumanEval.jsonl.gz", 163), ("humanevalplus", HUMANEVALPLUS, 163),
-     ("mbpp", MBPP, 974), ("mbpp", MBPP_SANITIZED, 427), ("mbppplus", MBPPPLUS, 378)],
+    ("kind", "source", "tasks", "not_plain"),
+    [("humaneval", SHARED_DATA / "humaneval" / "HumanEval.jsonl.gz", 163, set()),
+     ("humanevalplus", HUMANEVALPLUS, 163, set()), ("mbpp", MBPP, 974, set()),
+     ("mbpp", MBPP_SANITIZED, 427, NOT_PLAIN), ("mbppplus", MBPPPLUS, 378, NOT_PLAIN | {"Mbpp_255"})],
 )
 def test_every_full_data_set_imports_and_every_oracle_discriminates(
-    tmp_path: Path, kind: str, source: Path, tasks: int
+    tmp_path: Path, kind: str, source: Path, tasks: int, not_plain: set[str]
 ) -> None:
     pytest.importorskip("numpy", reason="the plus sets' tests import numpy")
     pack = import_pack(kind, source, tmp_path / "pack")
     assert len(pack.tasks) == tasks
     assert check_pack(pack.root).sealed_digest == pack.sealed_digest
-    assert_discriminates(load_pack(pack.root), tmp_path, sorted(pack.tasks))
+    assert_discriminates(load_pack(pack.root), tmp_path, sorted(set(pack.tasks) - not_plain))
