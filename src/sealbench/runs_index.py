@@ -175,7 +175,7 @@ def data_dir(override: Path | None = None) -> Path:
     if override is not None:
         return override
     if os.environ.get(ENV):
-        return Path(os.environ[ENV])
+        return Path(os.environ[ENV]).expanduser().absolute()
     xdg = os.environ.get("XDG_DATA_HOME", "")
     # The XDG spec ignores a relative XDG_DATA_HOME.
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
@@ -655,11 +655,12 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any
             if first is not None and (first.run_dir != record.run_dir or first.state != CLAIMED):
                 raise _refusal(run_id, first, store.db)
             _put_run(con, record)
-            store.append_log(RUN, run_id, record.run_dir, record.run_nonce, record.started_at)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        # Logged once committed: the log never names a run the index refused or lost.
+        store.append_log(RUN, run_id, record.run_dir, record.run_nonce, record.started_at)
 
     _write(data, op)
 
@@ -706,12 +707,12 @@ def continue_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, 
                 first = RunRecord(run_id=run_id, run_dir="", run_nonce=nonce, started_at=now(),
                                   state=STARTED, isolation=isolation_of([header]), **contract_facts(contract))
             _put_run(con, replace(first, run_dir=str(run_dir), state=STARTED, updated_at=now()))
-            if first.run_dir != str(run_dir) or first.state == MISSING:
-                store.append_log(RUN, run_id, str(run_dir), nonce, first.started_at)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        if first.run_dir != str(run_dir) or first.state == MISSING:
+            store.append_log(RUN, run_id, str(run_dir), nonce, first.started_at)
 
     _write(data, op)
 
