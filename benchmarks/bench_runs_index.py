@@ -1,8 +1,8 @@
 """What the runs index costs a run: recording it before its journal exists, marking its first
 event, and recording how it ended, in an index that is new and in one holding 1,000 runs;
 and `sealbench runs list` over those runs. Every write holds the index's lock; the record
-made before a run's journal exists is committed durably (SQLite's fsyncs and the log's),
-the other two are not fsynced (a rebuild recovers them from the run directory).
+made before a run's journal exists is fsynced once (its line in the index's log), SQLite is
+not fsynced (what a machine crash loses is found in the log and the run directories).
 Run: .venv/bin/python benchmarks/bench_runs_index.py [--runs N]
 """
 

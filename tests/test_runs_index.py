@@ -165,6 +165,16 @@ def test_corrupt_index_is_moved_aside_and_rebuilt_not_a_crash(
     assert code == 0 and "before" in out, err
 
 
+def test_an_index_that_lost_its_database_still_refuses_from_its_log(
+        cli: Cli, sealed_pack: Path, tmp_path: Path, runs_index_dir: Path) -> None:
+    # The database is not fsynced; its log is. A machine crash may lose the one, not the other.
+    c = contract(sealed_pack, tmp_path, "logged")
+    assert cli("run", c, "--out", tmp_path / "first", "--no-progress")[0] == 0
+    (runs_index_dir / INDEX).unlink()
+    code, _out, err = cli("run", c, "--out", tmp_path / "second", "--no-progress")
+    assert code == 3 and f"in {(tmp_path / 'first').resolve()}" in err, err
+
+
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="bwrap makes the data directory read-only")
 def test_read_only_data_dir_refuses_a_run_with_a_clear_message_and_still_lists(
         cli: Cli, sealed_pack: Path, tmp_path: Path, runs_index_dir: Path) -> None:

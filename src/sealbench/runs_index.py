@@ -10,8 +10,9 @@ one run_id are told apart wherever their files end up.
 The index is one SQLite file (stdlib sqlite3, imported only when the index is used) in the
 user's data directory: ``$SEALBENCH_DATA_DIR``, else ``$XDG_DATA_HOME/sealbench``, else
 ``~/.local/share/sealbench``. Beside it ``runs.log.jsonl`` lists every place the index has
-recorded (one JSON line each, appended) and ``runs.lock`` is held by every writer, so two
-runs starting at once are recorded one after the other. The run directories and bundles
+recorded (one JSON line each, appended and fsynced: the durable record, one fsync per run;
+the database itself is not fsynced) and ``runs.lock`` is held by every writer, so two runs
+starting at once are recorded one after the other. The run directories and bundles
 stay the source of truth: ``sealbench runs rebuild [DIRS...]`` recreates the index from
 them and from the places it knew; a corrupt index file is moved aside and rebuilt the same
 way, never a crash. A run whose directory is gone stays recorded as missing: deleting a run
@@ -175,7 +176,7 @@ def data_dir(override: Path | None = None) -> Path:
     if override is not None:
         return override
     if os.environ.get(ENV):
-        return Path(os.environ[ENV])
+        return Path(os.environ[ENV]).expanduser().absolute()
     xdg = os.environ.get("XDG_DATA_HOME", "")
     # The XDG spec ignores a relative XDG_DATA_HOME.
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
@@ -393,6 +394,10 @@ class _Store:
             con = sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
         else:
             con = sqlite3.connect(str(self.db), timeout=30, isolation_level=None)
+            # The log is the durable record (fsynced once per run); the database indexes it and the
+            # files. A process crash cannot damage it; what a machine crash loses or damages is
+            # found in the log (claim_run reads it) and rebuilt (Store.recover).
+            con.execute("PRAGMA synchronous = OFF")
         try:
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version == 0 and not readonly:
@@ -408,19 +413,14 @@ class _Store:
             raise
         return con
 
-    def use(self, op: Callable[[sqlite3.Connection], T], *, readonly: bool = False, durable: bool = True) -> T:
-        """Run ``op`` on the database; a corrupt file is moved aside, rebuilt, and ``op`` run again.
-
-        ``durable=False`` skips SQLite's fsyncs, for what a rebuild recovers from the files anyway.
-        """
+    def use(self, op: Callable[[sqlite3.Connection], T], *, readonly: bool = False) -> T:
+        """Run ``op`` on the database; a corrupt file is moved aside, rebuilt, and ``op`` run again."""
         import sqlite3
 
         for attempt in (1, 2):
             try:
                 con = self.connect(readonly=readonly)
                 try:
-                    if not durable:
-                        con.execute("PRAGMA synchronous = OFF")
                     return op(con)
                 finally:
                     con.close()
@@ -458,6 +458,25 @@ class _Store:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def logged_run(self, run_id: str) -> RunRecord | None:
+        """The first run of ``run_id`` the log records, for when the database lost it."""
+        needle = json.dumps(run_id)
+        try:
+            with self.log.open(encoding="utf-8", errors="replace") as f:
+                lines = [line for line in f if needle in line]
+        except FileNotFoundError:
+            return None
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("run_id") == run_id and entry.get("kind") == RUN:
+                    path = str(entry.get("path", ""))
+                    started = (Path(path) / "journal.jsonl").is_file()
+                    nonce = entry.get("run_nonce")
+                    return RunRecord(run_id, path, nonce if isinstance(nonce, str) else None,
+                                     str(entry.get("at", "")), STARTED if started else CLAIMED)
+        return None
 
     def logged(self) -> list[dict[str, Any]]:
         try:
@@ -602,9 +621,9 @@ def _writing(data: Path | None) -> Iterator[_Store]:
         os.close(fd)
 
 
-def _write(data: Path | None, op: Callable[[_Store, sqlite3.Connection], T], *, durable: bool = True) -> T:
+def _write(data: Path | None, op: Callable[[_Store, sqlite3.Connection], T]) -> T:
     with _writing(data) as store:
-        return store.use(lambda con: op(store, con), durable=durable)
+        return store.use(lambda con: op(store, con))
 
 
 # --------------------------------------------------------------------------- what the runner records
@@ -649,17 +668,18 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any
     def op(store: _Store, con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")
         try:
-            (first,) = _runs(con, run_id) or (None,)
+            (first,) = _runs(con, run_id) or (store.logged_run(run_id),)
             # Only a start that never wrote its first event may start again, in its own directory:
             # a run whose journal was deleted is still a run.
             if first is not None and (first.run_dir != record.run_dir or first.state != CLAIMED):
                 raise _refusal(run_id, first, store.db)
             _put_run(con, record)
-            store.append_log(RUN, run_id, record.run_dir, record.run_nonce, record.started_at)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        # Logged once committed: the log never names a run the index refused or lost.
+        store.append_log(RUN, run_id, record.run_dir, record.run_nonce, record.started_at)
 
     _write(data, op)
 
@@ -673,8 +693,7 @@ def journal_started(contract: ScoringContract, run_dir: Path, *, data: Path | No
                         (STARTED, now(), str(contract.run_id), str(run_dir), CLAIMED))
 
     try:
-        # Not fsynced: if a crash loses it, the run only looks like a start without a journal.
-        _write(data, op, durable=False)
+        _write(data, op)
     except RunsIndexError as e:
         print(f"sealbench: note: {e}", file=sys.stderr)
 
@@ -706,12 +725,12 @@ def continue_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, 
                 first = RunRecord(run_id=run_id, run_dir="", run_nonce=nonce, started_at=now(),
                                   state=STARTED, isolation=isolation_of([header]), **contract_facts(contract))
             _put_run(con, replace(first, run_dir=str(run_dir), state=STARTED, updated_at=now()))
-            if first.run_dir != str(run_dir) or first.state == MISSING:
-                store.append_log(RUN, run_id, str(run_dir), nonce, first.started_at)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        if first.run_dir != str(run_dir) or first.state == MISSING:
+            store.append_log(RUN, run_id, str(run_dir), nonce, first.started_at)
 
     _write(data, op)
 
@@ -728,7 +747,7 @@ def record_end(contract: ScoringContract, result: RunResult, *, data: Path | Non
                         "WHERE run_id = ? AND run_dir = ?", (state, rate, now(), run_id, run_dir))
 
     try:
-        _write(data, op, durable=False)  # what rebuild re-derives from the run directory
+        _write(data, op)
     except RunsIndexError as e:
         print(f"sealbench: note: {e}", file=sys.stderr)
 
