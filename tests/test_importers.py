@@ -81,7 +81,7 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
                           timeout=task.record.wall_clock_s, check=False)
     green = proc.returncode == 0
     if task.record.junit_xml:
-        green = green and bool(_junit_verdict(grade / task.record.junit_xml, task.record.required_tests)["ok"])
+        green = green and bool(_junit_verdict(grade, task.record.junit_xml, task.record.required_tests)["ok"])
     shutil.rmtree(grade.parent)
     return green, (proc.stdout + proc.stderr).decode("utf-8", "replace")[-2000:]
 
@@ -292,7 +292,7 @@ def test_a_report_planted_in_the_workspace_is_not_a_pass(tmp_path: Path) -> None
     proc = subprocess.run(task.record.oracle_cmd, cwd=grade, check=False,
                           env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
     assert proc.returncode == 0
-    assert not _junit_verdict(grade / JUNIT_FILE, task.record.required_tests)["ok"]
+    assert not _junit_verdict(grade, JUNIT_FILE, task.record.required_tests)["ok"]
 
 
 @needs_shared
