@@ -15,8 +15,9 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   spec's ``readonly_paths``, each at its host path. A fresh size-capped tmpfs on ``/tmp`` and
   ``/dev/shm``, bwrap's minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) made
   read-only, a private ``/proc`` showing only the sandbox's processes, no ``/sys``. ``HOME``
-  is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` is
-  the only writable host directory. Everything else of the host (``/root``, ``/home``,
+  is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` and
+  the spec's ``writable_paths`` (each at its host path) are the only writable host
+  directories. Everything else of the host (``/root``, ``/home``,
   ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
 * Network: an empty network namespace with only a loopback device, so the host's loopback
   services, its resolver and the outside world are unreachable.
@@ -185,6 +186,8 @@ class SandboxSpec:
     Captured output goes to ``stdout_path`` / ``stderr_path`` on the host (keep them outside
     the workdir, or the command can overwrite them); ``None`` keeps it in memory instead, in
     :attr:`SandboxResult.stdout` / :attr:`SandboxResult.stderr` (no file to create and remove).
+    ``readonly_paths`` are exposed read-only and ``writable_paths`` (existing directories, for
+    what the command must hand back outside its workdir) writable, each at its host path.
 
     Raises:
         ValueError: argv is empty, a path is relative, the timeout is not positive, or an
@@ -200,6 +203,7 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     readonly_paths: tuple[Path, ...] = ()
     network: bool = False
+    writable_paths: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
@@ -210,6 +214,9 @@ class SandboxSpec:
         for path in self.readonly_paths:
             if not Path(path).is_absolute():
                 raise ValueError(f"readonly path must be absolute: {path}")
+        for path in self.writable_paths:
+            if not Path(path).is_absolute():
+                raise ValueError(f"writable path must be absolute: {path}")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"timeout_s must be positive and finite: {self.timeout_s!r}")
         for key, value in self.env.items():
@@ -755,6 +762,12 @@ class _ProcessSandbox:
         for path in spec.readonly_paths:
             if not path.exists():
                 raise HarnessError(f"read-only path for the sandbox does not exist: {path}")
+        for path in spec.writable_paths:
+            where = os.path.normpath(path)
+            if not path.is_dir() or path.is_symlink():
+                raise HarnessError(f"writable path for the sandbox is not a directory: {path}")
+            if where == "/" or any(_within(where, d) or _within(d, where) for d in (*_SYSTEM_DIRS, *_KERNEL_DIRS)):
+                raise HarnessError(f"refusing a system directory as a writable sandbox path: {path}")
 
     def _launch(self, spec: SandboxSpec, status_fd: int | None, block_fd: int | None) -> _Launch:
         raise NotImplementedError
@@ -1177,6 +1190,8 @@ class BubblewrapSandbox(_ProcessSandbox):
         for path in (*_python_prefixes(), *(str(p) for p in spec.readonly_paths)):
             args += ["--ro-bind", path, path]
         args += ["--bind", workdir, workdir, *home_last]
+        for writable in spec.writable_paths:
+            args += ["--bind", str(writable), str(writable)]
         args += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]
@@ -1209,7 +1224,7 @@ class BubblewrapSandbox(_ProcessSandbox):
                 + ", ".join(_python_prefixes())
                 + "; /etc entries not world-readable masked; tmpfs /tmp and /dev/shm"
                 + ("" if self._sized_tmpfs else " (unsized)")
-                + "; workdir the only writable host path"
+                + "; workdir (and a spec's writable paths) the only writable host paths"
             ),
             "namespaces": "user, mount, pid, net, ipc, uts, cgroup; " + hardening,
         }
