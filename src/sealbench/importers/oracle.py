@@ -11,14 +11,18 @@ Exit status 0 is not enough evidence of a pass: code in the candidate module can
 left, and writes a one-test JUnit report as its very last statement; the task record names
 that report (``junit_xml``) and its test (``required_tests``), which the runner checks.
 
-Repository-style sets (Exercism, SWE-bench) run pytest with ``--junitxml``; their required
-tests are named as pytest's JUnit report names them (:func:`junit_test_name`).
+Repository-style sets (Exercism, SWE-bench) run the harness's own pytest
+(``sealbench-pytest``, :mod:`sealbench.pytest_oracle`), which writes the JUnit report outside
+the workspace; their required tests are named as pytest's JUnit report names them
+(:func:`junit_test_name`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from ..pytest_oracle import HARNESS_PYTEST
 
 ORACLE_FILE = "test_sealbench_oracle.py"
 JUNIT_FILE = "sealbench-oracle-junit.xml"
@@ -88,14 +92,16 @@ def script_required_test(classname: str, name: str) -> str:
     return f"{classname}::{name}"
 
 
-def pytest_oracle_cmd(targets: Sequence[str]) -> list[str]:
-    """argv running pytest on ``targets`` (files or node ids) with a JUnit report.
+def pytest_oracle_cmd(targets: Sequence[str], *, root_importable: bool = False) -> list[str]:
+    """oracle_cmd running the harness's pytest on ``targets`` (files or node ids).
 
-    ``--rootdir .`` makes node ids, and so JUnit names, relative to the workspace root, as the
-    source's test ids are.
+    The harness sets the rootdir to the grading copy, so node ids, and so JUnit names, are
+    relative to the workspace root, as the source's test ids are. ``root_importable`` puts
+    the workspace root on ``sys.path`` once pytest has started (``-o pythonpath=.``), for
+    repositories whose tests import the package from the root without installing it.
     """
-    return ["python", "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", ".", "-q",
-            f"--junitxml={JUNIT_FILE}", *targets]
+    options = ["-o", "pythonpath=."] if root_importable else []
+    return [HARNESS_PYTEST, "-q", *options, *targets]
 
 
 def junit_test_name(test_id: str) -> str:
