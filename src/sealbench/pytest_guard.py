@@ -497,14 +497,25 @@ class Guard:
                 out.append(name)
         return sorted(out)
 
+    @contextlib.contextmanager
+    def own_work(self) -> Iterator[None]:
+        """The guard's own file work: not watched (it would refuse itself)."""
+        before = getattr(self._busy, "on", False)
+        self._busy.on = True
+        try:
+            yield
+        finally:
+            self._busy.on = before
+
     def finish(self, status: int) -> None:
         """Kill leftovers, run the end checks and write the end record."""
         self.kill_leftovers()
         self.end_checks(status)
-        try:
-            self._check_record_file()
-        except OSError as e:
-            self.flag("guard_error", f"the record could not be repaired: {e}")
+        with self.own_work():
+            try:
+                self._check_record_file()
+            except OSError as e:
+                self.flag("guard_error", f"the record could not be repaired: {e}")
         self.write({
             "kind": "end",
             "status": status,

@@ -260,13 +260,17 @@ def _parse_record(data: bytes | None) -> _Record:
     return rec
 
 
-def read_verdict(private: Path, required: Sequence[str]) -> GuardedVerdict:
+def read_verdict(private: Path, required: Sequence[str], exit_code: int | None = 0) -> GuardedVerdict:
     """Read what a guarded run left in ``private``: the JUnit verdict, checked against the
-    guard's own account, and the flags (the guard's and those this check finds)."""
+    guard's own account, and the flags (the guard's and those this check finds).
+
+    A record that is cut short or out of order is a flag only when the process exited 0: a
+    timeout or a crash already fails, and is no sign of forging.
+    """
     report = read_private(private / pytest_guard.REPORT_NAME, REPORT_CAP)
     junit = junit_verdict(report, required)
     rec = _parse_record(read_private(private / pytest_guard.RECORD_NAME, RECORD_CAP))
-    flags = list(rec.flags)
+    flags = [f for f in rec.flags if exit_code == 0 or f[0] not in ("record_tampered", "session_cut_short")]
     end = rec.end
     if end is not None:
         recorded = end.get("report_sha256")
