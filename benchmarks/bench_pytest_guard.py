@@ -54,7 +54,7 @@ def grade_once(root: Path, guarded: bool, autoload: bool = True) -> float:
                            stdout_path=None, stderr_path=None, readonly_paths=oracle.readonly,
                            writable_paths=oracle.writable)
         res = box.run(spec)
-        verdict = pytest_oracle.read_verdict(oracle.private, [], res.exit_code)
+        verdict = pytest_oracle.read_verdict(oracle, [], res.exit_code)
         ok = res.exit_code == 0 and verdict.junit["ok"] and not verdict.flags
     else:
         env = ENV if autoload else {**ENV, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

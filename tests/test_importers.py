@@ -90,7 +90,7 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
                           timeout=task.record.wall_clock_s, check=False)
     green = proc.returncode == 0
     if guarded is not None:
-        verdict = pytest_oracle.read_verdict(guarded.private, task.record.required_tests, proc.returncode)
+        verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, proc.returncode)
         green = green and bool(verdict.junit["ok"]) and not verdict.flags
     elif task.record.junit_xml:
         green = green and bool(_junit_verdict(grade / task.record.junit_xml, task.record.required_tests)["ok"])

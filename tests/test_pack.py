@@ -55,6 +55,7 @@ def edit_record(pack: Path, change: Callable[[dict[str, Any]], None], task: str 
         (lambda r: r.update(oracle_cmd=["sealbench-pytest", "--rootdir=src", "t.py"]),
          "oracle_cmd: '--rootdir=src': the harness owns"),
         (lambda r: r.update(oracle_cmd=["sealbench-pytest", "--junitxml=out.xml", "t.py"]), "the harness owns"),
+        (lambda r: r.update(visible_test_cmd=["sealbench-pytest", "tests"]), "visible_test_cmd: sealbench-pytest is for"),
         (lambda r: r.update(junit_xml="../out.xml", oracle_cmd=["python", "check.py"]), "junit_xml: must be a relative path"),
     ],
 )

@@ -328,6 +328,20 @@ GC_FORGER = WRONG + textwrap.dedent("""\
 """)
 
 
+FORCE_PASS_BY_CLASS = textwrap.dedent("""\
+    from _pytest import reports
+
+    _original = reports.TestReport.from_item_and_call.__func__
+
+    def _forced(cls, item, call):
+        report = _original(cls, item, call)
+        report.outcome, report.longrepr = "passed", None
+        return report
+
+    reports.TestReport.from_item_and_call = classmethod(_forced)
+""")
+
+
 def test_code_under_test_patching_pytest_reporting_via_gc_is_flagged_and_not_counted(tmp_path: Path) -> None:
     graded, card, _ = run(tmp_path, {"window.py": GC_FORGER}, name="gc")
     # The forgery works: pytest exits 0 and its report says every test passed ...
@@ -343,19 +357,7 @@ def test_code_under_test_patching_pytest_reporting_via_gc_is_flagged_and_not_cou
 
 
 def test_code_under_test_patching_pytest_classes_is_flagged_and_not_counted(tmp_path: Path) -> None:
-    forger = WRONG + textwrap.dedent("""\
-        from _pytest import reports
-
-        _original = reports.TestReport.from_item_and_call.__func__
-
-        def _forced(cls, item, call):
-            report = _original(cls, item, call)
-            report.outcome, report.longrepr = "passed", None
-            return report
-
-        reports.TestReport.from_item_and_call = classmethod(_forced)
-    """)
-    graded, card, _ = run(tmp_path, {"window.py": forger}, name="patch")
+    graded, card, _ = run(tmp_path, {"window.py": WRONG + FORCE_PASS_BY_CLASS}, name="patch")
     assert graded["tests_green"] is True and "runner_patched" in flags(graded)
     assert card["outcome"] == "fail"
 
@@ -365,6 +367,57 @@ def test_code_under_test_setting_a_trace_function_is_flagged_and_not_counted(tmp
     graded, card, _ = run(tmp_path, {"window.py": tracer}, name="trace")
     assert graded["tests_green"] is True and flags(graded) == ["trace_function"]
     assert card["outcome"] == "fail" and card["forging_flags"]["flags"] == ["trace_function"]
+
+
+def test_forged_record_written_through_the_inherited_descriptor_does_not_authenticate(tmp_path: Path) -> None:
+    # A forger that knows the harness: reporting patched to pass, then, right after pytest
+    # writes its (passing) report, a clean end record appended to the guard's own record
+    # through its descriptor and the process ended before the guard can end the session.
+    forger = WRONG + FORCE_PASS_BY_CLASS + textwrap.dedent("""\
+        import json, os, posix
+        from _pytest import terminal
+
+        # Called by pytest's terminal reporter right after the JUnit report is written.
+        def _then_forge(self):
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    target = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    continue
+                if target.endswith("sealbench-record.jsonl"):
+                    end = {"kind": "end", "status": 0, "flags": [], "tests": {}, "ignored": []}
+                    os.write(int(fd), (json.dumps(end, sort_keys=True) + "\\n").encode())
+                    os.write(int(fd), (json.dumps({"kind": "mac", "mac": "0" * 64}) + "\\n").encode())
+            posix._exit(0)
+
+        terminal.TerminalReporter.summary_stats = _then_forge
+    """)
+    graded, card, _ = run(tmp_path, {"window.py": forger}, name="forged-record")
+    assert graded["oracle"]["exit_code"] == 0 and graded["junit"]["ok"] is True  # the forgery "worked"
+    assert {"record_tampered", "session_cut_short"} <= set(flags(graded))
+    assert card["outcome"] == "fail"
+
+
+def test_silencing_the_guards_wrappers_is_flagged(tmp_path: Path) -> None:
+    forger = WRONG + FORCE_PASS_BY_CLASS + textwrap.dedent("""\
+        import atexit, os
+
+        for fn in (os._exit, atexit.register):
+            for cell in fn.__closure__ or ():
+                if callable(cell.cell_contents) and getattr(cell.cell_contents, "__name__", "") == "audit":
+                    cell.cell_contents = lambda *args: None
+        atexit.register(print)
+    """)
+    graded, card, _ = run(tmp_path, {"window.py": forger}, name="silenced")
+    assert graded["tests_green"] is True and "runner_patched" in flags(graded)
+    assert any("closure" in d for d in graded["forging_detail"])
+    assert card["outcome"] == "fail"
+
+
+def test_messages_forged_to_the_watch_are_flagged(tmp_path: Path) -> None:
+    forger = RIGHT + "import sys\nsys.audit('sealbench.test', 'x::y', 'x::y', 'passed')\n"
+    graded, card, _ = run(tmp_path, {"window.py": forger}, name="fake-message")
+    assert flags(graded) == ["runner_hook"] and card["outcome"] == "fail"
 
 
 def test_code_under_test_that_hangs_times_out_without_a_flag(tmp_path: Path) -> None:
@@ -429,70 +482,97 @@ def test_hidden_tests_own_skip_mark_raises_no_flag(tmp_path: Path) -> None:
 # --- the verdict's channel ----------------------------------------------------------------
 
 
-def write_run(private: Path, record: list[dict[str, Any]] | bytes, report: bytes | None) -> None:
+KEY = bytes(range(32))
+
+
+def oracle(private: Path, key: bytes = KEY) -> pytest_oracle.GuardedOracle:
+    return pytest_oracle.GuardedOracle(argv=("x",), env={}, readonly=(), writable=(), private=private, key=key)
+
+
+def lines(*entries: dict[str, Any]) -> bytes:
+    return b"".join((json.dumps(e, sort_keys=True) + "\n").encode() for e in entries)
+
+
+def sealed(body: bytes, key: bytes = KEY) -> bytes:
+    """``body`` and the last line the guard writes: its authentication."""
+    import hashlib
+
+    mac = pytest_guard.record_mac(key, hashlib.sha256(body).digest())
+    return body + lines({"kind": "mac", "mac": mac})
+
+
+def write_run(private: Path, record: bytes | None, report: bytes | None) -> None:
     private.mkdir()
     if report is not None:
         (private / pytest_guard.REPORT_NAME).write_bytes(report)
-    data = record if isinstance(record, bytes) else b"".join(
-        (json.dumps(e) + "\n").encode() for e in record)
-    (private / pytest_guard.RECORD_NAME).write_bytes(data)
+    if record is not None:
+        (private / pytest_guard.RECORD_NAME).write_bytes(record)
 
 
-def end_record(report: bytes, offset: int, **extra: Any) -> dict[str, Any]:
+def end(report: bytes, **extra: Any) -> dict[str, Any]:
     from sealbench.digest import sha256_bytes
 
-    return {"kind": "end", "status": 0, "offset": offset, "flags": [], "report_sha256": sha256_bytes(report),
+    return {"kind": "end", "status": 0, "flags": [], "report_sha256": sha256_bytes(report),
             "tests": {"m::t": "passed"}, **extra}
 
 
 REPORT = b'<testsuite><testcase classname="m" name="t"/></testsuite>'
 START = {"kind": "start", "guard_version": 1}
-START_LEN = len(json.dumps(START)) + 1
+GC_FLAG = {"kind": "flag", "flag": "gc_walk", "detail": "gc.get_objects from x.py"}
 
 
-@pytest.mark.parametrize(("record", "report", "expected"), [
-    ([START, end_record(REPORT, START_LEN)], REPORT, []),
-    ([START], REPORT, ["session_cut_short"]),
-    (b"", REPORT, ["record_tampered", "session_cut_short"]),
-    (None, REPORT, ["record_tampered"]),
-    ([end_record(REPORT, 0)], REPORT, ["record_tampered"]),
-    ([START, end_record(REPORT, START_LEN), end_record(REPORT, START_LEN)], REPORT, ["record_tampered"]),
-    ([START, {"kind": "flag", "flag": "made_up", "detail": "x"}, end_record(REPORT, 0)], REPORT,
-     ["record_tampered"]),
-    ([START, end_record(b"<testsuite/>", START_LEN)], REPORT, ["report_write"]),
-    ([START, end_record(REPORT, START_LEN, tests={"m::t": "failed"})], REPORT, ["report_mismatch"]),
-    ([START, end_record(REPORT, START_LEN, flags=[["gc_walk", "gc.get_objects from x.py"]])], REPORT, ["gc_walk"]),
+@pytest.mark.parametrize(("record", "expected"), [
+    (sealed(lines(START, end(REPORT))), []),
+    (sealed(lines(START, GC_FLAG, end(REPORT, flags=[["gc_walk", "gc.get_objects from x.py"]]))), ["gc_walk"]),
+    (lines(START, end(REPORT)), ["record_tampered", "session_cut_short"]),  # no authentication
+    (sealed(lines(START, end(REPORT)), key=b"k" * 32), ["record_tampered", "session_cut_short"]),
+    (sealed(lines(START, GC_FLAG, end(REPORT, flags=[["gc_walk", "x"]])))
+     .replace(json.dumps(GC_FLAG, sort_keys=True).encode(), b" " * len(json.dumps(GC_FLAG, sort_keys=True))),
+     ["gc_walk", "record_tampered", "session_cut_short"]),  # a flag blanked out: the end still has it
+    (sealed(lines(START)), ["session_cut_short"]),
+    (sealed(lines(START)) + lines(end(REPORT)), ["record_tampered", "session_cut_short"]),  # a forged end
+    (lines(START, GC_FLAG), ["gc_walk", "record_tampered", "session_cut_short"]),
+    (b"", ["record_tampered", "session_cut_short"]),
+    (None, ["record_tampered"]),
+    (sealed(lines(START, end(b"<testsuite/>"))), ["report_write"]),
+    (sealed(lines(START, end(REPORT, tests={"m::t": "failed"}))), ["report_mismatch"]),
 ])
 def test_a_changed_or_cut_record_or_report_is_a_flag_never_an_error(
-        tmp_path: Path, record: Any, report: bytes, expected: list[str]) -> None:
+        tmp_path: Path, record: bytes | None, expected: list[str]) -> None:
     private = tmp_path / "private"
-    write_run(private, record if record is not None else b"", report)
-    if record is None:
-        (private / pytest_guard.RECORD_NAME).unlink()
-        (private / pytest_guard.RECORD_NAME).symlink_to("/etc/hostname")
-    verdict = pytest_oracle.read_verdict(private, ["m::t"])
-    assert verdict.flags == expected
+    write_run(private, record, REPORT)
+    verdict = pytest_oracle.read_verdict(oracle(private), ["m::t"])
+    assert sorted(verdict.flags) == expected
     assert verdict.junit["ok"] is True
 
 
+def test_a_record_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    write_run(private, None, REPORT)
+    (tmp_path / "elsewhere.jsonl").write_bytes(sealed(lines(START, end(REPORT))))
+    (private / pytest_guard.RECORD_NAME).symlink_to(tmp_path / "elsewhere.jsonl")
+    assert "record_tampered" in pytest_oracle.read_verdict(oracle(private), []).flags
+
+
 def test_a_cut_record_of_a_failed_process_is_no_flag(tmp_path: Path) -> None:
-    write_run(tmp_path / "private", [START], None)
-    assert pytest_oracle.read_verdict(tmp_path / "private", [], exit_code=1).flags == []
-    assert pytest_oracle.read_verdict(tmp_path / "private", [], exit_code=None).flags == []
-    assert pytest_oracle.read_verdict(tmp_path / "private", [], exit_code=0).flags == ["session_cut_short"]
+    write_run(tmp_path / "private", lines(START), None)
+    assert pytest_oracle.read_verdict(oracle(tmp_path / "private"), [], exit_code=1).flags == []
+    assert pytest_oracle.read_verdict(oracle(tmp_path / "private"), [], exit_code=None).flags == []
+    assert pytest_oracle.read_verdict(oracle(tmp_path / "private"), [], exit_code=0).flags == [
+        "record_tampered", "session_cut_short"]
 
 
 def test_a_report_replaced_by_a_link_or_a_fifo_is_not_followed(tmp_path: Path) -> None:
     import os
 
     private = tmp_path / "private"
-    write_run(private, [START], None)
+    write_run(private, lines(START), None)
     (private / pytest_guard.REPORT_NAME).symlink_to(tmp_path / "elsewhere.xml")
     (tmp_path / "elsewhere.xml").write_bytes(REPORT)
-    assert pytest_oracle.read_verdict(private, []).junit["why"] == "no JUnit report written"
+    assert pytest_oracle.read_verdict(oracle(private), []).junit["why"] == "no JUnit report written"
     (private / pytest_guard.REPORT_NAME).unlink()
     os.mkfifo(private / pytest_guard.REPORT_NAME)
-    assert pytest_oracle.read_verdict(private, []).junit["why"] == "no JUnit report written"
+    assert pytest_oracle.read_verdict(oracle(private), []).junit["why"] == "no JUnit report written"
 
 
 # --- old packs, contracts, forbidden paths --------------------------------------------------

@@ -121,8 +121,7 @@ def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = Non
         raise PackError(
             f"{task_json}: task_id: {record.task_id!r} differs from its folder {task_dir.name!r}"
         )
-    guarded = is_guarded(record.oracle_cmd)
-    if guarded:
+    if is_guarded(record.oracle_cmd):
         problem = owned_option_problem(record.oracle_cmd)
         if problem is not None:
             raise PackError(f"{task_json}: oracle_cmd: {problem}")
@@ -131,6 +130,9 @@ def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = Non
                             "(the harness writes its JUnit report outside the workspace)")
     elif record.required_tests and not record.junit_xml:
         raise PackError(f"{task_json}: required_tests: needs junit_xml (or a {HARNESS_PYTEST} oracle) to be checked")
+    if record.visible_test_cmd and is_guarded(record.visible_test_cmd):
+        raise PackError(f"{task_json}: visible_test_cmd: {HARNESS_PYTEST} is for oracles; the visible tests are "
+                        "the agent's own (use python -m pytest ...)")
     if record.junit_xml is not None and (
         record.junit_xml.startswith("/") or ".." in Path(record.junit_xml).parts
     ):

@@ -11,24 +11,31 @@ this one file). The order of what it does is the defence:
    ``-s`` keeps the user site off it: the workspace's ``pytest.py``, ``_pytest/``,
    ``sitecustomize.py``, ``usercustomize.py``, ``*.pth`` and entry points are never seen.
 2. Before pytest is imported (from the interpreter's site-packages): the harness's
-   configuration is read from the private directory, the record is opened and its start
-   written, an audit hook is installed, and ``os._exit``, ``sys.exit`` and ``atexit.register``
-   are wrapped.
+   configuration is read from the private directory and deleted (it holds the key that
+   authenticates the record), the record is opened, the watch is installed (an audit hook,
+   and wrappers of ``os._exit``, ``sys.exit``, ``atexit.register``, ``threading.settrace``
+   and the skip/xfail/exit exceptions).
 3. pytest runs with the harness's own ini file (``-c``: the workspace's pytest.ini, tox.ini,
-   setup.cfg and pyproject.toml are not read), plugin autoload off (the runner sets
-   ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), no cache, the JUnit report written into the private
-   directory, and this module's plugin. A ``conftest.py`` is imported only when it is the
-   pack's own, unchanged by the patch; any other is ignored and the record says so.
+   setup.cfg and pyproject.toml are not read), plugin autoload off, no cache, the JUnit
+   report written into the private directory, and this module's plugin. A ``conftest.py``
+   is imported only when it is the pack's own, unchanged by the patch; any other is ignored
+   and the record says so.
 4. At the end: processes the tests left are killed, the end checks run, the end record is
-   written, and the process leaves with ``os._exit`` and pytest's status, so no exit hook
-   or finaliser of the code under test runs after the verdict.
+   written and authenticated, and the process leaves with ``os._exit`` and pytest's status,
+   so no exit hook or finaliser of the code under test runs after the verdict.
 
-The code under test runs in this process (the tests import it), so it can reach everything
-here: forging from inside is not prevented. The known means are detected and written to the
-record the moment they are seen; the end record repeats every flag, the report's digest and
-each test's outcome as the harness saw it, so that the runner can tell a report or record
-changed behind the harness's back (:data:`FLAGS` names them all; the runner adds the ones it
-finds itself). A forged record line is at worst a flag the candidate raised against itself.
+The code under test runs in this process (the tests import it), so it can reach almost
+everything here: forging from inside is not prevented, the known means are flagged
+(:data:`FLAGS`). The watch is built so that silencing it is itself one of them: its state
+is held only by the audit hook and the closure that ends the session (neither reachable
+from any module, class or object the tests can name); the plugin and the wrappers talk to it
+with ``sys.audit("sealbench...")`` messages it accepts only from their own code; every flag
+is written to the record the moment it is raised; the end record carries every flag, the
+report's digest and each test's outcome as the harness saw it; and a last line
+authenticates the whole record with a key only the runner and the watch hold. Changing the
+harness's own objects (this module's globals, the watch's class, the wrappers, the plugin)
+is found at the end and flagged. A record line the tests forge is at worst a flag raised
+against themselves; a record cut short or edited no longer authenticates.
 
 "Code under test" here is every frame whose file is not the pack's own (the hidden tests and
 the workspace files the patch left unchanged) and not the interpreter's or pytest's: files
@@ -40,6 +47,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import hmac
 import importlib.machinery
 import json
 import os
@@ -51,7 +59,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NamedTuple, NoReturn
 
 GUARD_VERSION: Final = 1
 CONFIG_NAME: Final = "sealbench-guard.json"
@@ -68,35 +76,41 @@ FLAGS: Final[dict[str, str]] = {
     "gc_walk": "objects reached through the garbage collector by code under test "
                "(gc.get_objects, gc.get_referrers, gc.get_referents)",
     "guard_error": "the harness's watch itself failed (a bug, or something broke it)",
+    "memory_access": "raw memory or native code reached by code under test (ctypes, /proc/self/mem)",
     "module_shadowed": "a module of the standard library, pytest or an installed package loaded from "
                        "code under test (a workspace unittest.py, numpy/ ...)",
     "outcome_from_code_under_test": "a skip, xfail or exit raised from code under test",
-    "record_tampered": "the harness's record is missing, out of order, or has lines the harness did not write",
+    "record_tampered": "the harness's record is missing, cut, edited, or not authenticated",
     "report_mismatch": "the JUnit report disagrees with the outcomes the harness saw",
     "report_write": "a write to the harness's private files other than pytest's own JUnit writer, "
                     "or the report changed after pytest wrote it",
     "runner_hook": "a pytest plugin or hook registered from code under test",
     "runner_patched": "an object of pytest, pluggy, the harness or the standard modules they use "
                       "changed during the session, or a function's code replaced",
-    "session_cut_short": "the test process ended before the harness's end of session "
-                         "(os._exit, a signal or a crash)",
+    "session_cut_short": "the test process exited 0 before the harness's end of session",
     "tests_not_run": "the session ended with status 0 while collected tests had not run",
     "trace_function": "a trace or profile function set (sys.settrace, sys.setprofile, threading.settrace)",
 }
 """Every forging flag, with what raises it. The runner raises record_tampered,
-report_mismatch, session_cut_short and report_write (a changed report) itself."""
+report_mismatch, session_cut_short and report_write (a changed report) itself too."""
 
 _MAX_RECORD_LINES: Final = 500
 _DETAIL_CHARS: Final = 300
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_MESSAGE: Final = "sealbench."
 # Modules whose objects a forger patches to change a verdict; compared at the end of the session.
 _WATCHED_PREFIXES: Final = ("pytest", "_pytest", "pluggy", "iniconfig", "xml.etree")
-_WATCHED_MODULES: Final = ("builtins", "os", "posix", "io", "atexit", "gc", "json", "unittest.case")
-# Set by pytest itself while a test runs and put back after it.
-_MUTABLE_BY_PYTEST: Final = frozenset({
+_WATCHED_MODULES: Final = ("builtins", "os", "posix", "io", "atexit", "gc", "json", "hmac", "hashlib",
+                           "threading", "unittest.case")
+# Set by pytest itself while a test runs and put back after it, or by the threading machinery.
+_MUTABLE: Final = frozenset({
     ("_pytest.assertion.util", "_reprcompare"),
     ("_pytest.assertion.util", "_assertion_pass"),
     ("_pytest.assertion.util", "_config"),
+    ("threading", "_counter"),
+    ("threading", "_main_thread"),
+    ("threading", "_dangling"),
+    ("threading", "_shutdown_locks_lock"),
 })
 _FRAME_ATTRS: Final = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _PATH_EVENTS: Final = {
@@ -104,8 +118,17 @@ _PATH_EVENTS: Final = {
     "os.utime": (0,), "os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,), "os.mkdir": (0,),
     "shutil.rmtree": (0,), "shutil.move": (0, 1), "shutil.copyfile": (1,),
 }
+_MEMORY_EVENTS: Final = frozenset({"ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata", "ctypes.string_at",
+                                   "ctypes.wstring_at", "ctypes.PyObj_FromPtr", "ctypes.addressof",
+                                   "ctypes.dlopen"})
 
 LIBRARY, OWNED, CANDIDATE = "library", "owned", "candidate"
+
+
+def record_mac(key: bytes, record_prefix_sha256: bytes) -> str:
+    """The record's last line: HMAC-SHA256 under the run's key of the sha256 of every byte
+    before it. The runner recomputes it from the file; the tests never hold the key."""
+    return hmac.new(key, record_prefix_sha256, hashlib.sha256).hexdigest()
 
 
 def _norm(path: str) -> str:
@@ -116,16 +139,139 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-class Guard:
-    """The watch over one pytest session: classification of code, the record, the checks."""
+def _file_sha256(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+    return "sha256:" + digest.hexdigest()
 
-    def __init__(self, private: str, config: dict[str, Any], record_fd: int) -> None:
+
+def _is_outcome_helper(frame: types.FrameType) -> bool:
+    """pytest.skip() and friends, TestCase.skipTest: the one who called them decided."""
+    name = frame.f_code.co_filename
+    return name.endswith("/_pytest/outcomes.py") or (
+        name.endswith("/unittest/case.py") and frame.f_code.co_name == "skipTest")
+
+
+def _processes() -> Iterator[tuple[int, int]]:
+    """(pid, parent pid) of every live process /proc shows (zombies are already dead)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
+            yield int(entry), int(fields[1])
+
+
+def _other_processes(me: int) -> list[int]:
+    """Processes the tests left: in the sandbox's own pid namespace (our parent is its pid 1)
+    every one but pid 1 and us; outside one, only our descendants."""
+    table = dict(_processes())
+    if os.getppid() == 1:
+        return [pid for pid in table if pid not in (1, me)]
+    children: dict[int, list[int]] = {}
+    for pid, parent in table.items():
+        children.setdefault(parent, []).append(pid)
+    out: list[int] = []
+    todo = list(children.get(me, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _cells(fn: object) -> tuple[object, ...]:
+    """What a function's closure holds (an empty cell as a marker)."""
+    out = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:
+            out.append(_MISSING)
+    return tuple(out)
+
+
+def _members(obj: object) -> dict[str, object]:
+    """What a forger would replace in a module or class: its attributes, the code and
+    defaults of its functions, the members of the classes it defines."""
+    out: dict[str, object] = {}
+    name = getattr(obj, "__name__", "")
+    for attr, value in list(vars(obj).items()):
+        out[attr] = value
+        if isinstance(value, types.FunctionType):
+            out[f"{attr}.__code__"] = value.__code__
+            out[f"{attr}.__defaults__"] = value.__defaults__
+            out[f"{attr}.__closure__"] = _cells(value)
+        elif isinstance(obj, types.ModuleType) and isinstance(value, type) and value.__module__ == name:
+            for key, member in list(vars(value).items()):
+                out[f"{attr}.{key}"] = member
+                if isinstance(member, types.FunctionType):
+                    out[f"{attr}.{key}.__code__"] = member.__code__
+    return out
+
+
+def _changed(before: dict[str, object], after: dict[str, object], module: str) -> list[str]:
+    out = []
+    for key in before.keys() | after.keys():
+        if (module, key) in _MUTABLE:
+            continue
+        if key not in before and key.rsplit(".", 1)[-1].startswith("_pytest"):
+            continue  # pytest's own markers on its classes (warnings shown once)
+        if not _same(before.get(key, _MISSING), after.get(key, _MISSING)):
+            out.append(f"{module}.{key}")
+    return out
+
+
+def _same(a: object, b: object) -> bool:
+    """The same object; for a closure's contents (a tuple made afresh), the same objects."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return a is b
+
+
+_MISSING: Final = object()
+
+
+def _trusted_codes(*functions: object) -> set[types.CodeType]:
+    """The code objects of ``functions`` and of every function nested in them."""
+    out: set[types.CodeType] = set()
+    todo = [getattr(getattr(f, "__func__", f), "__code__", None) for f in functions]
+    while todo:
+        code = todo.pop()
+        if isinstance(code, types.CodeType) and code not in out:
+            out.add(code)
+            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return out
+
+
+class _Watch:
+    """Classification of code and the handling of audit events and messages.
+
+    Its instance is held only by the audit hook and the closure that ends the session.
+    ``flag`` and ``write`` are the record's, given by :func:`_install`.
+    """
+
+    def __init__(self, private: str, config: dict[str, Any], flag: Callable[[str, str], None],
+                 write: Callable[[dict[str, Any]], None]) -> None:
         self.private = _norm(private)
         self.rootdir = _norm(os.getcwd())
         self.report = os.path.join(self.private, REPORT_NAME)
-        self.record_path = os.path.join(self.private, RECORD_NAME)
-        self.record_fd = record_fd
         self.pid = os.getpid()
+        self.flag = flag
+        self.write = write
         self.owned = {_norm(os.path.join(self.rootdir, rel)) for rel in config.get("owned", [])}
         self.protected_names = frozenset({REPORT_NAME, RECORD_NAME, CONFIG_NAME, INI_NAME})
         roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -135,49 +281,30 @@ class Guard:
         # The interpreter's own path, before pytest puts any test directory on it.
         self.library_path = [p for p in sys.path if p and os.path.isabs(p)]
         self.guard_file = _norm(os.path.abspath(__file__))
-        self.flags: list[tuple[str, str]] = []
-        self._seen: set[tuple[str, str]] = set()
-        self._lines = 0
-        self._bytes = 0
-        self._busy = threading.local()
-        self._lock = threading.RLock()
+        import inspect
+        import traceback
+
+        self.helpers = frozenset(_norm(m.__file__ or "") for m in (inspect, traceback))
+        self.threading_file = _norm(threading.__file__ or "")
+        self.ctypes_dir = _norm(os.path.join(os.path.dirname(os.__file__), "ctypes"))
+        self.trusted: set[types.CodeType] = set()  # the wrappers' code, then the plugin's
+        self.plugin: object | None = None
+        self.manager: Any = None
+        self.conftest_filter: object = None
+        self.junitxml_code: types.CodeType | None = None
         self.report_window = False
+        self.report_writes = 0
         self.report_sha256: str | None = None
-        self.junitxml_file: str | None = None
         self.ignored: list[str] = []
         self.collected: list[str] = []
         self.outcomes: dict[str, str] = {}
         self.junit_names: dict[str, str] = {}
-        self.armed = False
-        self.snapshot: dict[str, tuple[types.ModuleType, dict[str, Any]]] = {}
+        self.plugins_at_start: set[int] = set()
+        self.snapshot: dict[str, tuple[types.ModuleType, dict[str, object]]] = {}
         self.processes_killed = 0
-        self.helpers: frozenset[str] = frozenset()
-        self.threading_file = ""
-        self.real_exit: Callable[[int], NoReturn] = os._exit
+        self.trace_seen = False
 
-    # --- the record ------------------------------------------------------------------
-
-    def write(self, entry: dict[str, Any]) -> None:
-        """Append one JSON line to the record, at once (no buffer an exit could lose)."""
-        data = (json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
-        with self._lock:
-            self._bytes += os.write(self.record_fd, data)
-            self._lines += 1
-
-    def flag(self, name: str, detail: str) -> None:
-        """Raise ``name`` once per distinct detail; written before anything else happens."""
-        assert name in FLAGS, name
-        detail = detail[:_DETAIL_CHARS]
-        key = (name, detail)
-        with self._lock:
-            if key in self._seen or os.getpid() != self.pid:
-                return
-            self._seen.add(key)
-            self.flags.append(key)
-            if self._lines < _MAX_RECORD_LINES:
-                self.write({"kind": "flag", "flag": name, "detail": detail})
-
-    # --- who is calling ----------------------------------------------------------------
+    # --- who is calling -----------------------------------------------------------------
 
     def classify_file(self, filename: str, module_globals: dict[str, Any] | None = None) -> str:
         """library, owned (the pack's files the patch left alone) or candidate."""
@@ -202,16 +329,15 @@ class Guard:
             return LIBRARY
         return self.classify_file(frame.f_code.co_filename, frame.f_globals)
 
-    def effective(self, frame: types.FrameType | None, helpers: Callable[[types.FrameType], bool]) -> types.FrameType | None:
-        """The first frame from ``frame`` outwards that is not one of the ``helpers``."""
-        while frame is not None and helpers(frame):
+    def candidate(self, frame: types.FrameType | None) -> bool:
+        return self.classify(frame) == CANDIDATE
+
+    @staticmethod
+    def effective(frame: types.FrameType | None, helper: Callable[[types.FrameType], bool]) -> types.FrameType | None:
+        """The first frame from ``frame`` outwards that is not a ``helper``."""
+        while frame is not None and helper(frame):
             frame = frame.f_back
         return frame
-
-    def is_frame_helper(self, frame: types.FrameType) -> bool:
-        """Standard helpers that hand out frames: the caller behind them is the one asking."""
-        name = frame.f_code.co_filename
-        return name in self.helpers or "/_pytest/_code/" in name
 
     @staticmethod
     def where(frame: types.FrameType | None) -> str:
@@ -219,59 +345,52 @@ class Guard:
             return "an unknown caller"
         return f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
 
-    def caller_is_candidate(self, frame: types.FrameType | None) -> bool:
-        return self.classify(frame) == CANDIDATE
+    # --- audit events -------------------------------------------------------------------
 
-    # --- the audit hook ------------------------------------------------------------------
-
-    def audit(self, event: str, args: tuple[Any, ...]) -> None:
-        """Called for every audit event of the process; must be fast and never recurse."""
-        if getattr(self._busy, "on", False):
-            return
-        handler = _HANDLERS.get(event)
-        if handler is None:
-            return
-        self._busy.on = True
-        try:
-            # The frame that made the audited call (C functions have no frame of their own).
-            handler(self, event, args, sys._getframe(1))
-        except PermissionError:
-            raise
-        except Exception as e:  # a bug here must be seen, never crash the tests silently
-            self.flag("guard_error", f"{event}: {type(e).__name__}: {e}")
-        finally:
-            self._busy.on = False
+    def handle(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
+        if event.startswith(_MESSAGE):
+            self.on_message(event, args, caller)
+        elif event in ("sys._getframe", "sys._current_frames", "object.__getattr__"):
+            self.on_frames(event, args, caller)
+        elif event.startswith("gc.get_"):
+            if self.candidate(caller):
+                self.flag("gc_walk", f"{event} from {self.where(caller)}")
+        elif event in ("sys.settrace", "sys.setprofile", "sys.monitoring.register_callback"):
+            self.on_trace(event, caller)
+        elif event == "sys.addaudithook":
+            if self.candidate(caller):
+                self.flag("audit_hook", f"sys.addaudithook from {self.where(caller)}")
+        elif event == "object.__setattr__":
+            if len(args) > 1 and args[1] == "__code__" and self.candidate(caller):
+                target = getattr(args[0], "__qualname__", repr(args[0]))
+                self.flag("runner_patched", f"__code__ of {target} replaced from {self.where(caller)}")
+        elif event in ("compile", "code.__new__"):
+            self.on_compile(event, args, caller)
+        elif event == "open":
+            self.on_open(event, args, caller)
+        elif event in _PATH_EVENTS:
+            self.on_path(event, args, caller)
+        elif event in _MEMORY_EVENTS:
+            frame = self.effective(caller, lambda f: _under(_norm(f.f_code.co_filename), self.ctypes_dir))
+            if self.candidate(frame):
+                self.flag("memory_access", f"{event} from {self.where(frame)}")
 
     def on_frames(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
-        if event == "object.__getattr__" and (len(args) < 2 or args[1] not in _FRAME_ATTRS):
-            return
-        frame = self.effective(caller, self.is_frame_helper)
-        if self.caller_is_candidate(frame):
-            what = f"{args[1]}" if event == "object.__getattr__" else event
+        frame = self.effective(caller, lambda f: f.f_code.co_filename in self.helpers
+                               or "/_pytest/_code/" in f.f_code.co_filename)
+        if self.candidate(frame):
+            what = args[1] if event == "object.__getattr__" else event
             self.flag("frame_walk", f"{what} from {self.where(frame)}")
 
-    def on_gc(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
-        frame = caller
-        if self.caller_is_candidate(frame):
-            self.flag("gc_walk", f"{event} from {self.where(frame)}")
-
-    def on_trace(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
+    def on_trace(self, event: str, caller: types.FrameType | None) -> None:
+        # threading.settrace() installs its function in each new thread from threading.py.
         frame = self.effective(caller, lambda f: f.f_code.co_filename == self.threading_file)
-        if self.caller_is_candidate(frame):
+        if self.candidate(frame):
             self.flag("trace_function", f"{event} from {self.where(frame)}")
-
-    def on_audit_hook(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
-        frame = caller
-        if self.caller_is_candidate(frame):
-            self.flag("audit_hook", f"sys.addaudithook from {self.where(frame)}")
-
-    def on_setattr(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
-        if len(args) < 2 or args[1] != "__code__":
-            return
-        frame = caller
-        if self.caller_is_candidate(frame):
-            target = getattr(args[0], "__qualname__", repr(args[0]))
-            self.flag("runner_patched", f"__code__ of {target} replaced from {self.where(frame)}")
+        for hook in (threading.gettrace(), threading.getprofile()):
+            code = getattr(hook, "__code__", None)
+            if hook is not None and (code is None or self.classify_file(code.co_filename) == CANDIDATE):
+                self.flag("trace_function", f"threading's trace or profile function {hook!r}")
 
     def on_compile(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
         filename = args[1] if len(args) > 1 else None
@@ -279,18 +398,20 @@ class Guard:
             filename = filename.decode("utf-8", "surrogateescape")
         if not isinstance(filename, str) or not filename.startswith("/"):
             return
-        if self.classify_file(filename) == CANDIDATE:
-            return
-        frame = caller
-        if self.caller_is_candidate(frame):
-            self.flag("disguised_code", f"{event} of {filename} from {self.where(frame)}")
+        if self.classify_file(filename) != CANDIDATE and self.candidate(caller):
+            self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
 
     def on_open(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
-        path, flags = args[0], args[2] if len(args) > 2 else 0
+        path = args[0]
+        if isinstance(path, str) and (path.startswith("/proc/") and path.endswith("/mem")):
+            self.flag("memory_access", f"open {path} from {self.where(caller)}")
+            raise PermissionError(f"sealbench: {path} is not for the tests")
+        flags = args[2] if len(args) > 2 else 0
         if not isinstance(flags, int) or not flags & _WRITE_FLAGS:
             return
-        if (self.report_window and isinstance(path, str) and _norm(path) == self.report
-                and caller is not None and _norm(caller.f_code.co_filename) == self.junitxml_file):
+        if (self.report_window and isinstance(path, str) and _norm(path) == self.report and caller is not None
+                and caller.f_code is self.junitxml_code and self.report_writes == 0):
+            self.report_writes += 1
             return
         self.protect(event, path, caller)
 
@@ -329,125 +450,93 @@ class Guard:
         text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
         return _norm(os.path.join(os.getcwd(), text))
 
-    # --- wrappers of exits ----------------------------------------------------------------
+    # --- messages from the plugin and the wrappers ----------------------------------------
 
-    def wrap_exits(self) -> None:
-        real_exit = os._exit
-        real_sys_exit = sys.exit
-        real_register = atexit.register
-        guard = self
-
-        def _exit(status: int) -> NoReturn:
-            frame = sys._getframe(1)
-            if os.getpid() == guard.pid and guard.caller_is_candidate(frame):
-                guard.flag("exit_hook", f"os._exit({status!r}) from {guard.where(frame)}")
-            real_exit(status)
-
-        def exit(status: str | int | None = None) -> NoReturn:
-            frame = sys._getframe(1)
-            if guard.caller_is_candidate(frame):
-                guard.flag("exit_hook", f"sys.exit({status!r}) from {guard.where(frame)}")
-            real_sys_exit(status)
-
-        def register(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-            frame = sys._getframe(1)
-            if guard.caller_is_candidate(frame):
-                guard.flag("exit_hook", f"atexit.register from {guard.where(frame)}")
-            return real_register(func, *args, **kwargs)
-
-        os._exit = _exit
-        sys.exit = exit
-        atexit.register = register
-        self.real_exit = real_exit
-
-    # --- outcome exceptions raised by code under test ---------------------------------------
-
-    def watch_outcomes(self, outcome_classes: list[type[BaseException]]) -> None:
-        """Flag skips, xfails and exits constructed outside the pack's tests and pytest."""
-        for cls in outcome_classes:
-            cls.__init__ = self._watched_init(cls.__init__)  # type: ignore[method-assign]
-
-    def _watched_init(self, original: Callable[..., None]) -> Callable[..., None]:
-        guard = self
-
-        def init(exc: BaseException, *args: Any, **kwargs: Any) -> None:
-            original(exc, *args, **kwargs)
-            frame = guard.effective(sys._getframe(1), _is_outcome_helper)
-            kind = guard.classify(frame)
+    def on_message(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
+        kind = event[len(_MESSAGE):]
+        if kind == "trust" and self.plugin is None:
+            # Sent once by the harness, before any code under test can run.
+            self.trusted |= _trusted_codes(*(getattr(type(args[0]), n) for n in vars(type(args[0]))
+                                             if n.startswith("pytest_")))
+            self.plugin = args[0]
+            return
+        if caller is None or caller.f_code not in self.trusted:
+            self.flag("runner_hook", f"a {event} message from {self.where(caller)}")
+            return
+        if kind in ("exit", "trace"):
+            frame = args[1]
+            if os.getpid() == self.pid and self.candidate(frame):
+                self.flag("exit_hook" if kind == "exit" else "trace_function", f"{args[0]} from {self.where(frame)}")
+        elif kind == "outcome":
+            frame = self.effective(args[1], _is_outcome_helper)
+            kind_of = self.classify(frame)
             # pytest's own machinery (skip marks, unittest's skips) raises them too; any
             # other library raising one was handed the choice by code under test.
-            if kind == CANDIDATE or (kind == LIBRARY and frame is not None
-                                     and "/_pytest/" not in frame.f_code.co_filename):
-                guard.flag("outcome_from_code_under_test",
-                           f"{type(exc).__name__} raised from {guard.where(frame)}")
+            if kind_of == CANDIDATE or (kind_of == LIBRARY and frame is not None
+                                        and "/_pytest/" not in frame.f_code.co_filename):
+                self.flag("outcome_from_code_under_test", f"{args[0]} raised from {self.where(frame)}")
+        elif kind == "armed":
+            self.arm(args[0], args[1])
+        elif kind == "conftest":
+            path, box = _norm(str(args[0])), args[1]
+            allowed = path in self.owned
+            if not allowed:
+                rel = os.path.relpath(path, self.rootdir)
+                if rel not in self.ignored:
+                    self.ignored.append(rel)
+                    self.write({"kind": "ignored", "path": rel})
+            box.append(allowed)
+        elif kind == "registered":
+            self.on_registered(args[0], args[1], args[2])
+        elif kind == "collected":
+            self.collected = [str(n) for n in args[0]]
+        elif kind == "test":
+            self.on_test(str(args[0]), str(args[1]), str(args[2]))
+        elif kind == "window":
+            self.report_window = bool(args[0])
+            if not self.report_window:
+                self.report_sha256 = _file_sha256(self.report)
 
-        return init
-
-    # --- conftest files --------------------------------------------------------------------
-
-    def filter_conftests(self, manager: Any) -> None:
-        """Import a conftest.py only when it is the pack's own; record any other as ignored."""
-        original = manager._importconftest
-        guard = self
-
-        def importconftest(conftestpath: Any, *args: Any, **kwargs: Any) -> types.ModuleType:
-            path = _norm(str(conftestpath))
-            if path not in guard.owned:
-                rel = os.path.relpath(path, guard.rootdir)
-                if rel not in guard.ignored:
-                    guard.ignored.append(rel)
-                    guard.write({"kind": "ignored", "path": rel})
-                return types.ModuleType("sealbench_ignored_conftest")
-            module: types.ModuleType = original(conftestpath, *args, **kwargs)
-            return module
-
-        manager._importconftest = importconftest
-
-    # --- snapshot of what a forger patches ---------------------------------------------------
-
-    def take_snapshot(self) -> None:
+    def arm(self, manager: Any, junitxml: types.ModuleType) -> None:
+        """The last moment before a conftest, and so any code under test, can run."""
+        self.manager = manager
+        self.conftest_filter = vars(manager).get("_importconftest")
+        self.junitxml_code = junitxml.LogXML.pytest_sessionfinish.__code__
+        self.plugins_at_start = {id(p) for p in manager.get_plugins()}
         for name in list(sys.modules):
             module = sys.modules.get(name)
-            if module is None or not self._watched(name):
-                continue
-            self.snapshot[name] = (module, self._state(name, module))
+            if module is not None and (name in _WATCHED_MODULES or any(
+                    name == p or name.startswith(p + ".") for p in _WATCHED_PREFIXES)):
+                self.snapshot[name] = (module, _members(module))
 
-    @staticmethod
-    def _watched(name: str) -> bool:
-        return name in _WATCHED_MODULES or any(name == p or name.startswith(p + ".") for p in _WATCHED_PREFIXES)
+    def on_registered(self, plugin: object, name: str | None, stack: types.FrameType | None) -> None:
+        # A plugin whose code is code under test (a -p name found in the workspace, a test
+        # module's pytest_plugins), or one registered while code under test runs.
+        source = plugin if isinstance(plugin, types.ModuleType) else sys.modules.get(type(plugin).__module__)
+        file = getattr(source, "__file__", None)
+        if isinstance(file, str) and self.classify_file(file) == CANDIDATE:
+            self.flag("runner_hook", f"plugin {name} from {file}")
+            return
+        while self.manager is not None and stack is not None:
+            if self.candidate(stack):
+                self.flag("runner_hook", f"plugin {name} registered from {self.where(stack)}")
+                return
+            stack = stack.f_back
 
-    @staticmethod
-    def _state(name: str, module: types.ModuleType) -> dict[str, Any]:
-        state: dict[str, Any] = {}
-        for attr, value in list(vars(module).items()):
-            if (name, attr) in _MUTABLE_BY_PYTEST:
-                continue
-            state[attr] = value
-            if isinstance(value, types.FunctionType):
-                state[f"{attr}.__code__"] = value.__code__
-                state[f"{attr}.__defaults__"] = value.__defaults__
-            elif isinstance(value, type) and getattr(value, "__module__", None) == name:
-                for key, member in list(vars(value).items()):
-                    state[f"{attr}.{key}"] = member
-                    if isinstance(member, types.FunctionType):
-                        state[f"{attr}.{key}.__code__"] = member.__code__
-        return state
+    def on_test(self, nodeid: str, junit_name: str, outcome: str) -> None:
+        self.junit_names.setdefault(nodeid, junit_name)
+        before = self.outcomes.get(nodeid)
+        if outcome == "failed":
+            self.outcomes[nodeid] = "failed"
+        elif outcome == "skipped" and before != "failed":
+            self.outcomes[nodeid] = "skipped"
+        elif outcome == "passed" and before is None:
+            self.outcomes[nodeid] = "passed"
+        if not self.trace_seen and (sys.gettrace() is not None or sys.getprofile() is not None):
+            self.trace_seen = True
+            self.flag("trace_function", "a trace or profile function was set during a test")
 
-    def compare_snapshot(self) -> list[str]:
-        changed: list[str] = []
-        for name, (module, before) in self.snapshot.items():
-            if sys.modules.get(name) is not module:
-                changed.append(f"sys.modules[{name!r}]")
-                continue
-            after = self._state(name, module)
-            for key in before.keys() | after.keys():
-                if key not in before and key.rsplit(".", 1)[-1].startswith("_pytest"):
-                    continue  # pytest's own markers on its classes (warnings shown once)
-                if before.get(key, _MISSING) is not after.get(key, _MISSING):
-                    changed.append(f"{name}.{key}")
-        return sorted(changed)
-
-    # --- the end ---------------------------------------------------------------------------
+    # --- the end ----------------------------------------------------------------------------
 
     def kill_leftovers(self) -> None:
         """Kill what the tests left running, so nothing writes after the end record."""
@@ -474,15 +563,25 @@ class Guard:
         shadowed = self.shadowed_modules()
         if shadowed:
             self.flag("module_shadowed", "loaded from code under test: " + ", ".join(shadowed[:12]))
-        changed = self.compare_snapshot()
+        changed: list[str] = []
+        for name, (module, before) in self.snapshot.items():
+            if sys.modules.get(name) is not module:
+                changed.append(f"sys.modules[{name!r}]")
+            else:
+                changed.extend(_changed(before, _members(module), name))
         if changed:
-            self.flag("runner_patched", "changed: " + ", ".join(changed[:12]))
+            self.flag("runner_patched", "changed: " + ", ".join(sorted(changed)[:12]))
+        if self.manager is not None:
+            for plugin in self.manager.get_plugins():
+                if id(plugin) not in self.plugins_at_start and not isinstance(plugin, types.ModuleType):
+                    file = getattr(sys.modules.get(type(plugin).__module__), "__file__", None)
+                    if not isinstance(file, str) or self.classify_file(file) == CANDIDATE:
+                        self.flag("runner_hook", f"plugin {type(plugin).__qualname__} registered during the session")
         if status == 0:
             missing = [n for n in self.collected if n not in self.outcomes]
             if missing:
                 self.flag("tests_not_run", f"{len(missing)} collected test(s) never ran, e.g. {missing[0]}")
-        digest = _file_sha256(self.report)
-        if self.report_sha256 is not None and digest != self.report_sha256:
+        if self.report_sha256 is not None and _file_sha256(self.report) != self.report_sha256:
             self.flag("report_write", "the JUnit report changed after pytest wrote it")
 
     def shadowed_modules(self) -> list[str]:
@@ -497,195 +596,258 @@ class Guard:
                 out.append(name)
         return sorted(out)
 
-    @contextlib.contextmanager
-    def own_work(self) -> Iterator[None]:
-        """The guard's own file work: not watched (it would refuse itself)."""
-        before = getattr(self._busy, "on", False)
-        self._busy.on = True
-        try:
-            yield
-        finally:
-            self._busy.on = before
-
-    def finish(self, status: int) -> None:
-        """Kill leftovers, run the end checks and write the end record."""
-        self.kill_leftovers()
-        self.end_checks(status)
-        with self.own_work():
-            try:
-                self._check_record_file()
-            except OSError as e:
-                self.flag("guard_error", f"the record could not be repaired: {e}")
-        self.write({
+    def end_record(self, status: int) -> dict[str, Any]:
+        return {
             "kind": "end",
             "status": status,
-            "offset": self._bytes,
-            "flags": [[name, detail] for name, detail in self.flags],
             "report_sha256": _file_sha256(self.report),
             "tests": {self.junit_names.get(n, n): o for n, o in self.outcomes.items()},
             "ignored": self.ignored,
             "processes_killed": self.processes_killed,
-        })
+        }
 
-    def _check_record_file(self) -> None:
-        """The record at its path must still be the file this process has been writing."""
-        try:
-            same = os.path.samestat(os.fstat(self.record_fd), os.stat(self.record_path, follow_symlinks=False))
-            size_ok = os.fstat(self.record_fd).st_size == self._bytes
-        except OSError:
-            same, size_ok = False, False
-        if same and size_ok:
+
+class _Ending(NamedTuple):
+    """What the harness's main keeps of the watch: the three ways to talk to it directly."""
+
+    trust: Callable[[object], None]
+    error: Callable[[str], None]
+    finish: Callable[[int], NoReturn]
+
+
+def _install(private: str, config: dict[str, Any], fd: int, key: bytes) -> _Ending:
+    """Install the watch; returns how to trust the plugin, report an error and end the session.
+
+    Everything the end depends on is captured here, in closures nothing else refers to:
+    replacing a module attribute, a global of this file or a method of the watch later
+    changes what the watch does during the session (and is flagged at the end), never how
+    the end is written.
+    """
+    write_fd, getpid, real_exit, dumps, sha256 = os.write, os.getpid, os._exit, json.dumps, hashlib.sha256
+    mac, lock, missing, cells, changed_, members, same = (record_mac, threading.RLock(), _MISSING, _cells,
+                                                           _changed, _members, _same)
+    getattr_ = getattr
+    running = sha256()
+    flags: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    lines = [0]
+    main_pid = getpid()
+
+    def write(entry: dict[str, Any]) -> None:
+        """Append one line to the record at once; a record that cannot be written ends the run."""
+        data = (dumps(entry, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+        with lock:
+            try:
+                if write_fd(fd, data) != len(data):
+                    raise OSError("short write")
+            except OSError:
+                real_exit(70)
+            running.update(data)
+            lines[0] += 1
+
+    def flag(name: str, detail: str) -> None:
+        """Raise ``name`` once per distinct detail, written before anything else happens."""
+        key_ = (name, detail[:_DETAIL_CHARS])
+        with lock:
+            if key_ in seen or getpid() != main_pid:
+                return
+            seen.add(key_)
+            flags.append(key_)
+            if lines[0] < _MAX_RECORD_LINES:
+                write({"kind": "flag", "flag": key_[0], "detail": key_[1]})
+
+    write({"kind": "start", "guard_version": GUARD_VERSION})
+    watch = _Watch(private, config, flag, write)
+    handle = _Watch.handle
+    busy = threading.local()
+    getframe, audit_message = sys._getframe, sys.audit
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if getattr(busy, "on", False):
             return
-        self.flag("record_tampered", "the record was replaced, truncated or written by someone else")
-        if not same:
-            with contextlib.suppress(OSError):
-                os.unlink(self.record_path)
-            fd = os.open(self.record_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            os.close(self.record_fd)
-            self.record_fd = fd
-            self._bytes = 0
-            self.write({"kind": "start", "guard_version": GUARD_VERSION, "restarted": True})
-        for name, detail in self.flags:
-            self.write({"kind": "flag", "flag": name, "detail": detail})
-
-
-_MISSING: Final = object()
-def _is_outcome_helper(frame: types.FrameType) -> bool:
-    """pytest.skip() and friends, TestCase.skipTest: the one who called them decided."""
-    name = frame.f_code.co_filename
-    return name.endswith("/_pytest/outcomes.py") or (
-        name.endswith("/unittest/case.py") and frame.f_code.co_name == "skipTest")
-
-
-def _file_sha256(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    digest = hashlib.sha256()
-    try:
-        while chunk := os.read(fd, 1 << 16):
-            digest.update(chunk)
-    finally:
-        os.close(fd)
-    return "sha256:" + digest.hexdigest()
-
-
-def _processes() -> Iterator[tuple[int, int]]:
-    """(pid, parent pid) of every live process /proc shows (zombies are already dead)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+        # The two events every import and every introspection raise: most are nothing to see.
+        if event == "object.__getattr__" and (len(args) < 2 or args[1] not in _FRAME_ATTRS):
+            return
+        if event == "open" and not ((len(args) > 2 and isinstance(args[2], int) and args[2] & _WRITE_FLAGS)
+                                    or (isinstance(args[0], str) and args[0].endswith("/mem"))):
+            return
+        busy.on = True
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
-            yield int(entry), int(fields[1])
+            # The frame that made the audited call (C functions have no frame of their own).
+            handle(watch, event, args, getframe(1))
+        except PermissionError:
+            raise
+        except Exception as e:  # a bug here must be seen, never crash the tests silently
+            flag("guard_error", f"{event}: {type(e).__name__}: {e}")
+        finally:
+            busy.on = False
+
+    installed = _install_wrappers(audit_message)
+    watch.trusted |= _trusted_codes(*(fn for _, _, fn in installed.values()))
+    module_globals = globals()
+    baseline = {"guard": (module_globals, dict(module_globals)), "_Watch": (vars(_Watch), dict(vars(_Watch)))}
+    closures = {name: _cells(fn) for name, (_, _, fn) in installed.items()}
+    sys.addaudithook(audit)
+
+    def integrity() -> list[str]:
+        """What changed in the harness's own objects since the watch was installed."""
+        out = []
+        for name, (live, before) in baseline.items():
+            for key_ in before.keys() | live.keys():
+                if before.get(key_, missing) is not live.get(key_, missing):
+                    out.append(f"{name}.{key_}")
+        for name, (owner, attr, fn) in installed.items():
+            if getattr_(owner, attr, None) is not fn:
+                out.append(f"{name} unwrapped")
+            elif not same(cells(fn), closures[name]):
+                out.append(f"{name}'s closure")
+        plugin, manager = watch.plugin, watch.manager
+        if manager is not None and plugin is not None and not manager.is_registered(plugin):
+            out.append("the harness's plugin unregistered")
+        if manager is not None and vars(manager).get("_importconftest") is not watch.conftest_filter:
+            out.append("the harness's conftest filter")
+        if plugin is not None and changed_(plugin_members, members(type(plugin)), "plugin"):
+            out.append("the harness's plugin changed")
+        if sys.audit is not audit_message:
+            out.append("sys.audit")
+        return out
+
+    plugin_members: dict[str, object] = {}
+
+    def finish(status: int) -> NoReturn:
+        busy.on = True  # the watch's own file work is not watched (it would refuse itself)
+        try:
+            changed = integrity()
+            if changed:
+                flag("runner_patched", "the harness's own objects changed: " + ", ".join(changed[:12]))
+            watch.kill_leftovers()
+            watch.end_checks(status)
+            entry = watch.end_record(status)
+        except Exception as e:
+            flag("guard_error", f"end of session: {type(e).__name__}: {e}")
+            entry = {"kind": "end", "status": status}
+        entry["flags"] = [[name, detail] for name, detail in flags]
+        write(entry)
+        with lock:
+            line = (dumps({"kind": "mac", "mac": mac(key, running.digest())}, sort_keys=True) + "\n").encode("ascii")
+            write_fd(fd, line)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        real_exit(status)
+
+    def trust(plugin: object) -> None:
+        audit_message(_MESSAGE + "trust", plugin)
+        plugin_members.update(members(type(plugin)))
+
+    def error(detail: str) -> None:
+        flag("guard_error", detail)
+
+    return _Ending(trust=trust, error=error, finish=finish)
 
 
-def _other_processes(me: int) -> list[int]:
-    """Processes the tests left: in the sandbox's own pid namespace (our parent is its pid 1)
-    every one but pid 1 and us; outside one, only our descendants."""
-    table = dict(_processes())
-    if os.getppid() == 1:
-        return [pid for pid in table if pid not in (1, me)]
-    children: dict[int, list[int]] = {}
-    for pid, parent in table.items():
-        children.setdefault(parent, []).append(pid)
-    out: list[int] = []
-    todo = list(children.get(me, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
+def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, str, object]]:
+    """Wrap the exits and the outcome exceptions so that they report to the watch; what was
+    installed where, for the integrity check at the end."""
+    real_exit, real_sys_exit, real_register = os._exit, sys.exit, atexit.register
+    real_settrace, real_setprofile = threading.settrace, threading.setprofile
+    getframe = sys._getframe
+
+    def _exit(status: int) -> NoReturn:
+        message(_MESSAGE + "exit", f"os._exit({status!r})", getframe(1))
+        real_exit(status)
+
+    def exit(status: str | int | None = None) -> NoReturn:
+        message(_MESSAGE + "exit", f"sys.exit({status!r})", getframe(1))
+        real_sys_exit(status)
+
+    def register(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        message(_MESSAGE + "exit", "atexit.register", getframe(1))
+        return real_register(func, *args, **kwargs)
+
+    def settrace(func: Any) -> None:
+        message(_MESSAGE + "trace", "threading.settrace", getframe(1))
+        real_settrace(func)
+
+    def setprofile(func: Any) -> None:
+        message(_MESSAGE + "trace", "threading.setprofile", getframe(1))
+        real_setprofile(func)
+
+    installed: dict[str, tuple[object, str, object]] = {}
+    for owner, attr, fn in ((os, "_exit", _exit), (sys, "exit", exit), (atexit, "register", register),
+                            (threading, "settrace", settrace), (threading, "setprofile", setprofile)):
+        setattr(owner, attr, fn)
+        installed[f"{getattr(owner, '__name__', owner)}.{attr}"] = (owner, attr, fn)
+    import unittest
+
+    from _pytest import outcomes
+
+    for cls in (outcomes.Skipped, outcomes.XFailed, outcomes.Exit, unittest.SkipTest):
+        init = _watched_init(cls.__init__, message, getframe)
+        cls.__init__ = init  # type: ignore[method-assign]
+        installed[f"{cls.__qualname__}.__init__"] = (cls, "__init__", init)
+    return installed
 
 
-_HANDLERS: Final[dict[str, Callable[[Guard, str, tuple[Any, ...], types.FrameType | None], None]]] = {
-    "sys._getframe": Guard.on_frames,
-    "sys._current_frames": Guard.on_frames,
-    "object.__getattr__": Guard.on_frames,
-    "gc.get_objects": Guard.on_gc,
-    "gc.get_referrers": Guard.on_gc,
-    "gc.get_referents": Guard.on_gc,
-    "sys.settrace": Guard.on_trace,
-    "sys.setprofile": Guard.on_trace,
-    "sys.addaudithook": Guard.on_audit_hook,
-    "object.__setattr__": Guard.on_setattr,
-    "compile": Guard.on_compile,
-    "code.__new__": Guard.on_compile,
-    "open": Guard.on_open,
-    **{name: Guard.on_path for name in _PATH_EVENTS},
-}
+def _watched_init(original: Callable[..., None], message: Callable[..., None],
+                  getframe: Callable[[int], types.FrameType]) -> Callable[..., None]:
+    def init(exc: BaseException, *args: Any, **kwargs: Any) -> None:
+        original(exc, *args, **kwargs)
+        message(_MESSAGE + "outcome", type(exc).__name__, getframe(1))
+
+    return init
 
 
-def make_plugin(guard: Guard) -> object:
-    """The harness's pytest plugin: conftest filter, snapshot, outcomes and the report window."""
+def make_plugin() -> object:
+    """The harness's pytest plugin: it reports to the watch with messages, and holds nothing
+    of the watch's."""
     import pytest
     from _pytest import junitxml
 
-    guard.junitxml_file = _norm(os.path.abspath(junitxml.__file__))
+    message, getframe = sys.audit, sys._getframe
 
     class SealbenchGuard:
         @pytest.hookimpl(tryfirst=True)
         def pytest_load_initial_conftests(self, early_config: pytest.Config) -> None:
-            # The last moment before a conftest, and so any code under test, can run.
-            guard.filter_conftests(early_config.pluginmanager)
-            guard.take_snapshot()
-            guard.armed = True
+            manager = early_config.pluginmanager
+            original = manager._importconftest
+
+            def importconftest(conftestpath: Any, *args: Any, **kwargs: Any) -> types.ModuleType:
+                box: list[bool] = []
+                message(_MESSAGE + "conftest", str(conftestpath), box)
+                if not box or not box[0]:
+                    return types.ModuleType("sealbench_ignored_conftest")
+                module: types.ModuleType = original(conftestpath, *args, **kwargs)
+                return module
+
+            manager._importconftest = importconftest  # type: ignore[method-assign]
+            message(_MESSAGE + "armed", manager, junitxml)
 
         def pytest_plugin_registered(self, plugin: object, plugin_name: str | None) -> None:
-            # A plugin whose code is code under test (a -p name found in the workspace, a
-            # test module's pytest_plugins), or one registered while code under test runs.
-            source = plugin if isinstance(plugin, types.ModuleType) else sys.modules.get(type(plugin).__module__)
-            file = getattr(source, "__file__", None)
-            if isinstance(file, str) and guard.classify_file(file) == CANDIDATE:
-                guard.flag("runner_hook", f"plugin {plugin_name} from {file}")
-                return
-            stack: types.FrameType | None = sys._getframe(1)
-            while guard.armed and stack is not None:
-                if guard.caller_is_candidate(stack):
-                    guard.flag("runner_hook", f"plugin {plugin_name} registered from {guard.where(stack)}")
-                    return
-                stack = stack.f_back
+            message(_MESSAGE + "registered", plugin, plugin_name, getframe(1))
 
         def pytest_collection_finish(self, session: pytest.Session) -> None:
-            guard.collected = [item.nodeid for item in session.items]
+            message(_MESSAGE + "collected", [item.nodeid for item in session.items])
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-            nodeid = report.nodeid
-            if nodeid not in guard.junit_names:
-                names = junitxml.mangle_test_address(nodeid)
-                guard.junit_names[nodeid] = ".".join(names[:-1]) + "::" + names[-1]
-            before = guard.outcomes.get(nodeid)
-            if report.failed:
-                guard.outcomes[nodeid] = "failed"
-            elif report.skipped and before != "failed":
-                guard.outcomes[nodeid] = "skipped"
-            elif report.when == "call" and before is None:
-                guard.outcomes[nodeid] = "passed"
+            names = junitxml.mangle_test_address(report.nodeid)
+            outcome = "failed" if report.failed else "skipped" if report.skipped else (
+                "passed" if report.when == "call" else "setup")
+            message(_MESSAGE + "test", report.nodeid, ".".join(names[:-1]) + "::" + names[-1], outcome)
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_collectreport(self, report: pytest.CollectReport) -> None:
             if report.failed:
-                guard.outcomes[f"collect:{report.nodeid}"] = "failed"
-
-        def pytest_runtest_logfinish(self, nodeid: str) -> None:
-            if sys.gettrace() is not None or sys.getprofile() is not None:
-                guard.flag("trace_function", "a trace or profile function was set during a test")
+                message(_MESSAGE + "test", f"collect:{report.nodeid}", f"collect:{report.nodeid}", "failed")
 
         @pytest.hookimpl(wrapper=True)
         def pytest_sessionfinish(self) -> Iterator[None]:
-            guard.report_window = True
+            message(_MESSAGE + "window", True)
             try:
                 yield
             finally:
-                guard.report_window = False
-                guard.report_sha256 = _file_sha256(guard.report)
+                message(_MESSAGE + "window", False)
 
     return SealbenchGuard()
 
@@ -714,12 +876,13 @@ def _rooted(value: str, rootdir: str) -> str:
     return " ".join(shlex.quote(os.path.join(rootdir, p)) for p in shlex.split(value))
 
 
-def _outcome_classes() -> list[type[BaseException]]:
-    import unittest
-
-    from _pytest import outcomes
-
-    return [outcomes.Skipped, outcomes.XFailed, outcomes.Exit, unittest.SkipTest]
+def _take_config(private: str) -> dict[str, Any]:
+    """Read the harness's configuration and delete it: the key must not outlive the start."""
+    path = os.path.join(private, CONFIG_NAME)
+    with open(path, encoding="utf-8") as handle:
+        config: dict[str, Any] = json.load(handle)
+    os.unlink(path)
+    return config
 
 
 def main(argv: list[str]) -> NoReturn:
@@ -728,39 +891,29 @@ def main(argv: list[str]) -> NoReturn:
         print("usage: pytest_guard.py PRIVATE_DIR -- PYTEST_ARGS...", file=sys.stderr)
         os._exit(4)
     private, pack_args = argv[1], argv[3:]
-    with open(os.path.join(private, CONFIG_NAME), encoding="utf-8") as handle:
-        config = json.load(handle)
-    record_fd = os.open(os.path.join(private, RECORD_NAME),
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    guard = Guard(private, config, record_fd)
-    guard.write({"kind": "start", "guard_version": GUARD_VERSION})
+    config = _take_config(private)
+    key = bytes.fromhex(config.pop("key"))
+    fd = os.open(os.path.join(private, RECORD_NAME),
+                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     # The harness owns pytest's configuration: nothing from the environment either.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
         os.environ.pop(name, None)
-    import inspect
-    import traceback
-
-    guard.helpers = frozenset(_norm(m.__file__ or "") for m in (inspect, traceback))
-    guard.threading_file = _norm(threading.__file__ or "")
-    guard.wrap_exits()
-    sys.addaudithook(guard.audit)
+    rootdir = _norm(os.getcwd())
     import pytest
 
-    guard.watch_outcomes(_outcome_classes())
-    plugin = make_plugin(guard)
-    args = [*rooted_pythonpath(pack_args, guard.rootdir), "-c", os.path.join(private, INI_NAME), "--rootdir", guard.rootdir,
-            "--confcutdir", guard.rootdir, "-p", "no:cacheprovider", f"--junitxml={guard.report}"]
+    ending = _install(private, config, fd, key)
+    del key, config
+    plugin = make_plugin()
+    ending.trust(plugin)
+    args = [*rooted_pythonpath(pack_args, rootdir), "-c", os.path.join(private, INI_NAME), "--rootdir", rootdir,
+            "--confcutdir", rootdir, "-p", "no:cacheprovider", f"--junitxml={os.path.join(private, REPORT_NAME)}"]
     try:
         status = int(pytest.main(args, plugins=[plugin]))
     except BaseException as e:  # pytest itself let something through: never a pass
-        guard.flag("guard_error", f"pytest.main raised {type(e).__name__}: {e}")
+        ending.error(f"pytest.main raised {type(e).__name__}: {e}")
         status = 3
-    guard.finish(status)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    guard.real_exit(status)
+    ending.finish(status)
 
 
 if __name__ == "__main__":

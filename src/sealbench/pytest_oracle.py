@@ -29,9 +29,12 @@ code under test could write there.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import json
 import os
+import secrets
 import stat
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
@@ -85,13 +88,18 @@ def owned_option_problem(argv: Sequence[str]) -> str | None:
 
 @dataclass(frozen=True)
 class GuardedOracle:
-    """How to start one guarded pytest run, and where it leaves its report and record."""
+    """How to start one guarded pytest run, and where it leaves its report and record.
+
+    ``key`` authenticates the record the run leaves; it is given to the run in a file the
+    guard deletes before any code under test runs, and kept here to check the record.
+    """
 
     argv: tuple[str, ...]
     env: dict[str, str]
     readonly: tuple[Path, ...]
     writable: tuple[Path, ...]
     private: Path
+    key: bytes = field(repr=False)
 
 
 def prepare(private: Path, oracle_cmd: Sequence[str], owned: Iterable[str]) -> GuardedOracle:
@@ -112,12 +120,13 @@ def prepare(private: Path, oracle_cmd: Sequence[str], owned: Iterable[str]) -> G
     if problem is not None:
         raise ValueError(problem)
     private.mkdir(mode=0o700)
-    config = {"guard_version": pytest_guard.GUARD_VERSION, "owned": sorted(set(owned))}
+    key = secrets.token_bytes(32)
+    config = {"guard_version": pytest_guard.GUARD_VERSION, "owned": sorted(set(owned)), "key": key.hex()}
     (private / pytest_guard.CONFIG_NAME).write_text(json.dumps(config), encoding="utf-8")
     (private / pytest_guard.INI_NAME).write_text(_INI, encoding="utf-8")
     argv = ("python", "-P", "-s", str(GUARD_FILE), str(private), "--", *oracle_cmd[1:])
     return GuardedOracle(argv=argv, env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, readonly=(GUARD_FILE,),
-                         writable=(private,), private=private)
+                         writable=(private,), private=private, key=key)
 
 
 @dataclass(frozen=True)
@@ -210,66 +219,69 @@ class _Record:
     ignored: list[str] = field(default_factory=list)
 
 
-def _parse_record(data: bytes | None) -> _Record:
+def _authentic(data: bytes, key: bytes) -> tuple[bool, bytes]:
+    """Whether the record's last line authenticates every byte before it; those bytes."""
+    body, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    body = body + b"\n" if body else b""
+    try:
+        entry = json.loads(last)
+    except ValueError:
+        return False, data
+    if not isinstance(entry, dict) or entry.get("kind") != "mac" or not isinstance(entry.get("mac"), str):
+        return False, data
+    expected = pytest_guard.record_mac(key, hashlib.sha256(body).digest())
+    return hmac.compare_digest(expected, entry["mac"]), body
+
+
+def _parse_record(data: bytes | None, key: bytes) -> _Record:
     """The guard's record; every way it can be wrong is a flag, never an error."""
     rec = _Record()
     if data is None:
         rec.flags.append(("record_tampered", "the guard's record is missing, not a file, or too large"))
         return rec
-    offset = 0
-    ends = 0
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    else:
-        rec.flags.append(("record_tampered", "the record does not end with a whole line"))
-    if not lines:
-        rec.flags.append(("record_tampered", "the record is empty"))
-    for index, line in enumerate(lines):
+    authentic, body = _authentic(data, key)
+    if not authentic:
+        rec.flags.append(("record_tampered", "the record does not authenticate: cut short, edited, or not the guard's"))
+    for line in body.splitlines():
         try:
             entry = json.loads(line)
-            kind = entry["kind"]
-        except (ValueError, TypeError, KeyError):
-            rec.flags.append(("record_tampered", f"line {index + 1} is not the guard's"))
-            offset += len(line) + 1
+        except ValueError:
             continue
-        if index == 0 and kind != "start":
-            rec.flags.append(("record_tampered", "the record does not begin with the guard's start"))
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("kind")
         if kind == "flag":
             name, detail = entry.get("flag"), entry.get("detail")
+            # Lines of a record that does not authenticate can only add flags.
             if name in pytest_guard.FLAGS and isinstance(detail, str):
                 rec.flags.append((name, detail))
-            else:
-                rec.flags.append(("record_tampered", f"line {index + 1} names no known flag"))
         elif kind == "ignored" and isinstance(entry.get("path"), str):
             rec.ignored.append(entry["path"])
-        elif kind == "end":
-            ends += 1
-            if entry.get("offset") != offset or index != len(lines) - 1:
-                rec.flags.append(("record_tampered", "the end record is not where the guard wrote it"))
+        elif kind == "end" and authentic:
             rec.end = entry
-        offset += len(line) + 1
-    if ends == 0:
+        elif kind == "end":
+            rec.flags.extend((str(i[0]), str(i[1])) for i in entry.get("flags") or []
+                             if isinstance(i, list) and len(i) == 2 and i[0] in pytest_guard.FLAGS)
+    if rec.end is None:
         rec.flags.append(("session_cut_short", "the test process ended before the harness's end of session"))
-    elif ends > 1:
-        rec.flags.append(("record_tampered", f"{ends} end records"))
-    if rec.end is not None:
+    else:
         for item in rec.end.get("flags") or []:
             if isinstance(item, list) and len(item) == 2 and item[0] in pytest_guard.FLAGS:
                 rec.flags.append((str(item[0]), str(item[1])))
     return rec
 
 
-def read_verdict(private: Path, required: Sequence[str], exit_code: int | None = 0) -> GuardedVerdict:
-    """Read what a guarded run left in ``private``: the JUnit verdict, checked against the
-    guard's own account, and the flags (the guard's and those this check finds).
+def read_verdict(oracle: GuardedOracle, required: Sequence[str], exit_code: int | None = 0) -> GuardedVerdict:
+    """Read what a guarded run left in its private directory: the JUnit verdict, checked
+    against the guard's own account, and the flags (the guard's and those this check finds).
 
-    A record that is cut short or out of order is a flag only when the process exited 0: a
-    timeout or a crash already fails, and is no sign of forging.
+    A record that is cut short or does not authenticate is a flag only when the process
+    exited 0: a timeout or a crash already fails, and is no sign of forging.
     """
+    private = oracle.private
     report = read_private(private / pytest_guard.REPORT_NAME, REPORT_CAP)
     junit = junit_verdict(report, required)
-    rec = _parse_record(read_private(private / pytest_guard.RECORD_NAME, RECORD_CAP))
+    rec = _parse_record(read_private(private / pytest_guard.RECORD_NAME, RECORD_CAP), oracle.key)
     flags = [f for f in rec.flags if exit_code == 0 or f[0] not in ("record_tampered", "session_cut_short")]
     end = rec.end
     if end is not None:

@@ -339,7 +339,7 @@ def _grade_guarded(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, chang
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
     env = {**_env(ctx, task, grade_dir, attempt, grade_dir / META_DIR / "none"), **guarded.env}
     res, facts = _sandboxed(ctx, guarded.argv, grade_dir, env, remaining, guarded.readonly, guarded.writable)
-    verdict = pytest_oracle.read_verdict(private, task.record.required_tests, res.exit_code)
+    verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code)
     result["oracle"] = facts
     result["oracle_guard"] = pytest_oracle.GUARD_LABEL
     result["junit"] = verdict.junit
