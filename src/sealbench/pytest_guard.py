@@ -297,6 +297,7 @@ class _Watch:
         self.report_sha256: str | None = None
         self.ignored: list[str] = []
         self.collected: list[str] = []
+        self.items: list[tuple[str, Any, object]] = []
         self.outcomes: dict[str, str] = {}
         self.junit_names: dict[str, str] = {}
         self.plugins_at_start: set[int] = set()
@@ -490,6 +491,7 @@ class _Watch:
             self.on_registered(args[0], args[1], args[2])
         elif kind == "collected":
             self.collected = [str(n) for n in args[0]]
+            self.items = [(str(item.nodeid), item, getattr(item, "obj", None)) for item in args[1]]
         elif kind == "test":
             self.on_test(str(args[0]), str(args[1]), str(args[2]))
         elif kind == "window":
@@ -571,6 +573,9 @@ class _Watch:
                 changed.extend(_changed(before, _members(module), name))
         if changed:
             self.flag("runner_patched", "changed: " + ", ".join(sorted(changed)[:12]))
+        replaced = self.replaced_pack_code()
+        if replaced:
+            self.flag("runner_patched", "the pack's code replaced by code under test: " + ", ".join(replaced[:12]))
         if self.manager is not None:
             for plugin in self.manager.get_plugins():
                 if id(plugin) not in self.plugins_at_start and not isinstance(plugin, types.ModuleType):
@@ -583,6 +588,34 @@ class _Watch:
                 self.flag("tests_not_run", f"{len(missing)} collected test(s) never ran, e.g. {missing[0]}")
         if self.report_sha256 is not None and _file_sha256(self.report) != self.report_sha256:
             self.flag("report_write", "the JUnit report changed after pytest wrote it")
+
+    def replaced_pack_code(self) -> list[str]:
+        """Test functions, and functions of the pack's own modules, that are no longer the
+        pack's code: swapped for code under test's (through an item, a module or a class)."""
+        out: list[str] = []
+
+        def foreign(fn: object) -> bool:
+            code = getattr(fn, "__code__", None)
+            return isinstance(code, types.CodeType) and self.classify_file(code.co_filename) == CANDIDATE
+
+        for nodeid, item, obj in self.items:
+            # A unittest item hands out a new bound method each time: compare what it binds.
+            now = getattr(item, "obj", None)
+            now, obj = getattr(now, "__func__", now), getattr(obj, "__func__", obj)
+            if now is not obj or foreign(now):
+                out.append(nodeid)
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if not isinstance(file, str) or self.classify_file(file) != OWNED:
+                continue
+            for attr, value in list(vars(module).items()):
+                if getattr(value, "__module__", None) != name:
+                    continue
+                members = vars(value).items() if isinstance(value, type) else [("", value)]
+                for member, fn in members:
+                    if foreign(getattr(fn, "__func__", fn)):
+                        out.append(f"{name}.{attr}" + (f".{member}" if member else ""))
+        return sorted(set(out))
 
     def shadowed_modules(self) -> list[str]:
         """Top-level modules loaded from code under test whose name the interpreter already has."""
@@ -827,7 +860,7 @@ def make_plugin() -> object:
             message(_MESSAGE + "registered", plugin, plugin_name, getframe(1))
 
         def pytest_collection_finish(self, session: pytest.Session) -> None:
-            message(_MESSAGE + "collected", [item.nodeid for item in session.items])
+            message(_MESSAGE + "collected", [item.nodeid for item in session.items], list(session.items))
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
