@@ -14,7 +14,9 @@ copy bound writable at its own path. Options the harness owns are refused in a p
 
 The code under test still runs inside the pytest process, so what it does there is not
 prevented; the known forging means are flagged (:data:`sealbench.pytest_guard.FLAGS`), and
-the contract decides whether a flagged pass counts.
+the contract decides whether a flagged pass counts. The guard's record of them ends with an
+HMAC under a key made here for each grade (:attr:`GuardedOracle.key`), which the tests never
+hold: a record they cut short or forge does not authenticate and is itself a flag.
 
 A pack whose ``oracle_cmd`` runs pytest itself (``python -m pytest ...``, the form sealbench
 generated before) is run as sealed, unguarded: its meaning is not changed behind its seal.
