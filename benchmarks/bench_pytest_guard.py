@@ -6,8 +6,9 @@ no:cacheprovider test_oracle_window.py` (the form sealbench generated before, un
 `sealbench-pytest -q test_oracle_window.py` (python -P -s pytest_guard.py: audit hook,
 snapshot, conftest filter, end checks, record, report outside the grading copy, and the
 runner reading both back). A third form, the unguarded one with plugin autoload off, separates what the guard costs
-from what autoload costs (it imports every installed pytest plugin). Prints the median
-milliseconds per grade of each and the differences.
+from what autoload costs (it imports every installed pytest plugin). Prints the median wall
+milliseconds per grade (setup and read-back included) and the oracle's median CPU
+milliseconds measured inside the sandbox, which a loaded machine inflates far less.
 Run: .venv/bin/python benchmarks/bench_pytest_guard.py [--rounds N]
 """
 
@@ -41,7 +42,20 @@ def grading_copy(root: Path) -> Path:
     return grade
 
 
-def grade_once(root: Path, guarded: bool, autoload: bool = True) -> float:
+# The oracle's own CPU time, measured inside the sandbox (its processes are not reaped by
+# this one, so their time never reaches RUSAGE_CHILDREN here): a small parent runs it.
+CPU_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+               "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+               "sys.stderr.write(f'\\nCPU {u.ru_utime + u.ru_stime}\\n'); sys.exit(rc)")
+
+
+def cpu_of(stderr: bytes | None) -> float:
+    line = (stderr or b"").decode(errors="replace").rstrip().rsplit("\n", 1)[-1]
+    return float(line.split()[1]) if line.startswith("CPU ") else float("nan")
+
+
+def grade_once(root: Path, guarded: bool, autoload: bool = True) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the sandboxed processes) of one grade."""
     if root.exists():
         shutil.rmtree(root)
     root.mkdir()
@@ -50,7 +64,8 @@ def grade_once(root: Path, guarded: bool, autoload: bool = True) -> float:
     box = open_sandbox("bubblewrap")
     if guarded:
         oracle = pytest_oracle.prepare(root / "private", NEW, ["test_oracle_window.py"])
-        spec = SandboxSpec(argv=oracle.argv, workdir=grade, env={**ENV, **oracle.env}, timeout_s=60,
+        spec = SandboxSpec(argv=("python", "-c", CPU_WRAPPER, *oracle.argv), workdir=grade,
+                           env={**ENV, **oracle.env}, timeout_s=60,
                            stdout_path=None, stderr_path=None, readonly_paths=oracle.readonly,
                            writable_paths=oracle.writable)
         res = box.run(spec)
@@ -58,13 +73,13 @@ def grade_once(root: Path, guarded: bool, autoload: bool = True) -> float:
         ok = res.exit_code == 0 and verdict.junit["ok"] and not verdict.flags
     else:
         env = ENV if autoload else {**ENV, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        res = box.run(SandboxSpec(argv=tuple(OLD), workdir=grade, env=env, timeout_s=60, stdout_path=None,
-                                  stderr_path=None))
+        res = box.run(SandboxSpec(argv=("python", "-c", CPU_WRAPPER, *OLD), workdir=grade, env=env, timeout_s=60,
+                                  stdout_path=None, stderr_path=None))
         ok = res.exit_code == 0
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, cpu_of(res.stderr)
     if not ok:
         raise SystemExit(f"the reference did not pass ({'guarded' if guarded else 'unguarded'}): {res}")
-    return seconds
+    return seconds, cpu
 
 
 def main() -> None:
@@ -72,9 +87,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     open_sandbox("bubblewrap")
-    old: list[float] = []
-    bare: list[float] = []
-    new: list[float] = []
+    old: list[tuple[float, float]] = []
+    bare: list[tuple[float, float]] = []
+    new: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-guard-") as tmp:
         grade_once(Path(tmp) / "warm", False)
         grade_once(Path(tmp) / "warm", True)
@@ -86,16 +101,21 @@ def main() -> None:
     print(f"rounds: {args.rounds}, one grade of t_11_fix_off_by_one (3 tests) in bubblewrap, "
           f"{len(list(Path(sys.prefix).glob('lib/python*/site-packages/*.dist-info')))} distributions installed")
 
-    def line(label: str, values: list[float]) -> None:
-        print(f"{label:<44}: median {statistics.median(values) * 1000:5.0f} ms "
-              f"(min {min(values) * 1000:.0f}, max {max(values) * 1000:.0f})")
+    def median(values: list[tuple[float, float]], i: int) -> float:
+        return statistics.median(v[i] for v in values)
+
+    def line(label: str, values: list[tuple[float, float]]) -> None:
+        walls = [v[0] for v in values]
+        print(f"{label:<40}: wall median {median(values, 0) * 1000:5.0f} ms (min {min(walls) * 1000:.0f}, "
+              f"max {max(walls) * 1000:.0f}); CPU median {median(values, 1) * 1000:4.0f} ms")
 
     line("python -m pytest (unguarded, as before)", old)
     line("python -m pytest, plugin autoload off", bare)
     line("sealbench-pytest (guarded)", new)
-    mb, mn = statistics.median(bare), statistics.median(new)
-    print(f"the guard's own cost (guarded - autoload off): {(mn - mb) * 1000:+.0f} ms per grade ({mn / mb:.2f}x); "
-          f"against the unguarded form: {(mn - statistics.median(old)) * 1000:+.0f} ms")
+    for i, what in ((1, "CPU"), (0, "wall")):
+        mb, mn, mo = median(bare, i), median(new, i), median(old, i)
+        print(f"{what}: the guard's own cost (guarded - autoload off) {(mn - mb) * 1000:+.0f} ms per grade "
+              f"({mn / mb:.2f}x); guarded - unguarded {(mn - mo) * 1000:+.0f} ms")
 
 
 if __name__ == "__main__":
