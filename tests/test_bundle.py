@@ -177,7 +177,7 @@ def test_commands_are_the_recorded_argv_and_nothing_invented(made: Made) -> None
     assert shlex.join(ARGV) in text.splitlines()
     assert LIBRARY_CALL_NOTE in text.splitlines(), "the probe was a library call: argv null"
     assert "not recorded in journal.jsonl" not in text
-    assert "python -m pytest -q -p no:cacheprovider test_oracle_window.py" in text.splitlines()
+    assert "sealbench-pytest -q test_oracle_window.py" in text.splitlines()
 
 
 def test_commands_print_an_oracle_cmd_when_the_journal_records_one() -> None:

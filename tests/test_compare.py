@@ -243,6 +243,7 @@ def with_contract(side: Side, **update: Any) -> Side:
     (lambda s: with_contract(s, tie_rule=TieRule(alpha=0.01)), "tie rules differ"),
     (lambda s: with_contract(s, metrics=Metrics(timeout="wall_seconds > 10")), "metrics differ"),
     (lambda s: with_contract(s, forbidden_paths=["conftest.py"]), "forbidden paths differ"),
+    (lambda s: with_contract(s, flagged_pass="counted"), "flagged-pass policies differ"),
     (lambda s: with_contract(s, budget=s.contract.budget.model_copy(update={"feedback": "pass_fail"})),
      "feedback policy differs"),
     (lambda s: with_contract(s, pack=s.contract.pack.model_copy(update={"sha256": "sha256:" + "0" * 64})),

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import sealbench.importers as importers
+from sealbench import pytest_oracle
 from sealbench.errors import PackError, UsageError
 from sealbench.formats import Provenance
 from sealbench.importers import (
@@ -67,7 +68,8 @@ def leftovers(parent: Path) -> list[str]:
 
 def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | None = None) -> tuple[bool, str]:
     """Grade like the runner does, minus the sandbox: workspace (+ solution) + hidden, then
-    oracle_cmd with the venv's python first on PATH; pass = exit 0 and the JUnit verdict."""
+    oracle_cmd (the harness's pytest for sealbench-pytest) with the venv's python first on
+    PATH; pass = exit 0 and the JUnit verdict (and no forging flag)."""
     grade = Path(tempfile.mkdtemp(prefix=f"grade-{task.task_id}-", dir=tmp)) / "g"
     copy_tree(task.workspace, grade)
     if reference:
@@ -77,10 +79,20 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
     overlay(task.hidden, grade)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8",
            "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run(task.record.oracle_cmd, cwd=grade, env=env, capture_output=True,
+    argv = list(task.record.oracle_cmd)
+    guarded = None
+    if pytest_oracle.is_guarded(argv):
+        changed = {p.relative_to(task.solution).as_posix() for p in task.solution.rglob("*")} if reference else set()
+        owned = {p.relative_to(task.workspace).as_posix() for p in task.workspace.rglob("*")} - changed
+        guarded = pytest_oracle.prepare(grade.parent / "private", argv, owned | set(task.hidden_paths()))
+        argv, env = list(guarded.argv), {**env, **guarded.env}
+    proc = subprocess.run(argv, cwd=grade, env=env, capture_output=True,
                           timeout=task.record.wall_clock_s, check=False)
     green = proc.returncode == 0
-    if task.record.junit_xml:
+    if guarded is not None:
+        verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, proc.returncode)
+        green = green and bool(verdict.junit["ok"]) and not verdict.flags
+    elif task.record.junit_xml:
         green = green and bool(_junit_verdict(grade, task.record.junit_xml, task.record.required_tests)["ok"])
     shutil.rmtree(grade.parent)
     return green, (proc.stdout + proc.stderr).decode("utf-8", "replace")[-2000:]

@@ -48,8 +48,15 @@ def edit_record(pack: Path, change: Callable[[dict[str, Any]], None], task: str 
         (lambda r: r.update(task_id="x..y"), "task_id"),
         (lambda r: r.update(task_id="other-task"), "differs from its folder"),
         (lambda r: r.update(prompt_template_id="missing-v9"), "no template 'missing-v9'"),
-        (lambda r: r.update(required_tests=["t"]), "required_tests: needs junit_xml"),
-        (lambda r: r.update(junit_xml="../out.xml"), "junit_xml: must be a relative path"),
+        (lambda r: r.update(required_tests=["t"], oracle_cmd=["python", "check.py"]), "required_tests: needs junit_xml"),
+        (lambda r: r.update(junit_xml="r.xml"), "junit_xml: must be null for a sealbench-pytest oracle"),
+        (lambda r: r.update(oracle_cmd=["sealbench-pytest", "-c", "pytest.ini", "t.py"]),
+         "oracle_cmd: '-c': the harness owns this pytest option"),
+        (lambda r: r.update(oracle_cmd=["sealbench-pytest", "--rootdir=src", "t.py"]),
+         "oracle_cmd: '--rootdir=src': the harness owns"),
+        (lambda r: r.update(oracle_cmd=["sealbench-pytest", "--junitxml=out.xml", "t.py"]), "the harness owns"),
+        (lambda r: r.update(visible_test_cmd=["sealbench-pytest", "tests"]), "visible_test_cmd: sealbench-pytest is for"),
+        (lambda r: r.update(junit_xml="../out.xml", oracle_cmd=["python", "check.py"]), "junit_xml: must be a relative path"),
     ],
 )
 def test_bad_task_record_is_refused_naming_file_and_key(

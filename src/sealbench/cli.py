@@ -117,11 +117,19 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         narration_probe=not args.no_narration_probe,
         oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
         seed=args.seed,
+        flagged_pass="counted" if args.count_flagged_passes else "not_counted",
     )
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
     for tid, why in left_out.items():
         print(f"left out before lock: {tid}: {why}")
+    from .pytest_oracle import runs_pytest_unguarded
+
+    unguarded = [t for t in contract.task_ids if runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd)]
+    if unguarded:
+        print(f"note: {len(unguarded)} task(s) run pytest unguarded (an oracle_cmd from before sealbench-pytest, "
+              f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
+              "to guard them")
     return EXIT_OK
 
 
@@ -362,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
     p.add_argument("--oracle-validity-unavailable", action="store_true",
                    help="lock without oracle-validity evidence (every report says so)")
+    p.add_argument("--count-flagged-passes", action="store_true",
+                   help="count a pass whose test process raised a forging flag (by default it fails)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_contract_new)

@@ -4,11 +4,11 @@ verdict that can say "tie".
 Seed 004: "Better" needs a paired design: the same task ids, the same budget policy, the same
 tests, and a rule for ties written in advance. :func:`compare` refuses unless every bundle
 verifies and the runs share task_ids, the pack digest, the hidden-test digests, the budget
-policy, the metrics, the feedback policy and the forbidden paths, and every contract names the
-same tie rule and was locked before its run began. Runs whose agents were isolated differently
-(bubblewrap, no sandbox, in-process) are refused unless the caller allows it, and the report
-then carries the caveat; with ``require_signed`` every bundle must carry a signature by one of
-the given keys (an unsigned bundle proves internal consistency only). Each pair of runs is then judged on the
+policy, the metrics, the feedback policy, the forbidden paths and whether a flagged pass
+counts, and every contract names the same tie rule and was locked before its run began. Runs whose
+agents were isolated differently (bubblewrap, no sandbox, in-process) are refused unless the caller
+allows it, and the report then carries the caveat; with ``require_signed`` every bundle must carry a
+signature by one of the given keys (an unsigned bundle proves internal consistency only). Each pair of runs is then judged on the
 tasks where they disagree: ``b`` (A passed, B failed) and ``c`` (A failed, B passed), the
 exact McNemar p-value, Holm-adjusted across the pairs when more than two runs are compared,
 and the tie rule's alpha.
@@ -237,8 +237,9 @@ def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = Fal
     Raises:
         UsageError: fewer than two runs.
         ScoreRefusal: a run_id twice, or runs that differ in task_ids, pack digest, hidden-test
-            digests, budget policy, metrics, feedback policy, forbidden paths, tie rule or (unless
-            ``allow_mixed_isolation``) isolation, or a contract locked after its run began.
+            digests, budget policy, metrics, feedback policy, forbidden paths, flagged-pass
+            policy, tie rule or (unless ``allow_mixed_isolation``) isolation, or a contract locked
+            after its run began.
     """
     if len(sides) < 2:
         raise UsageError("compare needs two or more bundles")
@@ -274,6 +275,9 @@ def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = Fal
             (fc.forbidden_paths is None) != (sc.forbidden_paths is None)
         ):
             raise _refuse(f"forbidden paths differ between {pair}")
+        if (fc.flagged_pass or "not_counted") != (sc.flagged_pass or "not_counted"):
+            raise _refuse(f"flagged-pass policies differ between {pair}: a flagged pass is "
+                          f"{fc.flagged_pass or 'not_counted'} in one and {sc.flagged_pass or 'not_counted'} in the other")
         if fc.tie_rule != sc.tie_rule:
             raise _refuse(f"tie rules differ between {pair}: {_rule(fc.tie_rule)} and {_rule(sc.tie_rule)}")
         if first.isolation != s.isolation and not allow_mixed_isolation:

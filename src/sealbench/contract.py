@@ -24,7 +24,14 @@ from .formats import (
     check_id,
 )
 from .pack import Pack
+from .pytest_oracle import runs_pytest_unguarded
 
+# A second line of defence: sealbench-pytest oracles already ignore every one of these (see
+# sealbench.pytest_oracle); oracles that run pytest themselves, or a script, may not. A name
+# matches in any directory, a pattern with "/" the whole path: the pytest/, _pytest/ and
+# pluggy/ shadows are forbidden at the root only, where the working directory would import
+# them, so that a repository's own src/_pytest/ can still be fixed. pyproject.toml is not
+# here: legitimate fixes change it (dependencies, tool settings).
 DEFAULT_FORBIDDEN = (
     "conftest.py",
     "sitecustomize.py",
@@ -34,14 +41,34 @@ DEFAULT_FORBIDDEN = (
     ".pytest.ini",
     "tox.ini",
     "setup.cfg",
+    "pytest.py",
+    "pytest/*",
+    "_pytest/*",
+    "pluggy/*",
+    "*.dist-info/*",
 )
+# Also forbidden when a task's oracle_cmd runs pytest itself (the form before
+# sealbench-pytest): pytest reads [tool.pytest.ini_options] and the working directory's entry
+# points there. An editable install in the workspace writes *.egg-info/, so such a contract
+# fails an agent that makes one.
+UNGUARDED_PYTEST_FORBIDDEN = ("pyproject.toml", "*.egg-info/*")
 UNSPECIFIED = (None, "", "unspecified")
 
 
 def contract_digest(contract: ScoringContract) -> str:
-    """Digest of every field but ``contract_sha256`` itself."""
-    body = contract.model_dump(mode="json", exclude={"contract_sha256"})
+    """Digest of every field but ``contract_sha256`` itself.
+
+    ``flagged_pass`` is left out while it is null, so contracts locked before the field
+    existed keep their digest.
+    """
+    exclude = {"contract_sha256"} | ({"flagged_pass"} if contract.flagged_pass is None else set())
+    body = contract.model_dump(mode="json", exclude=exclude)
     return digest_json(body)
+
+
+def flagged_pass_counts(contract: ScoringContract) -> bool:
+    """Whether a pass whose test process raised a forging flag counts (default: it does not)."""
+    return contract.flagged_pass == "counted"
 
 
 def load_contract(path: Path) -> ScoringContract:
@@ -81,6 +108,7 @@ def new_contract(
     narration_probe: bool = True,
     oracle_validity: str = "required",
     seed: int = 0,
+    flagged_pass: str = "not_counted",
 ) -> tuple[ScoringContract, dict[str, str]]:
     """Build an unlocked contract over an explicit denominator from a sealed pack.
 
@@ -130,6 +158,8 @@ def new_contract(
             "tasks disagree on max_attempts or wall_clock_s; pass --max-attempts and --wall-clock-s"
         )
     forbidden = list(DEFAULT_FORBIDDEN)
+    if any(runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd) for t in ids):
+        forbidden.extend(UNGUARDED_PYTEST_FORBIDDEN)
     for t in ids:
         task = pack.tasks[t]
         forbidden.extend(p for p in task.hidden_paths() if p not in forbidden)
@@ -154,6 +184,7 @@ def new_contract(
         forbidden_paths=forbidden,
         pack=PackRef(path=rel, sha256=seal.pack_sha256),
         seed=seed,
+        flagged_pass=flagged_pass,  # type: ignore[arg-type]
     )
     return contract, left_out
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .digest import canonical_json, is_real_digest, sha256_bytes
-from .formats import Outcome, Rate, Scorecard, SeedEvent
+from .formats import ForgingFlags, Outcome, Rate, Scorecard, SeedEvent
 from .scorecard import REQUIRED_SCORE_KEYS
 
 
@@ -62,6 +62,9 @@ def scorecard_for(task_events: Sequence[dict[str, Any]]) -> Scorecard | None:
         "first_attempt_passed": f["first_attempt_passed"],
         "patch_sha256": f["patch_sha256"],
     }
+    flags = forging_flags(task_events)
+    if flags is not None:
+        card["forging_flags"] = flags
     # Complete only when every control is present and within its published cap.
     card["scorecard_complete"] = (
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
@@ -70,6 +73,30 @@ def scorecard_for(task_events: Sequence[dict[str, Any]]) -> Scorecard | None:
         and card["outcome"] != Outcome.HARNESS_ERROR.value
     )
     return Scorecard.model_validate(card)
+
+
+def forging_flags(task_events: Sequence[dict[str, Any]]) -> ForgingFlags | None:
+    """What the task's graded events flagged, or None when nothing was (the usual case: the
+    scorecard then has no such field, and scorecards derived before it keep their bytes)."""
+    flags: set[str] = set()
+    attempts: list[int] = []
+    not_counted: list[int] = []
+    for ev in task_events:
+        if ev["kind"] != "graded" or not ev["payload"].get("forging_flags"):
+            continue
+        flags.update(ev["payload"]["forging_flags"])
+        attempts.append(ev["attempt"])
+        if ev["payload"].get("flagged_pass") == "not_counted":
+            not_counted.append(ev["attempt"])
+    if not flags:
+        return None
+    names = ", ".join(sorted(flags))
+    which = ", ".join(str(a) for a in attempts)
+    why = f"grading of attempt {which} flagged: {names}"
+    if not_counted:
+        why += (f"; the hidden tests passed on attempt {', '.join(str(a) for a in not_counted)} "
+                "but the contract does not count a flagged pass")
+    return ForgingFlags(flags=sorted(flags), attempts=attempts, passes_not_counted=not_counted, why=why)
 
 
 def seed_event(card: Scorecard) -> SeedEvent:

@@ -11,7 +11,14 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -60,7 +67,9 @@ class TaskRecord(Model):
     task_id: Id = Field(description="Unique id; must equal the task's folder name.")
     prompt_template_id: Id = Field(description="Frozen template in prompts/<id>.txt.")
     oracle_cmd: list[NonEmptyStr] = Field(
-        min_length=1, description="argv run in the grading copy; exit 0 means tests green."
+        min_length=1,
+        description="argv run in the grading copy; exit 0 means tests green. [\"sealbench-pytest\", ARG...] "
+        "runs the harness's own pytest on the pack's ARGs (test paths, -o/-k/-m options).",
     )
     hidden_tests_sha256: NonEmptyStr = Field(
         description="Digest of tasks/<id>/hidden/; a placeholder is filled by `pack seal`."
@@ -71,10 +80,12 @@ class TaskRecord(Model):
     seed: int | None = Field(None, description="Seed pinned for the task (PYTHONHASHSEED, SEALBENCH_SEED).")
     required_tests: list[NonEmptyStr] = Field(
         default_factory=list,
-        description="Test names (JUnit classname::name or name) that must all pass; needs junit_xml.",
+        description="Test names (JUnit classname::name or name) that must all pass; needs junit_xml "
+        "or a sealbench-pytest oracle.",
     )
     junit_xml: str | None = Field(
-        None, description="Relative path of the JUnit XML report the oracle writes."
+        None, description="Relative path of the JUnit XML report the oracle writes; null for sealbench-pytest, "
+        "whose report the harness writes outside the workspace."
     )
     visible_test_cmd: list[NonEmptyStr] | None = Field(
         None, description="argv of a test command that is part of the workspace (feedback=visible_tests)."
@@ -238,6 +249,11 @@ class ScoringContract(Model):
     pack: PackRef | None = Field(None, description="The sealed pack; required at lock.")
     seed: int = Field(0, description="Seed for tasks that do not pin their own.")
     tie_rule: TieRule = Field(default_factory=TieRule, description="How paired comparisons decide; fixed before the runs.")
+    flagged_pass: Literal["not_counted", "counted"] | None = Field(
+        None,
+        description="Whether hidden tests that pass while the test process raised a forging flag "
+        "count as a pass; null (contracts before the field) means not_counted.",
+    )
     contract_sha256: str | None = Field(
         None, description="Digest of every other field, recorded at lock."
     )
@@ -269,6 +285,16 @@ class SeedEvent(Model):
     attempts_used: int | None = Field(None, description="Attempts the task consumed.")
 
 
+class ForgingFlags(Model):
+    """The forging means a task's test process was seen using (pytest oracles, repository tests)."""
+
+    flags: list[str] = Field(description="Each flag raised while grading any attempt, sorted.")
+    attempts: list[int] = Field(description="The attempts whose grading raised a flag.")
+    passes_not_counted: list[int] = Field(
+        description="Attempts whose hidden tests passed but did not count: flagged, and the contract does not count a flagged pass.")
+    why: str = Field(description="The same in a sentence.")
+
+
 class Scorecard(Model):
     """One task's scorecard: seed 000's ten fields plus outcome, first attempt and patch."""
 
@@ -286,6 +312,16 @@ class Scorecard(Model):
     first_attempt_passed: bool = Field(description="First-pass yield, beside the within-cap result.")
     patch_sha256: str | None = Field(description="Digest of the final patch; null when empty.")
     schema_version: Literal[1] = Field(1, description="Format version of the scorecard.")
+    forging_flags: ForgingFlags | None = Field(
+        None, description="Present only when grading raised a forging flag (absent otherwise, so "
+        "scorecards derived before the field keep their bytes).")
+
+    @model_serializer(mode="wrap")
+    def _absent_when_unflagged(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("forging_flags") is None:
+            data.pop("forging_flags", None)
+        return data
 
 
 class Interval95(Model):

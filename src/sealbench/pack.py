@@ -22,6 +22,7 @@ from .digest import UnsafeTree, digest_json, is_real_digest, same_digest, sha256
 from .errors import PackError, VerificationFailed
 from .files import model_json, read_model, read_text, write_atomic
 from .formats import PackManifest, Seal, TaskDigests, TaskRecord, check_id
+from .pytest_oracle import HARNESS_PYTEST, is_guarded, owned_option_problem
 
 PACK_FORMAT = "sealbench.pack/1"
 # Lines too common to prove a leak: boilerplate shared by tests and code alike.
@@ -120,8 +121,18 @@ def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = Non
         raise PackError(
             f"{task_json}: task_id: {record.task_id!r} differs from its folder {task_dir.name!r}"
         )
-    if record.required_tests and not record.junit_xml:
-        raise PackError(f"{task_json}: required_tests: needs junit_xml to be checked")
+    if is_guarded(record.oracle_cmd):
+        problem = owned_option_problem(record.oracle_cmd)
+        if problem is not None:
+            raise PackError(f"{task_json}: oracle_cmd: {problem}")
+        if record.junit_xml is not None:
+            raise PackError(f"{task_json}: junit_xml: must be null for a {HARNESS_PYTEST} oracle "
+                            "(the harness writes its JUnit report outside the workspace)")
+    elif record.required_tests and not record.junit_xml:
+        raise PackError(f"{task_json}: required_tests: needs junit_xml (or a {HARNESS_PYTEST} oracle) to be checked")
+    if record.visible_test_cmd and is_guarded(record.visible_test_cmd):
+        raise PackError(f"{task_json}: visible_test_cmd: {HARNESS_PYTEST} is for oracles; the visible tests are "
+                        "the agent's own (use python -m pytest ...)")
     if record.junit_xml is not None and (
         record.junit_xml.startswith("/") or ".." in Path(record.junit_xml).parts
     ):

@@ -490,9 +490,12 @@ def _tasks(view: RunView) -> Section:
             rows.append((spans(Span(tid, code=True)), spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"),
                          spans("-"), spans("-"), spans("no"), (trace,), (patch,)))
             continue
+        outcome = spans(Span(c.outcome.value, mark=c.outcome.value))
+        if c.forging_flags is not None:
+            outcome = (*outcome, Span(" (flagged)"))
         rows.append((
             spans(Span(tid, code=True)),
-            spans(Span(c.outcome.value, mark=c.outcome.value)),
+            outcome,
             spans(f"{c.attempts_used} of {c.max_attempts}"),
             spans("pass" if c.first_attempt_passed else "no"),
             spans(f"{c.elapsed_ms / 1000:.2f} s"),
@@ -502,6 +505,21 @@ def _tasks(view: RunView) -> Section:
         ))
     header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete", "trace", "patch")
     return Section("Tasks", (Table(header, tuple(rows)),))
+
+
+def _flags(view: RunView) -> Section | None:
+    """The tasks whose test process was seen using a known forging means; None when none was."""
+    flagged = [c for c in view.cards if c.forging_flags is not None]
+    if not flagged:
+        return None
+    policy = "counted" if view.contract.flagged_pass == "counted" else "not counted"
+    lead = Para(spans(Span(f"{len(flagged)} task(s) raised forging flags while graded.", strong=True),
+                      f" Under this contract a flagged pass is {policy}. Code under test runs inside the "
+                      "test process of repository tests, so these means are detected, not prevented."),
+                tone="warn", label="forging flags")
+    rows = tuple(spans(Span(c.task_id, code=True), ": ", c.forging_flags.why)
+                 for c in flagged if c.forging_flags is not None)
+    return Section("Forging flags", (lead, Bullets(rows)))
 
 
 def _probe(view: RunView) -> Section:
@@ -538,7 +556,11 @@ def build_sections(view: RunView) -> list[Section]:
     attempts = _attempts(view)
     if attempts is not None:
         sections.append(attempts)
-    sections += [_outcomes(view), _elapsed(view), _tasks(view), _probe(view)]
+    sections += [_outcomes(view), _elapsed(view), _tasks(view)]
+    flags = _flags(view)
+    if flags is not None:
+        sections.append(flags)
+    sections.append(_probe(view))
     return sections
 
 

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 from xml.parsers import expat
 
-from . import __version__, runs_index
+from . import __version__, pytest_oracle, runs_index
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .charge import Charge, time_used
 from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
-from .contract import load_contract, pack_path, require_locked
+from .contract import flagged_pass_counts, load_contract, pack_path, require_locked
 from .derive import derive_iter, isolation_of, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError, RunRefusal
@@ -180,11 +180,11 @@ def _store_bytes(run_dir: Path, data: bytes) -> str:
 
 
 def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
-          readonly: Sequence[Path] = ()) -> SandboxSpec:
+          readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> SandboxSpec:
     # Output is kept in memory (capped by the limits) and stored once, under its digest.
     return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
                        stdout_path=None, stderr_path=None, limits=ctx.options.limits,
-                       readonly_paths=tuple(readonly))
+                       readonly_paths=tuple(readonly), writable_paths=tuple(writable))
 
 
 def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
@@ -204,8 +204,9 @@ def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
 
 
 def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str],
-               timeout: float) -> tuple[SandboxResult, dict[str, Any]]:
-    res = ctx.sandbox.run(_spec(ctx, argv, workdir, env, timeout))
+               timeout: float, readonly: Sequence[Path] = (),
+               writable: Sequence[Path] = ()) -> tuple[SandboxResult, dict[str, Any]]:
+    res = ctx.sandbox.run(_spec(ctx, argv, workdir, env, timeout, readonly, writable))
     return res, _facts(ctx, res)
 
 
@@ -423,31 +424,67 @@ def _grade(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
         if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, ctx.pack.root)):
             raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
         overlay(task.hidden, grade_dir)
-        if task.record.junit_xml:
-            _remove_planted_report(grade_dir, task.record.junit_xml)
-        env = _env(ctx, task, grade_dir, attempt, None)
-        spec = _spec(ctx, task.record.oracle_cmd, grade_dir, env, remaining)
-        if is_oracle_cmd(task.record.oracle_cmd):
-            # The trusted function-level oracle: its package bound read-only (an editable install
-            # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
-            # the candidate starts can signal or rewrite (see sealbench.function_oracle).
-            spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
-        res = ctx.sandbox.run(spec)
-        facts = _facts(ctx, res)
-        result["oracle"] = facts
-        green = res.exit_code == 0 and not res.timed_out
-        if task.record.junit_xml:
-            verdict = _junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests)
-            result["junit"] = verdict
-            green = green and bool(verdict["ok"])
+        if pytest_oracle.is_guarded(task.record.oracle_cmd):
+            green = _grade_guarded(ctx, task, tw, attempt, changed, grade_dir, remaining, result)
+        else:
+            if task.record.junit_xml:
+                _remove_planted_report(grade_dir, task.record.junit_xml)
+            env = _env(ctx, task, grade_dir, attempt, None)
+            spec = _spec(ctx, task.record.oracle_cmd, grade_dir, env, remaining)
+            if is_oracle_cmd(task.record.oracle_cmd):
+                # The trusted function-level oracle: its package bound read-only (an editable install
+                # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
+                # the candidate starts can signal or rewrite (see sealbench.function_oracle).
+                spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
+            res = ctx.sandbox.run(spec)
+            facts = _facts(ctx, res)
+            result["oracle"] = facts
+            green = res.exit_code == 0 and not res.timed_out
+            if task.record.junit_xml:
+                verdict = _junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests)
+                result["junit"] = verdict
+                green = green and bool(verdict["ok"])
+            result["oracle_timed_out"] = res.timed_out
         result["tests_green"] = green
-        result["oracle_timed_out"] = res.timed_out
-    result["task_pass"] = bool(result["tests_green"] and applies and not forbidden)
+    # In-process forging cannot be prevented in repository tests, only flagged: the contract
+    # decides whether a flagged pass counts (by default it does not).
+    flagged = bool(result.get("forging_flags"))
+    counted = not flagged or flagged_pass_counts(ctx.contract)
+    if flagged and result["tests_green"]:
+        result["flagged_pass"] = "counted" if counted else "not_counted"
+    result["task_pass"] = bool(result["tests_green"] and applies and not forbidden and counted)
     if not ctx.options.keep_work:
         # The code under test wrote in it: removed without recursion, whatever its depth.
         with contextlib.suppress(OSError):
             remove_tree(grade_dir)
+            remove_tree(tw.root / f"oracle-{attempt}")
     return result
+
+
+def _grade_guarded(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, changed: list[str], grade_dir: Path,
+                   remaining: float, result: dict[str, Any]) -> bool:
+    """Run a ``sealbench-pytest`` oracle (see :mod:`sealbench.pytest_oracle`); fills ``result``
+    with its facts, JUnit verdict and forging flags, and returns whether the tests are green."""
+    private = tw.root / f"oracle-{attempt}"
+    remove_tree(private)
+    owned = (set(tw.base) - set(changed)) | set(task.hidden_paths())
+    try:
+        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned)
+    except ValueError as e:
+        raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
+    env = {**_env(ctx, task, grade_dir, attempt, None), **guarded.env}
+    res, facts = _sandboxed(ctx, guarded.argv, grade_dir, env, remaining, guarded.readonly, guarded.writable)
+    verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code)
+    result["oracle"] = facts
+    result["oracle_guard"] = pytest_oracle.GUARD_LABEL
+    result["junit"] = verdict.junit
+    if verdict.ignored:
+        result["oracle_ignored"] = verdict.ignored
+    if verdict.flags:
+        result["forging_flags"] = verdict.flags
+        result["forging_detail"] = verdict.details
+    result["oracle_timed_out"] = res.timed_out
+    return res.exit_code == 0 and not res.timed_out and bool(verdict.junit["ok"])
 
 
 def _feedback(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, remaining: float) -> str:
@@ -587,10 +624,12 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
     tid = task.task_id
     budget = ctx.budget
     if not prior.started:
+        # A pytest oracle_cmd of the form before sealbench-pytest runs as sealed; say so.
+        unguarded: dict[str, Any] = {"oracle_guard": "none"} if pytest_oracle.runs_pytest_unguarded(task.record.oracle_cmd) else {}
         ctx.j("task_started", tid, max_attempts=max_attempts, wall_clock_s=budget.wall_clock_s,
               prompt_template_id="narration-probe" if ctx.probe else task.record.prompt_template_id,
               hidden_tests_sha256=task.record.hidden_tests_sha256,
-              oracle_cmd=list(task.record.oracle_cmd))
+              oracle_cmd=list(task.record.oracle_cmd), **unguarded)
     t0 = time.monotonic()
     deadline = t0 + budget.wall_clock_s - prior.consumed_s
     first = prior.first_attempt_passed

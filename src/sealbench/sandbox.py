@@ -15,8 +15,9 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   spec's ``readonly_paths``, each at its host path. A fresh size-capped tmpfs on ``/tmp`` and
   ``/dev/shm``, bwrap's minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) made
   read-only, a private ``/proc`` showing only the sandbox's processes, no ``/sys``. ``HOME``
-  is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` is
-  the only writable host directory. Everything else of the host (``/root``, ``/home``,
+  is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` and
+  the spec's ``writable_paths`` (each at its host path) are the only writable host
+  directories. Everything else of the host (``/root``, ``/home``,
   ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
 * Network: an empty network namespace with only a loopback device, so the host's loopback
   services, its resolver and the outside world are unreachable.
@@ -190,6 +191,8 @@ class SandboxSpec:
     it: nothing it starts can signal it without its consent, nor rewrite a reaper (a dumpable
     process of the same uid) to forge its exit status. It is for a trusted supervisor that
     reaps its own children (:mod:`sealbench.function_oracle`); :class:`NoSandbox` ignores it.
+    ``readonly_paths`` are exposed read-only and ``writable_paths`` (existing directories, for
+    what the command must hand back outside its workdir) writable, each at its host path.
 
     Raises:
         ValueError: argv is empty, a path is relative, the timeout is not positive, or an
@@ -206,6 +209,7 @@ class SandboxSpec:
     readonly_paths: tuple[Path, ...] = ()
     network: bool = False
     as_pid_1: bool = False
+    writable_paths: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
@@ -216,6 +220,9 @@ class SandboxSpec:
         for path in self.readonly_paths:
             if not Path(path).is_absolute():
                 raise ValueError(f"readonly path must be absolute: {path}")
+        for path in self.writable_paths:
+            if not Path(path).is_absolute():
+                raise ValueError(f"writable path must be absolute: {path}")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"timeout_s must be positive and finite: {self.timeout_s!r}")
         for key, value in self.env.items():
@@ -763,6 +770,12 @@ class _ProcessSandbox:
         for path in spec.readonly_paths:
             if not path.exists():
                 raise HarnessError(f"read-only path for the sandbox does not exist: {path}")
+        for path in spec.writable_paths:
+            where = os.path.normpath(path)
+            if not path.is_dir() or path.is_symlink():
+                raise HarnessError(f"writable path for the sandbox is not a directory: {path}")
+            if where == "/" or any(_within(where, d) or _within(d, where) for d in (*_SYSTEM_DIRS, *_KERNEL_DIRS)):
+                raise HarnessError(f"refusing a system directory as a writable sandbox path: {path}")
 
     def _launch(self, spec: SandboxSpec, status_fd: int | None, block_fd: int | None) -> _Launch:
         raise NotImplementedError
@@ -1193,6 +1206,8 @@ class BubblewrapSandbox(_ProcessSandbox):
         for path in (*_python_prefixes(), *(str(p) for p in spec.readonly_paths)):
             args += ["--ro-bind", path, path]
         args += ["--bind", workdir, workdir, *home_last]
+        for writable in spec.writable_paths:
+            args += ["--bind", str(writable), str(writable)]
         args += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]
@@ -1246,7 +1261,7 @@ class BubblewrapSandbox(_ProcessSandbox):
                 + ", ".join(_python_prefixes())
                 + "; /etc entries not world-readable masked; tmpfs /tmp and /dev/shm"
                 + ("" if self._sized_tmpfs else " (unsized)")
-                + "; workdir the only writable host path"
+                + "; workdir (and a spec's writable paths) the only writable host paths"
             ),
             "namespaces": "user, mount, pid, net, ipc, uts, cgroup; " + hardening,
         }

@@ -6,8 +6,8 @@ it and ``instructions.append.md`` after it), ``.meta/config.json`` whose ``files
 
 * workspace: the exercise directory without ``.docs/``, ``.meta/``, dot-entries, caches and
   the test files: the stub and any helper file the student gets;
-* hidden: the test files, at their paths; the oracle runs pytest on them with a JUnit
-  report, and every test method found in them is a required test;
+* hidden: the test files, at their paths; the oracle runs the harness's pytest on them
+  (``sealbench-pytest``), and every test method found in them is a required test;
 * solution: the example file(s), under the solution file names;
 * prompt.md: the exercise's documents, in the order Exercism shows them.
 """
@@ -25,7 +25,7 @@ from ..errors import PackError, UsageError
 from ..files import read_text
 from ..formats import check_id
 from .draft import FileEntry, Files, ImportOptions, PackDraft, TaskDraft, make_record
-from .oracle import JUNIT_FILE, junit_test_name, pytest_oracle_cmd
+from .oracle import junit_test_name, pytest_oracle_cmd
 from .provenance import describe, load_template, provenance
 from .sources import check_unique, directory_digest, first_records, parse_python, task_id_for
 
@@ -184,7 +184,7 @@ def _task(track: Path, exercise: Path, options: ImportOptions, title: str, licen
         where, task_id=exercise.name, template_id=TEMPLATE_ID, oracle_cmd=pytest_oracle_cmd(tests),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, directory_digest(exercise), license, record_id),
-        junit_xml=JUNIT_FILE, required_tests=required,
+        required_tests=required,
     )
     return TaskDraft(
         record=record,

@@ -14,8 +14,10 @@ Packs imported by earlier releases ran the test as a script in the candidate's o
 and checked a JUnit report it wrote last; their oracle_cmd is sealed with them and still runs
 as it did.
 
-Repository-style sets (Exercism, SWE-bench) run pytest with ``--junitxml``; their required
-tests are named as pytest's JUnit report names them (:func:`junit_test_name`).
+Repository-style sets (Exercism, SWE-bench) run the harness's own pytest
+(``sealbench-pytest``, :mod:`sealbench.pytest_oracle`), which writes the JUnit report outside
+the workspace; their required tests are named as pytest's JUnit report names them
+(:func:`junit_test_name`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 from collections.abc import Sequence
 
 from ..function_oracle import SPEC_FILE, oracle_cmd, spec_json
+from ..pytest_oracle import HARNESS_PYTEST
 
 ORACLE_FILE = "test_sealbench_oracle.py"
 JUNIT_FILE = "sealbench-oracle-junit.xml"
@@ -68,14 +71,16 @@ def function_oracle_cmd() -> list[str]:
     return oracle_cmd(SPEC_FILE)
 
 
-def pytest_oracle_cmd(targets: Sequence[str]) -> list[str]:
-    """argv running pytest on ``targets`` (files or node ids) with a JUnit report.
+def pytest_oracle_cmd(targets: Sequence[str], *, root_importable: bool = False) -> list[str]:
+    """oracle_cmd running the harness's pytest on ``targets`` (files or node ids).
 
-    ``--rootdir .`` makes node ids, and so JUnit names, relative to the workspace root, as the
-    source's test ids are.
+    The harness sets the rootdir to the grading copy, so node ids, and so JUnit names, are
+    relative to the workspace root, as the source's test ids are. ``root_importable`` puts
+    the workspace root on ``sys.path`` once pytest has started (``-o pythonpath=.``), for
+    repositories whose tests import the package from the root without installing it.
     """
-    return ["python", "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", ".", "-q",
-            f"--junitxml={JUNIT_FILE}", *targets]
+    options = ["-o", "pythonpath=."] if root_importable else []
+    return [HARNESS_PYTEST, "-q", *options, *targets]
 
 
 def junit_test_name(test_id: str) -> str:

@@ -10,9 +10,10 @@ dataset) and problem_statement. Each task becomes:
 * hidden: the files the test_patch adds or modifies, in their post-patch state;
 * solution: the files the gold patch adds or modifies, in their post-patch state (a file the
   gold patch deletes cannot be expressed as a solution file and stays);
-* oracle: pytest with a JUnit report on the FAIL_TO_PASS and PASS_TO_PASS node ids (on the
-  hidden test files when some ids are not node ids); required_tests = FAIL_TO_PASS +
-  PASS_TO_PASS, named as pytest's report names them;
+* oracle: the harness's pytest (``sealbench-pytest``, the repository root importable with
+  ``-o pythonpath=.``) on the FAIL_TO_PASS and PASS_TO_PASS node ids (on the hidden test files
+  when some ids are not node ids); required_tests = FAIL_TO_PASS + PASS_TO_PASS, named as
+  pytest's report names them;
 * prompt.md: the problem statement.
 
 The clone is only read, never written: trees are read through a private scratch repository
@@ -32,7 +33,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import PackError, UsageError
 from .draft import FileEntry, FileKind, ImportOptions, PackDraft, TaskDraft, make_record
-from .oracle import JUNIT_FILE, junit_test_name, pytest_oracle_cmd
+from .oracle import junit_test_name, pytest_oracle_cmd
 from .provenance import describe, load_template, provenance
 from .sources import (
     SourceRecord,
@@ -253,10 +254,11 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     node_ids = all("::" in t for t in ids)
     targets = ids if node_ids else sorted(p for p in tests if p.endswith(".py"))
     record = make_record(
-        rec.where, task_id=task_id, template_id=TEMPLATE_ID, oracle_cmd=pytest_oracle_cmd(targets),
+        rec.where, task_id=task_id, template_id=TEMPLATE_ID,
+        oracle_cmd=pytest_oracle_cmd(targets, root_importable=True),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, digest, options.license, instance),
-        junit_xml=JUNIT_FILE, required_tests=_unique([junit_test_name(t) for t in ids]),
+        required_tests=_unique([junit_test_name(t) for t in ids]),
     )
     return TaskDraft(record=record, prompt=get_str(rec, "problem_statement").rstrip() + "\n",
                      workspace=workspace, hidden=tests, solution=fix, origin=rec.where)

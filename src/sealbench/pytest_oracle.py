@@ -1,0 +1,303 @@
+"""Repository-level pytest oracles that read nothing from the workspace but the code under test.
+
+A task record whose ``oracle_cmd`` is ``["sealbench-pytest", ARG...]`` asks the runner for the
+harness's own pytest: the ``ARG``s are the pack's pytest arguments (test files or node ids,
+and the options the tests need, e.g. ``-o pythonpath=src`` for a src/ layout or ``-m "not
+slow"``), and everything else is the harness's. The runner starts
+:mod:`sealbench.pytest_guard` (bound read-only into the sandbox) as
+``python -P -s pytest_guard.py PRIVATE -- ARG...`` in the grading copy, with plugin autoload
+off, a configuration file of its own (``-c``; the workspace's pytest.ini, tox.ini, setup.cfg
+and pyproject.toml are not read), only the pack's own ``conftest.py`` files, and the JUnit
+report and the guard's record written in ``PRIVATE``, a host directory outside the grading
+copy bound writable at its own path. Options the harness owns are refused in a pack
+(:func:`owned_option_problem`).
+
+The code under test still runs inside the pytest process, so what it does there is not
+prevented; the known forging means are flagged (:data:`sealbench.pytest_guard.FLAGS`), and
+the contract decides whether a flagged pass counts. The guard's record of them ends with an
+HMAC under a key made here for each grade (:attr:`GuardedOracle.key`), which the tests never
+hold: a record they cut short or forge does not authenticate and is itself a flag.
+
+A pack whose ``oracle_cmd`` runs pytest itself (``python -m pytest ...``, the form sealbench
+generated before) is run as sealed, unguarded: its meaning is not changed behind its seal.
+The runner records it on the task's ``task_started`` event (``oracle_guard: "none"``), and
+``contract new`` also forbids pyproject.toml and ``*.egg-info/`` for such a pack. Re-import
+the pack (the importers write ``sealbench-pytest``) or edit its records, then seal and
+validate it again, to have it guarded.
+
+Everything read back from ``PRIVATE`` is read without following a link, with a size cap: the
+code under test could write there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import os
+import secrets
+import stat
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from . import pytest_guard
+from .digest import sha256_bytes
+
+HARNESS_PYTEST: Final = "sealbench-pytest"
+GUARD_FILE: Final = Path(pytest_guard.__file__).resolve()
+GUARD_LABEL: Final = f"{HARNESS_PYTEST}/{pytest_guard.GUARD_VERSION}"
+REPORT_CAP: Final = 64 * 2**20
+RECORD_CAP: Final = 8 * 2**20
+_DETAILS_KEPT: Final = 20
+# Options that would hand the workspace back what the harness takes away, or move the report.
+# (-p stays the pack's: with autoload off, it is how a pack loads an installed plugin; the
+# guard flags a plugin that comes from the workspace.)
+_OWNED_OPTIONS: Final = ("-c", "--config-file", "--rootdir", "--confcutdir", "--junitxml", "--junit-xml",
+                         "--noconftest")
+_INI: Final = "[pytest]\n# sealbench's own pytest configuration: the workspace's is never read.\n"
+
+
+def is_guarded(argv: Sequence[str]) -> bool:
+    """True for an oracle_cmd that asks for the harness's pytest."""
+    return bool(argv) and argv[0] == HARNESS_PYTEST
+
+
+def runs_pytest_unguarded(argv: Sequence[str]) -> bool:
+    """True for an oracle_cmd that starts pytest itself (``python -m pytest``, ``pytest``)."""
+    if not argv or is_guarded(argv):
+        return False
+    if os.path.basename(argv[0]) in ("pytest", "py.test"):
+        return True
+    return any(a == "-m" and b in ("pytest", "py.test") for a, b in itertools.pairwise(argv))
+
+
+def owned_option_problem(argv: Sequence[str]) -> str | None:
+    """Why a ``sealbench-pytest`` oracle_cmd cannot be run as written, or None."""
+    for arg in argv[1:]:
+        if arg == "--":
+            break
+        for option in _OWNED_OPTIONS:
+            if arg == option or (option.startswith("--") and arg.startswith(option + "=")) or (
+                    option == "-c" and arg.startswith(option) and len(arg) > 2):
+                return (f"{arg!r}: the harness owns this pytest option (configuration file, rootdir, "
+                        "conftest, plugins and the JUnit report); declare test options with -o, -k, -m or paths")
+    return None
+
+
+@dataclass(frozen=True)
+class GuardedOracle:
+    """How to start one guarded pytest run, and where it leaves its report and record.
+
+    ``key`` authenticates the record the run leaves; it is given to the run in a file the
+    guard deletes before any code under test runs, and kept here to check the record.
+    """
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    readonly: tuple[Path, ...]
+    writable: tuple[Path, ...]
+    private: Path
+    key: bytes = field(repr=False)
+
+
+def prepare(private: Path, oracle_cmd: Sequence[str], owned: Iterable[str]) -> GuardedOracle:
+    """Create ``private`` (it must not exist) with the harness's configuration; the command.
+
+    ``owned`` are the grading copy's relative paths that are the pack's own: the hidden tests
+    and the workspace files the patch left unchanged. Only those may be imported as a
+    ``conftest.py``, and code in them is not code under test.
+
+    Raises:
+        ValueError: ``oracle_cmd`` is not a ``sealbench-pytest`` one, or uses an option the
+            harness owns.
+        OSError: ``private`` exists or cannot be written.
+    """
+    if not is_guarded(oracle_cmd):
+        raise ValueError(f"not a {HARNESS_PYTEST} oracle: {list(oracle_cmd)!r}")
+    problem = owned_option_problem(oracle_cmd)
+    if problem is not None:
+        raise ValueError(problem)
+    private.mkdir(mode=0o700)
+    key = secrets.token_bytes(32)
+    config = {"guard_version": pytest_guard.GUARD_VERSION, "owned": sorted(set(owned)), "key": key.hex()}
+    (private / pytest_guard.CONFIG_NAME).write_text(json.dumps(config), encoding="utf-8")
+    (private / pytest_guard.INI_NAME).write_text(_INI, encoding="utf-8")
+    argv = ("python", "-P", "-s", str(GUARD_FILE), str(private), "--", *oracle_cmd[1:])
+    return GuardedOracle(argv=argv, env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, readonly=(GUARD_FILE,),
+                         writable=(private,), private=private, key=key)
+
+
+@dataclass(frozen=True)
+class GuardedVerdict:
+    """What a guarded run left: the JUnit verdict and the forging flags, read safely."""
+
+    junit: dict[str, Any]
+    flags: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+
+def read_private(path: Path, cap: int) -> bytes | None:
+    """The bytes of a regular file, never through a link; None when missing, not a regular
+    file, or over ``cap`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 16):
+            size += len(chunk)
+            if size > cap:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def junit_verdict(data: bytes | None, required: Sequence[str]) -> dict[str, Any]:
+    """Counts, failures and whether every required test passed, from a JUnit report's bytes."""
+    if data is None:
+        return {"ok": False, "why": "no JUnit report written"}
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as e:
+        return {"ok": False, "why": f"unreadable JUnit report: {e}"}
+    ran = failed = 0
+    passed: set[str] = set()
+    for case in root.iter("testcase"):
+        name, cls = case.get("name", ""), case.get("classname", "")
+        if case.find("skipped") is not None:
+            continue
+        ran += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+            continue
+        passed.update(_names(cls, name))
+    return _verdict(ran, failed, passed, required)
+
+
+def _names(cls: str, name: str) -> set[str]:
+    # The runner matches a required test by classname::name, classname.name or its name alone.
+    return {name, f"{cls}::{name}", f"{cls}.{name}"}
+
+
+def _verdict(ran: int, failed: int, passed: set[str], required: Sequence[str]) -> dict[str, Any]:
+    missing = [t for t in required if t not in passed]
+    ok = ran > 0 and failed == 0 and not missing
+    why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
+    return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
+
+
+def _guard_verdict(tests: dict[str, str], required: Sequence[str]) -> dict[str, Any]:
+    """The same verdict, from the outcomes the guard saw (``classname::name`` -> outcome)."""
+    ran = failed = 0
+    passed: set[str] = set()
+    for key, outcome in tests.items():
+        if outcome == "skipped":
+            continue
+        ran += 1
+        if outcome != "passed":
+            failed += 1
+            continue
+        cls, _, name = key.rpartition("::")
+        passed.update(_names(cls, name))
+    return _verdict(ran, failed, passed, required)
+
+
+@dataclass
+class _Record:
+    flags: list[tuple[str, str]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    ignored: list[str] = field(default_factory=list)
+
+
+def _authentic(data: bytes, key: bytes) -> tuple[bool, bytes]:
+    """Whether the record's last line authenticates every byte before it; those bytes."""
+    body, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    body = body + b"\n" if body else b""
+    try:
+        entry = json.loads(last)
+    except ValueError:
+        return False, data
+    if not isinstance(entry, dict) or entry.get("kind") != "mac" or not isinstance(entry.get("mac"), str):
+        return False, data
+    expected = pytest_guard.record_mac(key, hashlib.sha256(body).digest())
+    return hmac.compare_digest(expected, entry["mac"]), body
+
+
+def _parse_record(data: bytes | None, key: bytes) -> _Record:
+    """The guard's record; every way it can be wrong is a flag, never an error."""
+    rec = _Record()
+    if data is None:
+        rec.flags.append(("record_tampered", "the guard's record is missing, not a file, or too large"))
+        return rec
+    authentic, body = _authentic(data, key)
+    if not authentic:
+        rec.flags.append(("record_tampered", "the record does not authenticate: cut short, edited, or not the guard's"))
+    for line in body.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        kind = entry.get("kind")
+        if kind == "flag":
+            name, detail = entry.get("flag"), entry.get("detail")
+            # Lines of a record that does not authenticate can only add flags.
+            if name in pytest_guard.FLAGS and isinstance(detail, str):
+                rec.flags.append((name, detail))
+        elif kind == "ignored" and isinstance(entry.get("path"), str):
+            rec.ignored.append(entry["path"])
+        elif kind == "end" and authentic:
+            rec.end = entry
+        elif kind == "end":
+            rec.flags.extend((str(i[0]), str(i[1])) for i in entry.get("flags") or []
+                             if isinstance(i, list) and len(i) == 2 and i[0] in pytest_guard.FLAGS)
+    if rec.end is None:
+        rec.flags.append(("session_cut_short", "the test process ended before the harness's end of session"))
+    else:
+        for item in rec.end.get("flags") or []:
+            if isinstance(item, list) and len(item) == 2 and item[0] in pytest_guard.FLAGS:
+                rec.flags.append((str(item[0]), str(item[1])))
+    return rec
+
+
+def read_verdict(oracle: GuardedOracle, required: Sequence[str], exit_code: int | None = 0) -> GuardedVerdict:
+    """Read what a guarded run left in its private directory: the JUnit verdict, checked
+    against the guard's own account, and the flags (the guard's and those this check finds).
+
+    A record that is cut short or does not authenticate is a flag only when the process
+    exited 0: a timeout or a crash already fails, and is no sign of forging.
+    """
+    private = oracle.private
+    report = read_private(private / pytest_guard.REPORT_NAME, REPORT_CAP)
+    junit = junit_verdict(report, required)
+    rec = _parse_record(read_private(private / pytest_guard.RECORD_NAME, RECORD_CAP), oracle.key)
+    flags = [f for f in rec.flags if exit_code == 0 or f[0] not in ("record_tampered", "session_cut_short")]
+    end = rec.end
+    if end is not None:
+        recorded = end.get("report_sha256")
+        actual = sha256_bytes(report) if report is not None else None
+        if recorded != actual:
+            flags.append(("report_write", "the JUnit report differs from the one pytest wrote"))
+        tests = end.get("tests")
+        if isinstance(tests, dict) and junit["ok"]:
+            seen = _guard_verdict({str(k): str(v) for k, v in tests.items()}, required)
+            if not seen["ok"] or (seen["ran"], seen["failed"]) != (junit["ran"], junit["failed"]):
+                flags.append(("report_mismatch",
+                              f"JUnit: {junit['ran']} ran, {junit['failed']} failed; the harness saw "
+                              f"{seen['ran']} ran, {seen['failed']} failed"))
+    names = sorted({name for name, _ in flags})
+    details = list(dict.fromkeys(f"{name}: {detail}" for name, detail in flags))[:_DETAILS_KEPT]
+    return GuardedVerdict(junit=junit, flags=names, details=details, ignored=rec.ignored[:_DETAILS_KEPT])
