@@ -143,3 +143,24 @@ def test_a_journal_that_cannot_be_written_ends_the_run_within_the_lease(tmp_path
     heartbeat.stop()
     journal.close()
     assert "journal write failed" in messages[0] and "--resume" in messages[0]
+
+
+def test_a_journal_opened_long_before_the_heartbeat_starts_is_not_a_lapse(tmp_path: Path) -> None:
+    """A resume reads a large journal between opening it and starting the heartbeat."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal.create(path)
+    journal.append("step")
+    time.sleep(0.8)
+    real_append = journal.append
+
+    def slow_append(kind: str, **kw: Any) -> dict[str, Any]:
+        time.sleep(0.2)  # a slow disk: the first heartbeat lands after the watchdog has looked
+        return real_append(kind, **kw)
+
+    journal.append = slow_append
+    lapses: list[str] = []
+    heartbeat = Heartbeat(journal, interval_ms=100, lease_ms=600, on_lapse=lapses.append).start()
+    time.sleep(0.5)
+    heartbeat.stop()
+    journal.close()
+    assert lapses == [] and [e["kind"] for e in lines(path)][1] == "heartbeat"

@@ -107,10 +107,14 @@ class Heartbeat:
         self._on_lapse = on_lapse
         self._stop = threading.Event()
         self._error: str | None = None
+        self._since = time.monotonic()
         self._threads = [threading.Thread(target=self._beat, name="sealbench-heartbeat", daemon=True),
                          threading.Thread(target=self._watch, name="sealbench-watchdog", daemon=True)]
 
     def start(self) -> Heartbeat:
+        # The journal may have been opened long before (a large one read on resume): the lease
+        # counts from now, and the first heartbeat is written at once.
+        self._since = time.monotonic()
         for thread in self._threads:
             thread.start()
         return self
@@ -140,11 +144,12 @@ class Heartbeat:
     def _watch(self) -> None:
         journal = self._journal
         while not self._stop.is_set():
-            wait = journal.last_written + self._fire_after - time.monotonic()
+            last = max(journal.last_written, self._since)
+            wait = last + self._fire_after - time.monotonic()
             if wait > 0:
                 self._stop.wait(wait)
                 continue
-            silent = time.monotonic() - journal.last_written
+            silent = time.monotonic() - last
             why = self._error or "its writes stalled"
             self._on_lapse(
                 f"the journal has recorded nothing for {silent:.1f} s ({why}); the run was ended so that no "
