@@ -635,3 +635,11 @@ def test_contract_locked_before_flagged_pass_keeps_its_digest(tmp_path: Path) ->
     file = json.loads(model_json(old))
     del file["flagged_pass"]
     assert ScoringContract.model_validate(file).flagged_pass is None
+
+
+def test_a_src_layout_repository_is_imported_from_src() -> None:
+    from sealbench.importers.oracle import import_roots, pytest_oracle_cmd
+
+    assert import_roots(["src/click/__init__.py", "tests/test_x.py"]) == ["src"]
+    assert import_roots(["calc/__init__.py", "src/notes.txt"]) == ["."]
+    assert pytest_oracle_cmd(["t.py"], pythonpath=["src"]) == ["sealbench-pytest", "-q", "-o", "pythonpath=src", "t.py"]

@@ -595,8 +595,11 @@ class _Watch:
         out: list[str] = []
 
         def foreign(fn: object) -> bool:
+            # Code from a file of the code under test; code compiled from a string (a
+            # NamedTuple's __new__, a dataclass's __init__) is the library's making.
             code = getattr(fn, "__code__", None)
-            return isinstance(code, types.CodeType) and self.classify_file(code.co_filename) == CANDIDATE
+            return (isinstance(code, types.CodeType) and code.co_filename.startswith("/")
+                    and self.classify_file(code.co_filename) == CANDIDATE)
 
         for nodeid, item, obj in self.items:
             # A unittest item hands out a new bound method each time: compare what it binds.

@@ -23,7 +23,7 @@ the workspace; their required tests are named as pytest's JUnit report names the
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..function_oracle import SPEC_FILE, oracle_cmd, spec_json
 from ..pytest_oracle import HARNESS_PYTEST
@@ -71,16 +71,24 @@ def function_oracle_cmd() -> list[str]:
     return oracle_cmd(SPEC_FILE)
 
 
-def pytest_oracle_cmd(targets: Sequence[str], *, root_importable: bool = False) -> list[str]:
+def pytest_oracle_cmd(targets: Sequence[str], *, pythonpath: Sequence[str] = ()) -> list[str]:
     """oracle_cmd running the harness's pytest on ``targets`` (files or node ids).
 
     The harness sets the rootdir to the grading copy, so node ids, and so JUnit names, are
-    relative to the workspace root, as the source's test ids are. ``root_importable`` puts
-    the workspace root on ``sys.path`` once pytest has started (``-o pythonpath=.``), for
-    repositories whose tests import the package from the root without installing it.
+    relative to the workspace root, as the source's test ids are. ``pythonpath`` (workspace
+    directories, e.g. "src" or ".") go on ``sys.path`` once pytest has started
+    (``-o pythonpath=...``), for repositories whose tests import the package without
+    installing it.
     """
-    options = ["-o", "pythonpath=."] if root_importable else []
+    options = ["-o", "pythonpath=" + " ".join(pythonpath)] if pythonpath else []
     return [HARNESS_PYTEST, "-q", *options, *targets]
+
+
+def import_roots(paths: Iterable[str]) -> list[str]:
+    """Where a repository's tests import its package from: ``src`` for a src/ layout (a
+    package directly under ``src/``), the root otherwise."""
+    src_layout = any(re.fullmatch(r"src/[^/]+/__init__\.py", p) for p in paths)
+    return ["src"] if src_layout else ["."]
 
 
 def junit_test_name(test_id: str) -> str:

@@ -10,10 +10,10 @@ dataset) and problem_statement. Each task becomes:
 * hidden: the files the test_patch adds or modifies, in their post-patch state;
 * solution: the files the gold patch adds or modifies, in their post-patch state (a file the
   gold patch deletes cannot be expressed as a solution file and stays);
-* oracle: the harness's pytest (``sealbench-pytest``, the repository root importable with
-  ``-o pythonpath=.``) on the FAIL_TO_PASS and PASS_TO_PASS node ids (on the hidden test files
-  when some ids are not node ids); required_tests = FAIL_TO_PASS + PASS_TO_PASS, named as
-  pytest's report names them;
+* oracle: the harness's pytest (``sealbench-pytest``, with ``-o pythonpath=src`` for a src/
+  layout and ``-o pythonpath=.`` otherwise, since the repository is not installed) on the
+  FAIL_TO_PASS and PASS_TO_PASS node ids (on the hidden test files when some ids are not node
+  ids); required_tests = FAIL_TO_PASS + PASS_TO_PASS, named as pytest's report names them;
 * prompt.md: the problem statement.
 
 The clone is only read, never written: trees are read through a private scratch repository
@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import PackError, UsageError
 from .draft import FileEntry, FileKind, ImportOptions, PackDraft, TaskDraft, make_record
-from .oracle import junit_test_name, pytest_oracle_cmd
+from .oracle import import_roots, junit_test_name, pytest_oracle_cmd
 from .provenance import describe, load_template, provenance
 from .sources import (
     SourceRecord,
@@ -255,7 +255,7 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     targets = ids if node_ids else sorted(p for p in tests if p.endswith(".py"))
     record = make_record(
         rec.where, task_id=task_id, template_id=TEMPLATE_ID,
-        oracle_cmd=pytest_oracle_cmd(targets, root_importable=True),
+        oracle_cmd=pytest_oracle_cmd(targets, pythonpath=import_roots(base)),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, digest, options.license, instance),
         required_tests=_unique([junit_test_name(t) for t in ids]),
