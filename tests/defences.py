@@ -277,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--list", type=Path, default=LIST, help="the list of defences (default: tests/defences.toml)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the project whose source is edited")
     ap.add_argument("--only", nargs="+", metavar="ID", help="run these entries only")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="entries run at once (default: cores)")
+    ap.add_argument("--jobs", type=int, default=2 * (os.cpu_count() or 1),
+                    help="entries run at once (default: two per core; they mostly wait on sandboxes and sleeps)")
     ap.add_argument("--readme", action="store_true", help="rewrite the README's table of defences and exit")
     args = ap.parse_args(argv)
     try:
