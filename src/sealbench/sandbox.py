@@ -1223,12 +1223,15 @@ class BubblewrapSandbox(_ProcessSandbox):
         outside its namespace). Until the reaper has forked the command there is nothing to
         warn: then bwrap's group gets the SIGTERM, monitor included.
         """
-        groups: set[int] = set()
+        children: list[str] = []
         reaper = supervisor.reaper_pid
         if reaper is not None:
-            with contextlib.suppress(OSError, ValueError):
-                for child in Path(f"/proc/{reaper}/task/{reaper}/children").read_text().split():
-                    groups.add(os.getpgid(int(child)))
+            with contextlib.suppress(OSError):
+                children = Path(f"/proc/{reaper}/task/{reaper}/children").read_text().split()
+        groups: set[int] = set()
+        for child in children:
+            with contextlib.suppress(OSError, ValueError):  # gone already: nothing to warn
+                groups.add(os.getpgid(int(child)))
         groups.discard(proc.pid)
         for group in groups:
             _signal_group(group, signal.SIGTERM)
