@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,10 +17,12 @@ from conftest import SEED_IDS, write_json
 Cli = Callable[..., tuple[int, str, str]]
 
 
-def test_help_lists_exit_codes(cli: Cli) -> None:
+def test_help_lists_exit_codes(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli("--help")
     assert info.value.code == 0
+    listed = re.findall(r"^  (\d+) ", capsys.readouterr().out, re.MULTILINE)
+    assert sorted(map(int, listed)) == [0, 1, 2, 3, 4, 130, 143]
 
 
 def test_usage_error_exits_2(cli: Cli) -> None:
