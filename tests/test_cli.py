@@ -28,7 +28,7 @@ def test_help_lists_exit_codes(cli: Cli, capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as info:
         cli("--help")
     assert info.value.code == 0
-    listed = re.findall(r"^  (\d+)  \S", capsys.readouterr().out.split("exit codes:", 1)[1], re.MULTILINE)
+    listed = re.findall(r"^  (\d+)\s+\S", capsys.readouterr().out.split("exit codes:", 1)[1], re.MULTILINE)
     documented = documented_exit_codes()
     assert len(documented) >= 6
     assert [c for c in documented if str(c) not in listed] == [], "exit codes the README documents but --help omits"

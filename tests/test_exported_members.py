@@ -10,7 +10,7 @@ import sealbench
 EXPECTED = [
     "AgentSpec", "ContractError", "HarnessError", "IncompleteScorecard", "Outcome", "PackError", "Rate",
     "Refusal", "RunOptions", "RunRefusal", "ScoreRefusal", "Scorecard", "ScoringContract", "SealbenchError",
-    "TaskRecord", "UsageError", "VerificationFailed", "__version__", "check_pack", "derive", "execute",
+    "StorageError", "TaskRecord", "UsageError", "VerificationFailed", "__version__", "check_pack", "derive", "execute",
     "load_contract", "load_pack", "load_task", "lock_contract", "new_contract", "parse_events",
     "register_builtin", "require_locked", "score", "seal_pack", "validate_pack", "validate_scorecard",
 ]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sealbench.errors import HarnessError, RunRefusal, VerificationFailed
+from sealbench.errors import RunRefusal, StorageError, VerificationFailed
 from sealbench.journal import Journal, event_hash, open_for_resume, read_chain
 
 
@@ -125,7 +125,8 @@ def test_concurrent_appends_keep_one_chain(tmp_path: Path) -> None:
 
 
 def test_full_disk_keeps_every_earlier_event(tmp_path: Path) -> None:
-    """A failed write cuts the file back to its last whole event and stops the writer."""
+    """A failed write cuts the file back to its last whole event; a full disk is a storage
+    failure (exit 3, resumable), not a harness error."""
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
     journal.append("ok", payload={})
@@ -141,7 +142,7 @@ def test_full_disk_keeps_every_earlier_event(tmp_path: Path) -> None:
 
     os.write = failing_write  # type: ignore[assignment]
     try:
-        with pytest.raises(HarnessError, match="No space left on device"):
+        with pytest.raises(StorageError, match="No space left on device"):
             journal.append("lost", payload={"x": 1})
     finally:
         os.write = real_write
@@ -203,10 +204,10 @@ def test_failed_fsync_stops_the_journal(tmp_path: Path, monkeypatch: pytest.Monk
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", failing)
-    with pytest.raises(HarnessError, match=r"fsync failed .*Input/output error"):
+    with pytest.raises(StorageError, match=r"fsync failed .*Input/output error"):
         journal.append("unsure", payload={})
     monkeypatch.setattr(os, "fsync", real_fsync)
-    with pytest.raises(HarnessError, match="fsync failed"):
+    with pytest.raises(StorageError, match="fsync failed"):
         journal.append("after", payload={})
     journal.close()
     assert [e["kind"] for e in read_chain(path).events] == ["ok", "unsure"]

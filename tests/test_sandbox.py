@@ -18,6 +18,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -796,3 +797,72 @@ def test_prepared_bubblewrap_is_held_with_its_namespaces_built(tmp_path: Path) -
         result = prepared.start()
     assert result.exit_code == 0 and agent.stdout().strip() == "2"  # pid 2: under bwrap's pid 1
     assert bwrap_pids_for(agent.workdir) == []
+
+
+# --- no command outlives its runner ----------------------------------------------------------
+
+_DYING_RUNNER = """
+import os, signal, sys, threading, time
+from pathlib import Path
+from sealbench.sandbox import Limits, SandboxSpec, open_sandbox
+kind, workdir, mark, start = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "start"
+box = open_sandbox(kind)
+script = "(while :; do date +%s%N >> child-ticks; sleep 0.02; done) & while :; do date +%s%N >> ticks; sleep 0.02; done"
+spec = SandboxSpec(argv=("sh", "-c", script), workdir=workdir, env={"PATH": "/usr/bin:/bin", "SEALBENCH_MARK": mark},
+                   timeout_s=60.0, stdout_path=None, stderr_path=None, limits=Limits(processes=64))
+prepared = box.prepare(spec)
+if start:
+    threading.Thread(target=prepared.start, daemon=True).start()
+    while not (workdir / "child-ticks").exists():
+        time.sleep(0.01)
+else:
+    time.sleep(0.3)  # held: its sandbox built, waiting on the gate
+print("ready", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _kill_a_runner(kind: str, tmp_path: Path, *, started: bool) -> tuple[Path, str]:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    mark = uuid.uuid4().hex
+    runner = subprocess.run([PY, "-c", _DYING_RUNNER, kind, str(workdir), mark, "start" if started else "hold"],
+                            capture_output=True, text=True, timeout=120)
+    assert runner.returncode == -signal.SIGKILL and runner.stdout == "ready\n", runner.stderr
+    return workdir, mark
+
+
+@pytest.mark.parametrize("kind", ISOLATING)
+def test_held_command_never_starts_when_its_runner_is_killed(kind: str, tmp_path: Path) -> None:
+    """bwrap's --block-fd proceeds on EOF: a held agent used to start, unsupervised, when its runner died."""
+    workdir, mark = _kill_a_runner(kind, tmp_path, started=False)
+    time.sleep(1.0)
+    assert sorted(os.listdir(workdir)) == []
+    assert marked_pids(mark) == []
+
+
+@pytest.mark.parametrize("kind", EVERY)
+def test_running_command_and_its_children_die_with_their_killed_runner(kind: str, tmp_path: Path) -> None:
+    workdir, mark = _kill_a_runner(kind, tmp_path, started=True)
+    time.sleep(0.2)  # the kernel's and the reaper's moment
+    sizes = {name: (workdir / name).stat().st_size for name in ("ticks", "child-ticks")}
+    time.sleep(1.0)
+    assert {name: (workdir / name).stat().st_size for name in sizes} == sizes
+    assert marked_pids(mark) == []
+
+
+@pytest.mark.parametrize("kind", EVERY)
+def test_kill_from_another_thread_stops_a_started_command_and_forbids_a_start(kind: str, tmp_path: Path) -> None:
+    agent = Agent(tmp_path, open_sandbox(kind))
+    with agent.sandbox.prepare(agent.spec(["sleep", "30"], timeout_s=30.0)) as prepared:
+        threading.Timer(0.3, prepared.kill).start()
+        t0 = time.monotonic()
+        result = prepared.start()
+        assert time.monotonic() - t0 < 5.0
+    assert not result.timed_out and result.exit_code in (None, 128 + signal.SIGKILL)
+    assert marked_pids(agent.mark) == []
+    with agent.sandbox.prepare(agent.spec(["touch", "ran"])) as prepared:
+        prepared.kill()
+        with pytest.raises(HarnessError, match="stopped before it started"):
+            prepared.start()
+    assert not (agent.workdir / "ran").exists()

@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "Scorecard": "formats",
     "ScoringContract": "formats",
     "SealbenchError": "errors",
+    "StorageError": "errors",
     "TaskRecord": "formats",
     "UsageError": "errors",
     "VerificationFailed": "errors",

@@ -32,6 +32,7 @@ whoever holds a run can rewrite a whole story and recompute every hash.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -71,8 +72,10 @@ from .errors import (
 from .files import describe_validation_error, fsync_dir
 from .formats import Rate, Scorecard, ScoringContract, check_id
 from .journal import ChainReport, read_chain
+from .lock import hold_reader
 from .score import score
 from .scorecard import validate_scorecard
+from .scratch import PARTIAL_BUNDLE, sweep, tag
 from .signing import check_private_key, fingerprint, read_key, sign, signature_valid
 
 CONTRACT = "scoring_contract.json"
@@ -852,7 +855,9 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
     """Write the bundle of a finished run to ``out_root/<run_id>/`` and return its path.
 
     The bundle is built in a temporary sibling directory and renamed into place, so there
-    is either a whole bundle or none. Derived files are recomputed from the journals (see the
+    is either a whole bundle or none; one a killed ``bundle`` left (named after its process)
+    is removed by the next. The run directory is read under its reader lock: a run or probe
+    writing it is refused, and none can start meanwhile. Derived files are recomputed from the journals (see the
     module docstring); the run directory's own copies of them must agree, or nothing is
     written. With ``sign_key`` (a PEM Ed25519 private key from :func:`signing.keygen`) the
     bundle gets SHA256SUMS.sig.
@@ -861,12 +866,22 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
         UsageError: the target exists, or ``sign_key`` is not a usable key.
         ContractError: no contract in ``run_dir``, or it is unlocked or edited after lock.
         ScoreRefusal: no journal, what ``score`` refuses (harness errors, unfinished tasks,
-            ...), or a narration probe the contract declares that has not run on every task.
+            ...), a narration probe the contract declares that has not run on every task, or
+            a run or probe writing ``run_dir`` now.
         IncompleteScorecard: a scorecard fails seed 000's validate_scorecard.
         VerificationFailed: a broken journal chain, journals pinning another contract or
             pack, a missing or altered blob, or a derived file in ``run_dir`` that differs
             from what the journal derives.
     """
+    with contextlib.ExitStack() as readers:
+        for directory in (run_dir, run_dir / "probe"):
+            reader = hold_reader(directory, "bundle")
+            if reader is not None:
+                readers.enter_context(reader)
+        return _make_bundle(run_dir, out_root, sign_key)
+
+
+def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None) -> Path:
     contract_path = run_dir / CONTRACT
     try:
         contract_bytes = contract_path.read_bytes()
@@ -884,7 +899,8 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
     if not (run_dir / JOURNAL).is_file():
         raise ScoreRefusal(f"{run_dir}: no {JOURNAL} in this run directory")
     out_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{contract.run_id}.", suffix=".partial", dir=out_root))
+    sweep(out_root, PARTIAL_BUNDLE)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{contract.run_id}.{tag('partial')}", dir=out_root))
     try:
         # The chains checked are those of the copies bundled, not of files that may still grow.
         journal_bytes = (run_dir / JOURNAL).read_bytes()

@@ -1,29 +1,34 @@
 """The ``sealbench`` command line: parse, call one library function, render, exit.
 
-Exit codes: 0 done; 2 usage error; 3 refusal (bad input included): no rate emitted;
-4 verification failed (tampering found); 1 anything unexpected (traceback with --debug).
-Imports of the library happen inside the handlers so ``sealbench --help`` stays fast.
+Exit codes: 0 done; 2 usage error; 3 refusal (bad input, another writer and a failed or full
+disk included): no rate emitted; 4 verification failed (tampering found); 1 anything
+unexpected (traceback with --debug); 130 interrupted by Ctrl-C (SIGINT); 143 stopped by
+SIGTERM. Imports of the library happen inside the handlers so ``sealbench --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_REFUSED, EXIT_VERIFY = 0, 1, 2, 3, 4
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 EPILOG = """exit codes:
-  0  done
-  2  usage error
-  3  refusal, including bad input: no rate emitted
-  4  verification failed (tampering found)
-  1  anything unexpected (a bug; --debug prints the traceback)
-  130  interrupted (Ctrl-C); run --resume continues
-  143  terminated (SIGTERM), resumable
+  0    done
+  2    usage error
+  3    refusal, including bad input, a directory another command is writing, and a full or
+       failing disk: no rate emitted
+  4    verification failed (tampering found)
+  1    anything unexpected (a bug; --debug prints the traceback)
+  130  interrupted by Ctrl-C (SIGINT); a run continues with --resume
+  143  stopped by SIGTERM; a run continues with --resume
 """
 
 
@@ -90,6 +95,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     from .files import model_json, write_atomic
     from .formats import AgentSpec
     from .pack import check_pack
+    from .scratch import sweep_temp_files
 
     if bool(args.agent) != bool(args.agent_label):
         raise UsageError("--agent and --agent-label go together")
@@ -119,6 +125,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         seed=args.seed,
         flagged_pass="counted" if args.count_flagged_passes else "not_counted",
     )
+    sweep_temp_files(out.parent)
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
     for tid, why in left_out.items():
@@ -139,6 +146,7 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
     from .contract import load_contract, lock_contract, pack_path
     from .files import model_json, write_atomic
     from .pack import check_pack
+    from .scratch import sweep_temp_files
 
     path = Path(args.contract)
     contract = load_contract(path)
@@ -146,6 +154,7 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
     if contract.pack is not None and not (contract.locked_at or contract.run_id):
         pack = check_pack(pack_path(contract, path), contract.task_ids)
     locked = lock_contract(contract, args.run_id, datetime.now(UTC), pack)
+    sweep_temp_files(path.parent)
     write_atomic(path, model_json(locked))
     print(f"locked {locked.run_id} at {locked.locked_at}: {locked.contract_sha256}")
     return EXIT_OK
@@ -180,7 +189,6 @@ def _run_options(args: argparse.Namespace) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from .errors import UsageError
     from .render import print_run_summary
-    from .runner import execute
 
     if args.resume and args.out and Path(args.resume) != Path(args.out):
         raise UsageError("--resume names the run directory; do not also pass a different --out")
@@ -189,24 +197,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("pass --out RUN_DIR (or --resume RUN_DIR)")
     opts = _run_options(args)
     opts.resume = bool(args.resume)
-    result = execute(Path(args.contract), run_dir, opts, command_line=args.command_line)
+    resume = f"sealbench run {args.contract} --resume {run_dir}"
+    result = _execute_resumable(resume, Path(args.contract), run_dir, opts, command_line=args.command_line)
     if result.interrupted:
-        print(f"interrupted; continue with: sealbench run {args.contract} --resume {run_dir}", file=sys.stderr)
-        return 130
+        print(f"interrupted; continue with: {resume}", file=sys.stderr)
+        return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
     return print_run_summary(Path(args.contract), run_dir, result)
 
 
-def cmd_probe(args: argparse.Namespace) -> int:
+def _execute_resumable(resume: str, contract: Path, run_dir: Path, opts: Any, **kwargs: Any) -> Any:
+    """The runner's execute; a storage failure's refusal says how to go on once it is fixed."""
+    from .errors import StorageError
     from .runner import execute
 
+    try:
+        return execute(contract, run_dir, opts, **kwargs)
+    except StorageError as e:
+        journal = (run_dir / "probe" if kwargs.get("probe") else run_dir) / "journal.jsonl"
+        again = resume if journal.is_file() else "the same command again"
+        raise StorageError(f"{e}; once the storage works again, run {again}") from e
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     opts.resume = args.resume
     run_dir = Path(args.out)
-    result = execute(Path(args.contract), run_dir, opts, probe=True, command_line=args.command_line)
+    resume = f"sealbench probe {args.contract} --out {run_dir} --resume"
+    result = _execute_resumable(resume, Path(args.contract), run_dir, opts, probe=True,
+                                command_line=args.command_line)
     if result.interrupted:
-        print(f"interrupted; continue with: sealbench probe {args.contract} --out {run_dir} --resume",
-              file=sys.stderr)
-        return 130
+        print(f"interrupted; continue with: {resume}", file=sys.stderr)
+        return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
     summary = json.loads((run_dir / "narration_probe.json").read_text(encoding="utf-8"))
     print(summary["sentence"])
     for tid in summary["failed"]:
@@ -272,9 +293,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from .lock import hold_reader
     from .report import write_report
 
-    md, html = write_report(Path(args.bundle), Path(args.out) if args.out else None)
+    # A run directory is read whole, under its reader lock: never while a run writes it.
+    with hold_reader(Path(args.bundle), "report") or contextlib.nullcontext():
+        md, html = write_report(Path(args.bundle), Path(args.out) if args.out else None)
     print(f"wrote {md} and {html}")
     return EXIT_OK
 
@@ -454,6 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _on_sigterm(signum: int, frame: Any) -> None:
+    from .errors import Terminated
+
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     parser = build_parser()
@@ -467,15 +497,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    # SIGTERM stops a command as Ctrl-C does: its clean-ups run (a run records the stop and can
+    # be resumed), and the exit code says which signal it was.
+    previous: Any = None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored by our starter: leave it so
+        with contextlib.suppress(ValueError):  # not the main thread: signals are the caller's
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _dispatch(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command's handler; errors become one line and an exit code."""
     try:
         code: int = args.func(args)
         return code
-    except KeyboardInterrupt:
-        print("sealbench: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        from .errors import SealbenchError, VerificationFailed
+    except KeyboardInterrupt as e:
+        from .errors import Terminated
 
+        if isinstance(e, Terminated):
+            print("sealbench: stopped by SIGTERM", file=sys.stderr)
+            return EXIT_SIGTERM
+        print("sealbench: interrupted", file=sys.stderr)
+        return EXIT_SIGINT
+    except Exception as e:
+        from .errors import (
+            Refusal,
+            SealbenchError,
+            VerificationFailed,
+            describe_storage_failure,
+            storage_failure,
+        )
+
+        failure = None if isinstance(e, Refusal) else storage_failure(e)
+        if failure is not None:
+            # The disk under the command failed or is full: a refusal to go on, never a crash.
+            print(f"sealbench: refused: storage failure: {describe_storage_failure(failure)}; free space "
+                  f"(or fix the storage) and run the command again", file=sys.stderr)
+            if args.debug:
+                raise
+            return EXIT_REFUSED
         if isinstance(e, VerificationFailed):
             print("sealbench: verification failed:", file=sys.stderr)
             for problem in e.problems:

@@ -9,16 +9,28 @@
     |   +-- IncompleteScorecard     seed 000: a scorecard or task lacks its controls
     |   +-- ContractError           a scoring contract cannot be locked or is not locked
     |   +-- ScoreRefusal            events cannot be scored under the locked contract
-    |   +-- RunRefusal              a run cannot start or resume
+    |   +-- RunRefusal              a run cannot start or resume (another writer included)
     |   +-- RunsIndexError          the local runs index cannot be read or written
+    |   +-- StorageError            the harness's own storage failed: nothing was decided
     +-- HarnessError                exit 1: the sandbox or grading machinery failed
     +-- VerificationFailed          exit 4: tampering found; carries every discrepancy
 
+    KeyboardInterrupt
+    +-- Terminated                  SIGTERM (exit 143), handled wherever Ctrl-C is (exit 130)
+
 Foreign errors (pydantic.ValidationError, OSError, subprocess errors) are translated once,
-where they enter, into one of these with the file, key or task id that caused them.
+where they enter, into one of these with the file, key or task id that caused them. An
+OSError that says the storage itself failed (:data:`STORAGE_ERRNOS`) becomes a
+:class:`StorageError` wherever it enters.
 """
 
 from __future__ import annotations
+
+import errno
+import os
+
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+"""Errors of the storage itself (full, over quota, failing, read-only), not of what is stored."""
 
 
 class SealbenchError(Exception):
@@ -63,6 +75,34 @@ class RunsIndexError(Refusal):
     """The local index of runs cannot be read or written (a read-only data directory, ...)."""
 
 
+class StorageError(Refusal):
+    """The harness's own storage failed (disk full, quota, I/O error, read-only file system).
+
+    Infrastructure, not the agent and not the harness's logic: what was being done is left
+    undecided (no task outcome is written), and the command can be repeated, or the run
+    resumed, once the storage works again.
+    """
+
+
+def storage_failure(exc: BaseException) -> OSError | None:
+    """The OSError of the storage itself behind ``exc`` (its cause or context), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in STORAGE_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe_storage_failure(err: OSError) -> str:
+    """One line: what failed and where (``No space left on device (runs/x/blobs/ab12)``)."""
+    what = err.strerror or os.strerror(err.errno or 0)
+    where = f" ({err.filename})" if err.filename else ""
+    return f"{what}{where}"
+
+
 class HarnessError(SealbenchError):
     """The harness itself (sandbox, grading, storage) failed: not the agent's fault."""
 
@@ -75,3 +115,7 @@ class VerificationFailed(SealbenchError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__(f"{len(self.problems)} problem(s): " + "; ".join(self.problems[:3]))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received: stop as Ctrl-C does (recorded, resumable), exit 143 instead of 130."""

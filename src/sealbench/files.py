@@ -69,12 +69,14 @@ def model_json(model: BaseModel) -> str:
 def write_atomic(path: Path, data: bytes | str, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` via a temporary file and a rename.
 
-    A crash leaves either the old file or the new one, never half of one. ``durable=False``
-    skips the fsyncs, for files that are re-derived from the journal anyway.
+    A crash leaves either the old file or the new one, never half of one; a half-written
+    temporary file left by a killed process is named after it (``.<name>.tmp-<pid>-<random>``)
+    and swept by the next command (:mod:`sealbench.scratch`). ``durable=False`` skips the
+    fsyncs, for files that are re-derived from the journal anyway.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)

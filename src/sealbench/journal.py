@@ -27,7 +27,7 @@ from typing import Any
 
 from .clock import Clock
 from .digest import canonical_json, sha256_bytes
-from .errors import HarnessError, RunRefusal, VerificationFailed
+from .errors import STORAGE_ERRNOS, HarnessError, RunRefusal, StorageError, VerificationFailed
 
 JOURNAL_VERSION = 2
 _FIELDS_V1 = ("journal_version", "seq", "time", "kind", "task_id", "attempt", "payload", "prev", "hash")
@@ -144,14 +144,16 @@ class Journal:
     Appends are ordered and written under one lock; the fsync that makes them durable is a
     group commit: a thread whose line an fsync begun after its write has already covered
     returns without its own. After a failed fsync nothing more is appended (what reached
-    the disk is unknown until the chain is verified on resume).
+    the disk is unknown until the chain is verified on resume). Before each write the file
+    must still be the one opened and exactly as long as this writer left it: anything else
+    means a second writer, and nothing more is appended.
 
     ``last_written`` is the monotonic time (seconds) stamped on the last line written, or the
     time the journal was opened: the heartbeat's and the watchdog's reference.
     """
 
     def __init__(self, path: Path, seq: int, prev: str | None, *, fsync: bool = True,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, exclusive: bool = False) -> None:
         self.path = path
         self._seq = seq
         self._prev = prev
@@ -160,22 +162,51 @@ class Journal:
         self.last_written = _time.monotonic()
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+        self._fd = os.open(path, flags, 0o644)
+        st = os.fstat(self._fd)
+        self._size = st.st_size
+        self._file_id = (st.st_dev, st.st_ino)
         self._synced = self._size
         self._failed: str | None = None
+        self._failed_storage = False
 
     @classmethod
     def create(cls, path: Path, *, fsync: bool = True, clock: Clock | None = None) -> Journal:
-        """Start a new journal; refuses to touch an existing one.
+        """Start a new journal; refuses to touch an existing one (``O_EXCL``: even one created
+        a moment ago by another process).
 
         Raises:
             RunRefusal: the file exists already (resume it instead).
         """
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            raise RunRefusal(f"{path} exists; resume it with --resume or choose a new --out")
-        return cls(path, 0, None, fsync=fsync, clock=clock)
+        try:
+            return cls(path, 0, None, fsync=fsync, clock=clock, exclusive=True)
+        except FileExistsError:
+            raise RunRefusal(f"{path} exists; resume it with --resume or choose a new --out") from None
+
+    def _raise_if_failed(self) -> None:
+        if self._failed is not None:
+            raise (StorageError if self._failed_storage else HarnessError)(self._failed)
+
+    def _check_sole_writer(self) -> None:
+        """Stop before writing if anything but this writer changed the file (a second writer)."""
+        st = os.fstat(self._fd)
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            named = None
+        if named is None or (named.st_dev, named.st_ino) != self._file_id:
+            problem = "was removed or replaced under this run"
+        elif st.st_size != self._size:
+            problem = (f"is {st.st_size} bytes where this run wrote {self._size}: another process "
+                       f"{'appended to' if st.st_size > self._size else 'cut'} it")
+        else:
+            return
+        self._failed = (f"{self.path.name} {problem}; the run stopped before writing again. Only one "
+                        f"process may write a run: check the journal (sealbench verify, or resume it to "
+                        f"have it checked) and look for a second writer")
+        raise HarnessError(self._failed)
 
     @property
     def next_seq(self) -> int:
@@ -197,12 +228,14 @@ class Journal:
         of this process; a later fsync covers it).
 
         Raises:
-            HarnessError: the write failed (disk full, I/O error); the file is cut back to
-                its last complete event so nothing half-written remains.
+            StorageError: the storage failed (disk full, quota, I/O error, read-only); the
+                file is cut back to its last complete event so nothing half-written remains.
+            HarnessError: any other write failure; or the file changed under this writer
+                (another process appended to, cut or replaced it), found before writing.
         """
         with self._lock:
-            if self._failed is not None:
-                raise HarnessError(self._failed)
+            self._raise_if_failed()
+            self._check_sole_writer()
             mono = _time.monotonic()
             event: dict[str, Any] = {
                 "journal_version": JOURNAL_VERSION,
@@ -225,10 +258,11 @@ class Journal:
             except OSError as e:
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, self._size)
-                raise HarnessError(
-                    f"journal write failed ({e.strerror or e}); the run stopped with every "
-                    f"earlier event kept: free space and resume"
-                ) from None
+                message = (f"journal write failed ({e.strerror or e}); the run stopped with every "
+                           f"earlier event kept: free space and resume")
+                if e.errno in STORAGE_ERRNOS:
+                    raise StorageError(message) from e
+                raise HarnessError(message) from None
             self._size += len(line)
             self._seq += 1
             self._prev = event["hash"]
@@ -243,15 +277,15 @@ class Journal:
         with self._sync_lock:
             if self._synced >= end:
                 return  # an fsync begun after our write covered it
-            if self._failed is not None:
-                raise HarnessError(self._failed)
+            self._raise_if_failed()
             covers = self._size  # every byte counted here was written before the fsync below
             try:
                 os.fsync(self._fd)
             except OSError as e:
                 self._failed = (f"journal fsync failed ({e.strerror or e}); the run stopped: resume verifies "
                                 f"what reached the disk")
-                raise HarnessError(self._failed) from None
+                self._failed_storage = e.errno in STORAGE_ERRNOS
+                self._raise_if_failed()
             self._synced = covers
 
     def close(self) -> None:

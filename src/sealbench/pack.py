@@ -23,6 +23,7 @@ from .errors import PackError, VerificationFailed
 from .files import model_json, read_model, read_text, write_atomic
 from .formats import PackManifest, Seal, TaskDigests, TaskRecord, check_id
 from .pytest_oracle import HARNESS_PYTEST, is_guarded, owned_option_problem
+from .scratch import sweep_temp_files
 
 PACK_FORMAT = "sealbench.pack/1"
 # Lines too common to prove a leak: boilerplate shared by tests and code alike.
@@ -292,6 +293,9 @@ def seal_pack(root: Path) -> Pack:
         PackError: a load refusal, a real hidden_tests_sha256 that does not match, or
             hidden tests visible to the agent.
     """
+    # What a killed seal left half-written beside pack.json and the task records.
+    tasks_dir = root / "tasks"
+    sweep_temp_files(root, *(tasks_dir.iterdir() if tasks_dir.is_dir() else ()))
     pack = load_pack(root)
     _refuse_leaks(pack, pack.tasks.values())
     digests: dict[str, TaskDigests] = {}

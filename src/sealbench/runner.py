@@ -17,6 +17,8 @@ import os
 import platform
 import re
 import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -36,13 +38,22 @@ from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
 from .contract import flagged_pass_counts, load_contract, pack_path, require_locked
 from .derive import derive_iter, isolation_of, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
-from .errors import HarnessError, RunRefusal
+from .errors import (
+    HarnessError,
+    RunRefusal,
+    StorageError,
+    Terminated,
+    describe_storage_failure,
+    storage_failure,
+)
 from .files import write_atomic
 from .formats import Budget, Outcome, Scorecard, ScoringContract
 from .function_oracle import is_oracle_cmd
 from .journal import Journal, iter_verified, open_for_resume
+from .lock import hold_writer
 from .pack import Pack, Task, check_pack
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open_sandbox
+from .scratch import sweep_temp_files
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
 
 JUNIT_REPORT_CAP = 16 * 2**20
@@ -50,10 +61,19 @@ JUNIT_REPORT_CAP = 16 * 2**20
 JUNIT_MAX_DEPTH = 64
 
 FEEDBACK_CAP = 16 * 1024
+_LOW_SPACE = 1 << 20
 
 
 class JournalStopped(Exception):
     """Internal: the journal could not be written; the run must stop at once."""
+
+    def __init__(self, error: HarnessError | StorageError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Stopped(Exception):
+    """Internal: the runner stopped the attempt under way (a second interrupt, a storage failure)."""
 
 
 class _Running:
@@ -107,6 +127,8 @@ class RunResult:
     outcomes: dict[str, str]
     complete: bool
     interrupted: bool = False
+    interrupted_by: str | None = None
+    """``"SIGINT"`` (Ctrl-C) or ``"SIGTERM"`` when a signal stopped the run."""
     contract_sha256: str | None = None
     scorecards: list[Scorecard] | None = None
     """Derived from the journal at the end of the run (not read back from scorecards.jsonl);
@@ -131,12 +153,60 @@ class _Ctx:
     probe: bool = False
     template_override: str | None = None
     running: _Running = field(default_factory=_Running)
+    abort: threading.Event = field(default_factory=threading.Event)
+    """Set once running attempts must stop now (a second interrupt, a storage failure)."""
+    live: set[Prepared] = field(default_factory=set)
+    live_lock: threading.Lock = field(default_factory=threading.Lock)
+    abort_reason: list[str] = field(default_factory=list)
+    storage_failed: list[str] = field(default_factory=list)
+    """What failed, when the run's own storage did (first failure first)."""
 
     def j(self, kind: str, task_id: str | None = None, attempt: int | None = None, **payload: Any) -> None:
         try:
             self.journal.append(kind, task_id=task_id, attempt=attempt, payload=payload)
+        except StorageError as e:
+            self.storage_failure(f"storage failure: {e}")
+            raise JournalStopped(e) from None
         except HarnessError as e:
-            raise JournalStopped(str(e)) from None
+            raise JournalStopped(e) from None
+
+    def storage_failure(self, why: str) -> None:
+        """The run's own storage failed: stop everything now; nothing more is decided."""
+        self.storage_failed.append(why)
+        self.stop_now(why)
+
+    def stop_now(self, reason: str) -> None:
+        """Stop every task, and kill the sandboxed commands running now (their attempts are used)."""
+        self.stop.set()
+        with self.live_lock:
+            self.abort_reason.append(reason)
+            self.abort.set()
+            live = list(self.live)
+        for prepared in live:
+            prepared.kill()
+
+    def start(self, prepared: Prepared, timeout_s: float | None = None) -> SandboxResult:
+        """Start a prepared command where :meth:`stop_now` can reach it.
+
+        Raises:
+            _Stopped: the run is stopping now (before or while the command ran).
+        """
+        with self.live_lock:
+            if self.abort.is_set():
+                raise _Stopped
+            self.live.add(prepared)
+        try:
+            result = prepared.start(timeout_s)
+        except HarnessError:
+            if self.abort.is_set():
+                raise _Stopped from None
+            raise
+        finally:
+            with self.live_lock:
+                self.live.discard(prepared)
+        if self.abort.is_set():
+            raise _Stopped
+        return result
 
 
 def _env(ctx: _Ctx, task: Task, ws: Path, attempt: int, prompt_file: Path | None) -> dict[str, str]:
@@ -206,7 +276,11 @@ def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
 def _sandboxed(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str],
                timeout: float, readonly: Sequence[Path] = (),
                writable: Sequence[Path] = ()) -> tuple[SandboxResult, dict[str, Any]]:
-    res = ctx.sandbox.run(_spec(ctx, argv, workdir, env, timeout, readonly, writable))
+    prepared = ctx.sandbox.prepare(_spec(ctx, argv, workdir, env, timeout, readonly, writable))
+    try:
+        res = ctx.start(prepared)
+    finally:
+        prepared.close()
     return res, _facts(ctx, res)
 
 
@@ -252,7 +326,7 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, deadline
     if ready.prepared is not None:
         prepared = ready.prepared
         try:
-            res = prepared.start(max(0.0, remaining))
+            res = ctx.start(prepared, max(0.0, remaining))
         finally:
             prepared.close()
         return _facts(ctx, res)
@@ -273,7 +347,12 @@ def _run_agent(ctx: _Ctx, task: Task, tw: TaskWorkspace, ready: _Ready, deadline
 
     worker = threading.Thread(target=call, daemon=True)
     worker.start()
-    worker.join(remaining)
+    # An in-process agent cannot be killed: stopping now abandons it (it dies with the process).
+    end = time.monotonic() + max(0.0, remaining)
+    while worker.is_alive() and time.monotonic() < end:
+        worker.join(min(0.1, max(0.0, end - time.monotonic())))
+        if ctx.abort.is_set():
+            raise _Stopped
     timed_out = worker.is_alive()
     facts: dict[str, Any] = {"exit_code": None if timed_out else (1 if "error" in box else 0), "timed_out": timed_out,
              "elapsed_ms": int((time.monotonic() - started) * 1000)}
@@ -515,6 +594,7 @@ class _Prior:
     last_patch: str | None = None
     last_result: str | None = None
     open_attempt: int | None = None
+    harness_error: str | None = None
 
 
 def _prior_state(events: Sequence[dict[str, Any]], budget: Budget,
@@ -549,6 +629,8 @@ def _prior_state(events: Sequence[dict[str, Any]], budget: Budget,
                 p.first_attempt_passed = False
         elif kind == "patch_captured":
             p.last_patch = payload.get("patch_sha256")
+        elif kind == "harness_error":
+            p.harness_error = str(payload.get("error"))
         elif kind == "task_finished":
             p.finished = True
     for p in out.values():
@@ -596,7 +678,8 @@ def _run_task(ctx: _Ctx, task: Task, prior: _Prior) -> str:
     setup_error: Exception | None = None
     slot = False
     try:
-        if prior.last_result in (None, Outcome.FAIL.value) and prior.attempts_started < max_attempts:
+        if (prior.last_result in (None, Outcome.FAIL.value) and prior.attempts_started < max_attempts
+                and prior.harness_error is None):
             # Set-ups are CPU work: a few at a time, so that the first tasks are ready first.
             with ctx.setups:
                 try:
@@ -637,7 +720,12 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
     patch_digest = prior.last_patch
     outcome: Outcome | None = None
     detail: dict[str, Any] = {}
+    open_attempt: tuple[int, float] | None = None
     try:
+        if prior.harness_error is not None:
+            # A harness error journaled before the run stopped stands: it is the harness's
+            # failure, never turned into the agent's by running the task on.
+            raise _Recorded(prior.harness_error)
         if setup_error is not None:
             raise setup_error
         if prior.last_result not in (None, Outcome.FAIL.value):
@@ -659,6 +747,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             ctx.j("attempt_started", tid, attempt, budget_s=round(remaining, 3))
             attempts_used = attempt
             a0 = time.monotonic()
+            open_attempt = (attempt, a0)
             try:
                 if ready is None or ready.attempt != attempt:
                     ready = _ready_attempt(ctx, task, tw, attempt, max_attempts, feedback)
@@ -669,6 +758,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 prompt = ""
                 agent_facts = {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
                                "error": f"the workspace was replaced: {e.reason}"}
+            _check_storage(ctx)  # an agent whose writes failed on a full disk is not judged on them
             gap_from = time.monotonic()
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                   **_transcript(ctx, tw), **agent_facts)
@@ -713,6 +803,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                         result = Outcome.FAIL.value
             ctx.j("attempt_finished", tid, attempt, result=result,
                   elapsed_ms=int((time.monotonic() - a0) * 1000))
+            open_attempt = None
             if attempt == 1:
                 first = result == Outcome.PASS.value
             if ctx.probe:
@@ -731,7 +822,24 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             outcome = Outcome.FAIL
     except JournalStopped:
         raise
+    except _Recorded as e:
+        outcome = Outcome.HARNESS_ERROR
+        detail["error"] = str(e)
     except Exception as e:
+        stopped = _why_stopped(ctx, e)
+        if stopped is not None:
+            # The operator or the infrastructure stopped the attempt: nothing about the task is
+            # decided. The attempt is used, as one a crash stopped (it is never given back).
+            if open_attempt is not None:
+                try:
+                    ctx.j("attempt_interrupted", tid, open_attempt[0], reason=stopped,
+                          charged_s=round(time.monotonic() - open_attempt[1], 3),
+                          charged_basis="measured by the runner until it stopped the attempt")
+                except JournalStopped:
+                    if not ctx.storage_failed:
+                        raise
+                    # A full disk may refuse this line too: resume then charges the open attempt.
+            return "interrupted"
         # The harness failed, not the agent: recorded, and the task stays in the denominator.
         outcome = Outcome.HARNESS_ERROR
         detail["error"] = f"{type(e).__name__}: {e}"
@@ -740,9 +848,68 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
     ctx.j("task_finished", tid, outcome=outcome.value, attempts_used=attempts_used, elapsed_ms=elapsed_ms,
           first_attempt_passed=bool(first), patch_sha256=patch_digest, **detail)
     if patch_digest and not ctx.probe:
-        blob = ctx.run_dir / "blobs" / patch_digest.removeprefix("sha256:")
-        write_atomic(ctx.run_dir / "patches" / f"{tid}.patch", blob.read_bytes(), durable=False)
+        _write_patch(ctx, tid, patch_digest)
     return outcome.value
+
+
+class _Recorded(Exception):
+    """Internal: a harness error the journal already holds for this task."""
+
+
+def _write_patch(ctx: _Ctx, tid: str, patch_digest: str) -> None:
+    """patches/<task>.patch, a copy of its blob (restored on resume if a failure lost it)."""
+    blob = ctx.run_dir / "blobs" / patch_digest.removeprefix("sha256:")
+    try:
+        write_atomic(ctx.run_dir / "patches" / f"{tid}.patch", blob.read_bytes(), durable=False)
+    except OSError as e:
+        if _why_stopped(ctx, e) is None:
+            raise
+
+
+def _storage_exhausted(path: Path) -> str | None:
+    """Why the storage of ``path`` cannot take writes now (read-only, full), or None.
+
+    Consulted when the harness fails without an OSError saying why (git or another tool
+    failing on a full disk): such a failure is the storage's, not a harness error.
+    """
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return "read-only file system"
+    free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    if free < _LOW_SPACE or (st.f_files > 0 and st.f_favail == 0):
+        return f"no space left on device ({free} bytes, {st.f_favail} inodes free)"
+    return None
+
+
+def _check_storage(ctx: _Ctx) -> None:
+    """Stop the run now if its storage is full or read-only: what ran may have failed for that.
+
+    Raises:
+        _Stopped: the storage cannot take writes.
+    """
+    why = _storage_exhausted(ctx.run_dir)
+    if why is not None:
+        ctx.storage_failure(f"storage failure: {why}")
+        raise _Stopped
+
+
+def _why_stopped(ctx: _Ctx, exc: BaseException) -> str | None:
+    """Why a failure inside a task is not the task's to record: the run is stopping now, or its
+    own storage failed (which stops the run now). None for a harness error."""
+    if isinstance(exc, _Stopped) or ctx.abort.is_set():
+        return ctx.abort_reason[0] if ctx.abort_reason else "the run stopped"
+    failure = storage_failure(exc)
+    why = (f"storage failure: {describe_storage_failure(failure)}" if failure is not None
+           else _storage_exhausted(ctx.run_dir))
+    if why is None:
+        return None
+    if failure is None:
+        why = f"storage failure: {why} after {type(exc).__name__}: {str(exc)[:300]}"
+    ctx.storage_failure(why)
+    return ctx.abort_reason[0]
 
 
 def _host_facts(sandbox: Sandbox, agent: ResolvedAgent) -> dict[str, Any]:
@@ -809,57 +976,127 @@ def write_derived(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Seq
     return cards
 
 
-def execute(
-    contract_file: Path,
-    run_dir: Path,
-    options: RunOptions | None = None,
-    *,
-    python_agent: PythonAgent | None = None,
-    probe: bool = False,
-    on_started: Callable[[Journal], None] | None = None,
-    command_line: Sequence[str] | None = None,
-) -> RunResult:
-    """Run (or resume) a locked contract into ``run_dir``; the probe runs into ``run_dir/probe``.
+class _Requests:
+    """Stop requests from signals (SIGINT, SIGTERM), recorded by their handlers and acted on by
+    the loop that drives the tasks: a handler never raises into the middle of a journal append."""
 
-    ``command_line`` is recorded in the journal as the exact command that started the run.
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+
+    def __enter__(self) -> _Requests:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(signum)
+                if previous is signal.SIG_IGN:
+                    continue  # ignored by whoever started us (a background job): leave it so
+                self._previous[signum] = previous
+                signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+
+def _signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def _drive(ctx: _Ctx, todo: Sequence[Task], prior: dict[str, _Prior], progress: _Progress,
+           outcomes: dict[str, str], requests: _Requests) -> str | None:
+    """Run the tasks to their ends, or until a stop; returns the signal that stopped them, if any.
+
+    A first SIGINT or SIGTERM stops new attempts and lets those under way finish and be graded;
+    a second stops them now (they are used, as a crash would use them). A storage failure
+    stops everything now.
 
     Raises:
-        ContractError: unlocked or edited contract.
-        PackError, VerificationFailed: the pack does not match its seal or the contract.
-        RunRefusal: no sandbox, a journal that exists (without resume), a resume with a
-            different contract, pack or agent, a run_id this machine already ran elsewhere
-            (see :mod:`.runs_index`).
-        RunsIndexError: the runs index cannot be written.
-        HarnessError: the journal could not be written (every earlier event is kept).
+        JournalStopped: the journal could not be written.
     """
-    opts = options or RunOptions()
-    # The sandbox mounts by absolute path; a relative --out must not reach it as such.
-    run_dir = run_dir.resolve()
-    contract = load_contract(contract_file)
-    require_locked(contract)
-    assert contract.budget is not None and contract.agent is not None and contract.pack is not None
-    pack = check_pack(pack_path(contract, contract_file), contract.task_ids)
-    if pack.sealed_digest != contract.pack.sha256:
-        raise RunRefusal(f"the pack's digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
-    agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
-    sandbox = open_sandbox(opts.sandbox)
-    base = run_dir / "probe" if probe else run_dir
+    jobs = max(1, ctx.options.jobs)
+    stopped_by: str | None = None
+    handled = 0
+    failure: JournalStopped | None = None
+    pending: dict[Future[str], str] = {}
+
+    def stop(reason: str) -> None:
+        ctx.stop.set()
+        for fut in pending:
+            fut.cancel()
+        ctx.j("run_interrupted", reason=reason, pending=len(todo) - len(outcomes))
+
+    def poll() -> None:
+        nonlocal stopped_by, handled
+        if ctx.storage_failed and stopped_by is None:
+            stopped_by = "storage"
+            with contextlib.suppress(JournalStopped):  # the disk may be full for this line too
+                stop(ctx.storage_failed[0])
+        while handled < len(requests.signals):
+            name = _signal_name(requests.signals[handled])
+            handled += 1
+            if stopped_by is None:
+                stopped_by = name
+                stop("keyboard interrupt" if name == "SIGINT" else name)
+                print(f"sealbench: {name}: stopping after the attempts under way (send {name} again to stop "
+                      f"them now: they are then used, as a crash would use them)", file=sys.stderr, flush=True)
+            elif not ctx.abort.is_set():
+                ctx.stop_now(f"stopped by a second {name}")
+
+    # As many tasks again as --jobs set themselves up (workspace, sandbox) while the others run;
+    # only a few tasks are queued beyond that, so memory stays flat however long the
+    # denominator is.
+    with ThreadPoolExecutor(max_workers=2 * jobs) as pool:
+        queue = iter(todo)
+
+        def refill() -> None:
+            if ctx.stop.is_set():
+                return
+            for task in queue:
+                fut = pool.submit(_run_task, ctx, task, prior.get(task.task_id, _Prior()))
+                pending[fut] = task.task_id
+                if len(pending) >= 2 * jobs:
+                    return
+
+        poll()
+        refill()
+        while pending:
+            try:
+                finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt as e:  # a raising handler installed by a library caller meanwhile
+                requests.signals.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+                finished = set()
+            for fut in finished:
+                tid = pending.pop(fut)
+                if fut.cancelled():
+                    continue
+                try:
+                    outcomes[tid] = fut.result()
+                except JournalStopped as e:
+                    failure = failure or e
+                    if not ctx.abort.is_set():
+                        ctx.stop_now("the journal could not be written")
+                    continue
+                if outcomes[tid] != "interrupted":
+                    progress.update(tid, outcomes[tid])
+            if failure is None:
+                poll()
+                refill()
+    if failure is not None:
+        raise failure
+    return None if stopped_by == "storage" else stopped_by
+
+
+def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, base: Path, header: dict[str, Any],
+                  contract_bytes: bytes, probe: bool, clock: Clock
+                  ) -> tuple[Journal, list[dict[str, Any]], dict[str, _Prior], list[Charge]]:
+    """The journal to append to (created, or verified and reopened), what the tasks had used,
+    and the time charges a resume must journal."""
+    assert contract.budget is not None
     jpath = base / "journal.jsonl"
-    contract_bytes = contract_file.read_bytes()
-    header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
-              "argv": list(command_line) if command_line is not None else None,
-              "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
-              "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
-              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
-              **_host_facts(sandbox, agent)}
-    clock = opts.clock or Clock()
-    charges: list[Charge] = []
-    if not (opts.resume or probe or jpath.exists()):
-        # Before anything is written: a second run of this run_id is refused with nothing left behind.
-        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
-    base.mkdir(parents=True, exist_ok=True)
-    for sub in ("blobs", "patches", "traces"):
-        (base / sub).mkdir(exist_ok=True)
     if opts.resume:
         journal, events = open_for_resume(jpath, fsync=opts.fsync, clock=clock)
         # A journal killed before its first event is resumed as a fresh start.
@@ -879,25 +1116,104 @@ def execute(
             journal.close()
             raise
         prior, charges = _prior_state(events, contract.budget, clock.boot_id)
-    else:
-        if jpath.exists():
-            raise RunRefusal(f"{jpath} exists; resume it with --resume or choose a new --out")
-        if not probe:
-            write_atomic(base / "scoring_contract.json", contract_bytes)
-        journal = Journal.create(jpath, fsync=opts.fsync, clock=clock)
-        events = []
-        prior = {}
-    stop = threading.Event()
+        return journal, events, prior, charges
+    if jpath.exists():
+        raise RunRefusal(f"{jpath} exists; resume it with --resume or choose a new --out")
+    if not probe:
+        write_atomic(base / "scoring_contract.json", contract_bytes)
+    return Journal.create(jpath, fsync=opts.fsync, clock=clock), [], {}, []
+
+
+def _sweep_leftovers(run_dir: Path, base: Path, keep_work: bool) -> None:
+    """What killed runs left in this run directory: half-written files, and their workspaces."""
+    sweep_temp_files(run_dir, base, *(base / sub for sub in ("blobs", "patches", "traces")))
+    if not keep_work:
+        shutil.rmtree(base / "work", ignore_errors=True)
+
+
+def execute(
+    contract_file: Path,
+    run_dir: Path,
+    options: RunOptions | None = None,
+    *,
+    python_agent: PythonAgent | None = None,
+    probe: bool = False,
+    on_started: Callable[[Journal], None] | None = None,
+    command_line: Sequence[str] | None = None,
+) -> RunResult:
+    """Run (or resume) a locked contract into ``run_dir``; the probe runs into ``run_dir/probe``.
+
+    ``command_line`` is recorded in the journal as the exact command that started the run, and
+    in the directory's writer lock, which is held until this returns.
+
+    Raises:
+        ContractError: unlocked or edited contract.
+        PackError, VerificationFailed: the pack does not match its seal or the contract.
+        RunRefusal: no sandbox, a journal that exists (without resume), a resume with a
+            different contract, pack or agent; another process writing the directory; a run_id
+            this machine already ran elsewhere (see :mod:`.runs_index`).
+        RunsIndexError: the runs index cannot be written.
+        StorageError: the run directory's storage failed; the run stopped with no task decided
+            by the failure (resume once the storage works again).
+        HarnessError: the journal could not be written, or changed under the run (every
+            earlier event is kept).
+    """
+    opts = options or RunOptions()
+    # The sandbox mounts by absolute path; a relative --out must not reach it as such.
+    run_dir = run_dir.resolve()
+    contract = load_contract(contract_file)
+    require_locked(contract)
+    assert contract.budget is not None and contract.agent is not None and contract.pack is not None
+    pack = check_pack(pack_path(contract, contract_file), contract.task_ids)
+    if pack.sealed_digest != contract.pack.sha256:
+        raise RunRefusal(f"the pack's digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
+    agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
+    sandbox = open_sandbox(opts.sandbox)
+    base = run_dir / "probe" if probe else run_dir
+    try:
+        with hold_writer(base, command_line):
+            _sweep_leftovers(run_dir, base, opts.keep_work)
+            return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base,
+                                   probe=probe, on_started=on_started, command_line=command_line)
+    except OSError as e:
+        failure = storage_failure(e)
+        if failure is None:
+            raise
+        raise StorageError(f"the run's storage failed: {describe_storage_failure(failure)}") from e
+
+
+def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
+                    sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, *, probe: bool,
+                    on_started: Callable[[Journal], None] | None,
+                    command_line: Sequence[str] | None) -> RunResult:
+    assert contract.budget is not None
+    jpath = base / "journal.jsonl"
+    header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
+              "argv": list(command_line) if command_line is not None else None,
+              "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
+              "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
+              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
+              **_host_facts(sandbox, agent)}
+    clock = opts.clock or Clock()
+    if not (opts.resume or probe or jpath.exists()):
+        # Before anything is written: a second run of this run_id is refused with nothing left behind.
+        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
+    for sub in ("blobs", "patches", "traces"):
+        (base / sub).mkdir(exist_ok=True)
+    journal, events, prior, charges = _open_journal(opts, contract, run_dir, base, header,
+                                                    contract_file.read_bytes(), probe, clock)
     template = None
     if probe:
         template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
     ctx = _Ctx(contract=contract, budget=contract.budget, pack=pack, run_dir=base, journal=journal,
-               agent=agent, sandbox=sandbox, options=opts, stop=stop, slots=threading.Semaphore(max(1, opts.jobs)),
-               probe=probe, template_override=template)
+               agent=agent, sandbox=sandbox, options=opts, stop=threading.Event(),
+               slots=threading.Semaphore(max(1, opts.jobs)), probe=probe, template_override=template)
     outcomes: dict[str, str] = {}
-    interrupted = False
+    stopped_by: str | None = None
+    requests = _Requests()
     heartbeat = Heartbeat(journal).start()
     try:
+        requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
         if opts.resume and events:
             ctx.j("run_resumed", **header)
             for tid, p in prior.items():
@@ -907,6 +1223,8 @@ def execute(
             for charge in charges:
                 # Decided once, here, and journaled: later resumes read the charge, never redo it.
                 ctx.j("time_charged", charge.task_id, **charge.payload())
+            if not probe:
+                _restore_patches(base, prior)
         else:
             ctx.j("run_started", **header)
             if not probe:
@@ -914,56 +1232,22 @@ def execute(
         if on_started is not None:
             on_started(journal)
         todo = [pack.tasks[t] for t in contract.task_ids if not prior.get(t, _Prior()).finished]
-        done_before = len(contract.task_ids) - len(todo)
-        progress = _Progress(len(contract.task_ids), done_before, opts.progress,
+        progress = _Progress(len(contract.task_ids), len(contract.task_ids) - len(todo), opts.progress,
                              "probe" if probe else str(contract.run_id))
         try:
-            # As many tasks again as --jobs set themselves up (workspace, sandbox) while the others
-            # run; only a few tasks are queued beyond that, so memory stays flat however long
-            # the denominator is.
-            with ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs)) as pool:
-                queue = iter(todo)
-                pending: dict[Future[str], str] = {}
-
-                def refill() -> None:
-                    for task in queue:
-                        fut = pool.submit(_run_task, ctx, task, prior.get(task.task_id, _Prior()))
-                        pending[fut] = task.task_id
-                        if len(pending) >= 2 * max(1, opts.jobs):
-                            return
-
-                try:
-                    refill()
-                    while pending:
-                        finished, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            tid = pending.pop(fut)
-                            outcome = fut.result()
-                            outcomes[tid] = outcome
-                            if outcome != "interrupted":
-                                progress.update(tid, outcome)
-                        refill()
-                except KeyboardInterrupt:
-                    interrupted = True
-                    stop.set()
-                    for fut in pending:
-                        fut.cancel()
-                    ctx.j("run_interrupted", reason="keyboard interrupt",
-                          pending=len(todo) - len(outcomes))
-                    wait(pending)
-                except JournalStopped:
-                    stop.set()
-                    for fut in pending:
-                        fut.cancel()
-                    raise
+            stopped_by = _drive(ctx, todo, prior, progress, outcomes, requests)
         finally:
             progress.close()
-        complete = not interrupted and all(v != "interrupted" for v in outcomes.values())
+        complete = (stopped_by is None and not ctx.storage_failed
+                    and all(v != "interrupted" for v in outcomes.values()))
         if complete:
             ctx.j("run_finished", outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())})
     except JournalStopped as e:
-        raise HarnessError(str(e)) from None
+        if ctx.storage_failed and not isinstance(e.error, StorageError):
+            raise StorageError(_storage_message(ctx)) from None
+        raise e.error from None
     finally:
+        requests.__exit__()
         if ctx.running.idle:
             heartbeat.stop()
         # else (an interrupt while agents still ran): the heartbeat stays, finds the journal
@@ -972,18 +1256,36 @@ def execute(
         if not opts.keep_work:
             with contextlib.suppress(OSError):
                 remove_tree(base / "work")
+    if ctx.storage_failed:
+        raise StorageError(_storage_message(ctx))
     cards = None
     if probe:
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
         cards = write_derived(base, iter_verified(jpath), contract.task_ids)
     headers = [e["payload"] for e in events if e["kind"] in ("run_started", "run_resumed")]
-    result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=interrupted,
-                       contract_sha256=contract.contract_sha256, scorecards=cards,
+    result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
+                       interrupted_by=stopped_by, contract_sha256=contract.contract_sha256, scorecards=cards,
                        isolation=isolation_of([*headers, header]))
     if not probe:
         runs_index.record_end(contract, result, data=opts.runs_index)
     return result
+
+
+def _storage_message(ctx: _Ctx) -> str:
+    return (f"the run stopped on a {ctx.storage_failed[0]}; no task was decided by it (the attempts it "
+            f"stopped are used, as a crash would use them)")
+
+
+def _restore_patches(base: Path, prior: dict[str, _Prior]) -> None:
+    """patches/ copies a finished task's patch blob; one a storage failure kept from being
+    written is written now."""
+    for tid, p in prior.items():
+        if p.finished and p.last_patch:
+            path = base / "patches" / f"{tid}.patch"
+            blob = base / "blobs" / p.last_patch.removeprefix("sha256:")
+            if not path.exists() and blob.is_file():
+                write_atomic(path, blob.read_bytes(), durable=False)
 
 
 def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:

@@ -37,9 +37,21 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
 Launch (thread-safe: :meth:`run` is called from many threads at once)
 ---------------------------------------------------------------------
 :meth:`~BubblewrapSandbox.prepare` does everything below and lets bwrap build the namespaces
-and mounts, which then waits on ``--block-fd``; :meth:`Prepared.start` opens that gate and
+and mounts, which then waits on its start gate; :meth:`Prepared.start` opens that gate and
 starts the deadline (the command is exec'd about a millisecond later), so a runner can set the
 next command up while the current one runs. :meth:`run` is prepare then start.
+
+The gate is bwrap's ``--seccomp`` fd, read to its end after the sandbox is built and before
+the exec. Opened, it carries a one-instruction program that allows every system call. If it
+closes empty (the runner died, or gave the command up), bwrap cannot load a program of no
+instruction and exits without exec'ing: a command held ahead never starts without its runner.
+bwrap's own ``--block-fd`` would not do: it proceeds on end of file too, and its pid-1 only
+binds itself to its parent's life after the gate, so the command would run unsupervised.
+:meth:`BubblewrapSandbox.smoke_test` checks the installed bwrap for this behaviour. Once
+started, a command dies with the runner: the runner's death kills bwrap
+(``--die-with-parent``), and bwrap's death tears its pid namespace down. :class:`NoSandbox`
+has no namespace: a watcher left in the command's process group kills the group when the
+runner's end of the gate pipe closes.
 
 No Python code runs between fork and exec (``preexec_fn`` is unsafe in a threaded process and
 forces a full fork). The child is ``/bin/sh``, which blocks on a pipe while the parent writes
@@ -86,7 +98,9 @@ tests would be readable and a grade obtained under it would mean nothing.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import dataclasses
 import errno
 import functools
 import itertools
@@ -98,9 +112,9 @@ import select
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -108,6 +122,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
+from sealbench import scratch
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 
 __all__ = [
@@ -139,13 +154,35 @@ _SHELL: Final = "/bin/sh"
 # it into the run cgroup and set its rlimits (a closed pipe means the parent gave up), then
 # execs the backend's command.
 _GATE_SCRIPT: Final = 'read -r go || exit 125; exec "$@" </dev/null'
+# The reaper (see _Reaper): reads "+pgid" / "-pgid" lines until the runner's end of the pipe
+# closes, then SIGKILLs every process group still registered.
+_REAPER_CODE: Final = """
+import os, signal, sys
+live = set()
+for line in sys.stdin.buffer:
+    op, pgid = line[:1], int(line[1:])
+    (live.add if op == b"+" else live.discard)(pgid)
+for pgid in live:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+# bubblewrap's start gate: bwrap reads a seccomp program from its --seccomp fd until EOF after
+# building the sandbox and before exec'ing the command. Released, the fd carries one BPF
+# instruction, "return ALLOW" (struct sock_filter: u16 code, u8 jt, u8 jf, u32 k). Closed empty
+# (the runner died, or gave up), bwrap cannot load a filter of no instruction and exits without
+# exec'ing: a closed gate means stop. BubblewrapSandbox.smoke_test checks exactly that.
+_ALLOW_ALL: Final = struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)
 _CHUNK: Final = 1 << 16
 _STDERR_HEAD: Final = 4096
 _POLL_TICK_S: Final = 0.005
 _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 _KERNEL_DIRS: Final = ("/proc", "/dev", "/sys")
-# bwrap's outer monitor, its pid-1 reaper and its short-lived setup helper share the cgroup.
-_BWRAP_HELPERS: Final = 3
+# bwrap's outer monitor and its pid-1 reaper share the cgroup with the command. Its setup
+# helper lives only while the sandbox is built, before the command exists, so it needs no slot
+# of its own (counting it let the command run one process over its cap).
+_BWRAP_HELPERS: Final = 2
 _RLIMITS_TEXT: Final = (
     "RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE=0 set with prlimit(2) before exec"
 )
@@ -750,6 +787,74 @@ class _Launch:
     pass_fds: tuple[int, ...]
 
 
+class _Reaper:
+    """Kills this process's sandboxed commands if it dies: one helper process per runner.
+
+    bwrap's ``--die-with-parent`` binds the sandbox's pid 1 to bwrap only once the command is
+    about to start, and :class:`NoSandbox` has no pid namespace at all; so a runner killed
+    right after opening a gate, or one running commands unsandboxed, would leave commands
+    running unsupervised. The reaper, a small Python process in its own session (a kill of
+    the runner's process group does not reach it), learns the process group of every command
+    launched (``+pgid``) and reaped (``-pgid``) through a pipe only the runner writes; when
+    that pipe closes (the runner exited, however) it SIGKILLs every group still registered.
+    A group is unregistered only once its leader is reaped, so its id cannot name another
+    process while registered. Started on the first launch; restarted if it was killed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._live: set[int] = set()
+
+    def _send(self, line: bytes) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            os.write(self._proc.stdin.fileno(), line)
+        except BrokenPipeError:  # killed since: a new one, told every group alive
+            self._start()
+            os.write(self._proc.stdin.fileno(), line)
+
+    def _start(self) -> None:
+        old = self._proc
+        if old is not None:
+            with contextlib.suppress(OSError):
+                old.stdin.close()  # type: ignore[union-attr]
+            old.wait()
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert self._proc.stdin is not None
+        if self._live:
+            os.write(self._proc.stdin.fileno(), b"".join(b"+%d\n" % pgid for pgid in sorted(self._live)))
+
+    def close(self) -> None:
+        """At exit: the reaper kills what is still registered, then ends."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5.0)
+
+    def register(self, pgid: int) -> None:
+        with self._lock:
+            self._live.add(pgid)
+            self._send(b"+%d\n" % pgid)
+
+    def unregister(self, pgid: int) -> None:
+        with self._lock:
+            if pgid in self._live:
+                self._live.discard(pgid)
+                with contextlib.suppress(OSError):
+                    self._send(b"-%d\n" % pgid)
+
+
+_REAPER: Final = _Reaper()
+atexit.register(_REAPER.close)
+
+
 class _ProcessSandbox:
     """Shared launch, cap, kill and capture machinery of the backends."""
 
@@ -820,14 +925,17 @@ class _ProcessSandbox:
 class Prepared:
     """One command set up in its sandbox and held just before it runs.
 
-    With a start gate (bubblewrap's ``--block-fd``) the child is spawned, admitted to its run
-    cgroup and rlimited, and bwrap builds every namespace and mount, then waits; :meth:`start`
-    opens the gate, so the launch costs the command's deadline nothing and a runner can set
-    the next task up while the current one runs. Without a gate (:class:`NoSandbox`) the
-    command is spawned by :meth:`start`. The deadline counts from :meth:`start`.
+    With a start gate (bubblewrap reading its ``--seccomp`` fd) the child is spawned, admitted
+    to its run cgroup and rlimited, and bwrap builds every namespace and mount, then waits;
+    :meth:`start` opens the gate, so the launch costs the command's deadline nothing and a
+    runner can set the next task up while the current one runs. A gate that closes without
+    being opened (the runner died) makes bwrap exit without running the command. Without a
+    gate (:class:`NoSandbox`) the command is spawned by :meth:`start`. The deadline counts
+    from :meth:`start`.
 
-    :meth:`start` runs once; :meth:`close` kills whatever is left (a command that never
-    started included) and frees the pipes and the run cgroup; it may be called twice.
+    :meth:`start` runs once; :meth:`kill` stops the command from another thread (a
+    :meth:`start` under way then returns); :meth:`close` kills whatever is left (a command
+    that never started included) and frees the pipes and the run cgroup; it may be called twice.
     """
 
     def __init__(self, sandbox: _ProcessSandbox, spec: SandboxSpec) -> None:
@@ -842,6 +950,11 @@ class Prepared:
         self._block: tuple[int, int] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = False
+        # kill() may come from another thread: it must never signal a process group whose
+        # leader has been reaped (its id could name someone else by then).
+        self._kill_lock = threading.Lock()
+        self._killed = False
+        self._reaping = False
 
     def _pipe(self) -> tuple[int, int]:
         pair = os.pipe()
@@ -897,6 +1010,13 @@ class Prepared:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise HarnessError(f"could not start {spec.argv[0]!r} in the {box.kind} sandbox: {exc}") from exc
+        try:
+            _REAPER.register(self._proc.pid)
+        except OSError as exc:
+            _signal_group(self._proc.pid, signal.SIGKILL)
+            self._reap()
+            raise HarnessError(f"could not start the reaper that kills {spec.argv[0]!r} if the runner dies: "
+                               f"{exc}") from exc
         child_ends = [w for _, w in self._pipes] + [stdin]
         if self._block is not None:
             child_ends.append(self._block[0])
@@ -920,12 +1040,39 @@ class Prepared:
             os.write(gate, b"go\n")
         except (OSError, ValueError) as exc:
             _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+            self._reap()
             raise HarnessError(
                 f"could not start {self.spec.argv[0]!r} in the {self._box.kind} sandbox: {step} failed: {exc}"
             ) from exc
         finally:
             self._close_fd(gate)
+
+    def _reap(self) -> int:
+        assert self._proc is not None
+        with self._kill_lock:
+            self._reaping = True
+        code = self._proc.wait()
+        _REAPER.unregister(self._proc.pid)  # its group id may name someone else from now on
+        return code
+
+    def kill(self) -> None:
+        """Stop the command now, from any thread; a :meth:`start` under way returns, one to come
+        raises. Its result says how it died (``signal`` 9, or exit code 137 inside bwrap)."""
+        with self._kill_lock:
+            self._killed = True
+            proc, cgroup = self._proc, self._cgroup
+            if proc is None or self._reaping:
+                return
+            _signal_group(proc.pid, signal.SIGKILL)
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                cgroup.kill_all()
+
+    def _close_gate(self) -> None:
+        """Close a held command's gate without opening it: it must then exit without running."""
+        if self._block is not None:
+            self._close_fd(self._block[1])
+            self._block = None
 
     def start(self, timeout_s: float | None = None) -> SandboxResult:
         """Let the command run to completion or to its deadline, then kill everything it left.
@@ -941,15 +1088,18 @@ class Prepared:
         self._started = True
         timeout = self.spec.timeout_s if timeout_s is None else max(0.0, timeout_s)
         try:
-            start = time.monotonic()
-            if self._proc is None:
-                self._spawn()
-            elif self._block is not None:
-                with contextlib.suppress(BrokenPipeError):
-                    # bwrap already gone (its setup failed): the status pipe tells why below.
-                    os.write(self._block[1], b"g")
-                self._close_fd(self._block[1])
-                self._block = None
+            with self._kill_lock:
+                if self._killed:
+                    raise HarnessError(f"{self.spec.argv[0]!r} was stopped before it started")
+                start = time.monotonic()
+                if self._proc is None:
+                    self._spawn()
+                elif self._block is not None:
+                    with contextlib.suppress(BrokenPipeError):
+                        # bwrap already gone (its setup failed): the status pipe tells why below.
+                        os.write(self._block[1], _ALLOW_ALL)
+                    self._close_fd(self._block[1])
+                    self._block = None
             return self._supervise(start, timeout)
         except OSError as exc:
             raise HarnessError(f"{self._box.kind} sandbox failed for {self.spec.argv[0]!r}: {exc}") from exc
@@ -961,7 +1111,7 @@ class Prepared:
             if proc is not None and proc.returncode is None:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.kill()
-                proc.wait()
+                self._reap()
                 if self._cgroup is not None:
                     self._cgroup.kill_all()
         finally:
@@ -1006,7 +1156,7 @@ class Prepared:
             _signal_group(proc.pid, signal.SIGKILL)
             if cgroup is not None and not cgroup.kill_all():
                 raise HarnessError(f"{box.kind} sandbox: processes in {cgroup.path} survived SIGKILL")
-            returncode = proc.wait()
+            returncode = self._reap()
             supervisor.drain(time.monotonic() + _DRAIN_S)
             if not supervisor.wait_reaper(time.monotonic() + _DRAIN_S):
                 raise HarnessError(f"{box.kind} sandbox: its pid namespace outlived bwrap")
@@ -1015,9 +1165,9 @@ class Prepared:
             if proc.returncode is None:
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.kill()
-                proc.wait()
+                self._reap()
             supervisor.close()
-        if not timed_out and box._failed_to_start(bytes(supervisor.status), returncode):
+        if not timed_out and not self._killed and box._failed_to_start(bytes(supervisor.status), returncode):
             detail = stderr.head.decode("utf-8", "replace").strip() or f"exit status {returncode}"
             raise HarnessError(f"the {box.kind} sandbox failed to start {spec.argv[0]!r}: {detail}")
         if timed_out:
@@ -1048,7 +1198,11 @@ def _within(path: str, parent: str) -> bool:
 
 
 class NoSandbox(_ProcessSandbox):
-    """A plain subprocess with the same caps, kill policy and output capture; no isolation."""
+    """A plain subprocess with the same caps, kill policy and output capture; no isolation.
+
+    The command's process group dies with the runner (the reaper kills it); a command that
+    leaves its group (setsid) escapes that, and only a pids cgroup sweep finds it later.
+    """
 
     kind = "none"
 
@@ -1074,7 +1228,8 @@ class NoSandbox(_ProcessSandbox):
             "tool_version": f"python {sys.version.split()[0]}",
             "process_limit": process_limit_method(),
             "rlimits": _RLIMITS_TEXT,
-            "kill": _KILL_TEXT + "; leftovers killed by process group and pids cgroup",
+            "kill": _KILL_TEXT + "; leftovers killed by process group and pids cgroup; the process group "
+                    "is killed if the runner dies (reaper)",
             "network": "host network (not isolated)",
             "filesystem": "host filesystem (not isolated)",
         }
@@ -1193,8 +1348,9 @@ class BubblewrapSandbox(_ProcessSandbox):
         assert status_fd is not None and block_fd is not None  # _status_pipe and _start_gate
         size = spec.limits.tmp_bytes
         workdir = str(spec.workdir)
-        # bwrap sets every namespace and mount up, then waits on block_fd before the command.
-        args = [*self._fixed, "--json-status-fd", str(status_fd), "--block-fd", str(block_fd)]
+        # bwrap sets every namespace and mount up, then reads its seccomp program from block_fd
+        # until EOF before the command: the start gate (see _ALLOW_ALL).
+        args = [*self._fixed, "--json-status-fd", str(status_fd), "--seccomp", str(block_fd)]
         if spec.network:
             args.append("--share-net")
         if spec.as_pid_1:
@@ -1255,7 +1411,8 @@ class BubblewrapSandbox(_ProcessSandbox):
             "tool_version": self.version_text,
             "process_limit": process_limit_method(),
             "rlimits": _RLIMITS_TEXT,
-            "kill": _KILL_TEXT + "; pid namespace torn down with bwrap (--die-with-parent)",
+            "kill": _KILL_TEXT + "; pid namespace torn down with bwrap (--die-with-parent, and the reaper "
+                    "if the runner dies); a command held ahead never starts once its gate closes unopened",
             "network": "private network namespace, loopback only",
             "filesystem": (
                 "read-only "
@@ -1270,27 +1427,33 @@ class BubblewrapSandbox(_ProcessSandbox):
         }
 
     def smoke_test(self) -> None:
-        """Run ``true`` inside a scratch workdir.
+        """Run ``true`` inside a scratch workdir; check that a gate closed unopened runs nothing.
 
         Raises:
-            HarnessError: the sandbox does not start or ``true`` fails inside it.
+            HarnessError: the sandbox does not start, ``true`` fails inside it, or a command
+                held ahead would start once its gate closed (a bwrap that loads an empty
+                seccomp program, or one without seccomp support).
         """
-        with tempfile.TemporaryDirectory(prefix="sealbench-smoke-") as scratch:
-            root = Path(scratch)
+        root = scratch.temp_dir("smoke")
+        try:
             (root / "work").mkdir()
-            result = self.run(
-                SandboxSpec(
-                    argv=("true",),
-                    workdir=root / "work",
-                    env={"PATH": "/usr/bin:/bin"},
-                    timeout_s=30.0,
-                    stdout_path=root / "stdout",
-                    stderr_path=root / "stderr",
-                )
-            )
+            spec = SandboxSpec(argv=("true",), workdir=root / "work", env={"PATH": "/usr/bin:/bin"},
+                               timeout_s=30.0, stdout_path=root / "stdout", stderr_path=root / "stderr")
+            result = self.run(spec)
             if result.exit_code != 0:
                 detail = (root / "stderr").read_text(encoding="utf-8", errors="replace").strip()
                 raise HarnessError(f"`true` failed inside bubblewrap ({result}): {detail}")
+            held = self.prepare(dataclasses.replace(spec, argv=("touch", str(root / "work" / "ran"))))
+            try:
+                held._close_gate()
+                assert held._proc is not None
+                code = held._proc.wait(timeout=30.0)
+            finally:
+                held.close()
+            if code == 0 or (root / "work" / "ran").exists():
+                raise HarnessError("a command held in bubblewrap ran although its start gate closed unopened")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 # --- selection ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from .errors import ScoreRefusal, VerificationFailed
 from .files import read_text
 from .formats import Scorecard, ScoringContract, SeedEvent
 from .journal import iter_verified
+from .lock import hold_reader
 from .score import parse_events_json
 
 
@@ -21,27 +23,32 @@ def events_from(source: Path, contract: ScoringContract) -> list[SeedEvent]:
     edited events.json cannot change the rate.
 
     Raises:
-        ScoreRefusal: unreadable or invalid events.
+        ScoreRefusal: unreadable or invalid events, or a run directory a run is writing now.
         VerificationFailed: the journal's chain is broken or belongs to another contract.
     """
     if source.is_dir():
-        journal = source / "journal.jsonl"
-        if not journal.is_file():
-            raise ScoreRefusal(f"{source}: no journal.jsonl in this run directory")
-        pinned: list[str | None] = []
-
-        def checked() -> Iterator[dict[str, Any]]:
-            # Streamed: a long run's journal is never held in memory at once.
-            for event in iter_verified(journal):
-                if not pinned:
-                    pinned.append(event["payload"].get("contract_sha256"))
-                    if pinned[0] != contract.contract_sha256:
-                        raise VerificationFailed([
-                            f"journal.jsonl: run was made under contract {pinned[0]}, "
-                            f"not {contract.contract_sha256}"])
-                yield event
-
-        files = dict(derive_iter(checked(), contract.task_ids))
-        cards = files["scorecards.jsonl"].splitlines()
-        return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]
+        with hold_reader(source, "score") or contextlib.nullcontext():
+            return _events_from_run(source, contract)
     return parse_events_json(read_text(source, ScoreRefusal), str(source))
+
+
+def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]:
+    journal = source / "journal.jsonl"
+    if not journal.is_file():
+        raise ScoreRefusal(f"{source}: no journal.jsonl in this run directory")
+    pinned: list[str | None] = []
+
+    def checked() -> Iterator[dict[str, Any]]:
+        # Streamed: a long run's journal is never held in memory at once.
+        for event in iter_verified(journal):
+            if not pinned:
+                pinned.append(event["payload"].get("contract_sha256"))
+                if pinned[0] != contract.contract_sha256:
+                    raise VerificationFailed([
+                        f"journal.jsonl: run was made under contract {pinned[0]}, "
+                        f"not {contract.contract_sha256}"])
+            yield event
+
+    files = dict(derive_iter(checked(), contract.task_ids))
+    cards = files["scorecards.jsonl"].splitlines()
+    return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]

@@ -11,17 +11,17 @@ into the sealed pack, bound to its digest.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from .agents import resolve_agent
 from .contract import DEFAULT_FORBIDDEN
-from .errors import PackError
+from .errors import PackError, storage_failure
 from .files import model_json, write_atomic
 from .formats import Budget, ScoringContract, Validity, ValidityEvidence
 from .function_oracle import is_oracle_cmd, parse_summary
@@ -29,6 +29,7 @@ from .journal import Journal
 from .pack import Pack, Task, check_pack
 from .runner import RunOptions, _Ctx, _grade, _Progress
 from .sandbox import open_sandbox
+from .scratch import sweep_temp_files, temp_dir
 from .trivial import trivial_candidates
 from .workspace import TaskWorkspace
 
@@ -112,6 +113,8 @@ def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
         trivial = (_trivial_grades(ctx, task, tw, 2 * repeat + 1, _returned(summary))
                    if all(ref) and not any(empty) else {})
     except Exception as e:  # the evidence records the harness failure instead of guessing
+        if storage_failure(e) is not None or ctx.abort.is_set():
+            raise  # a full disk or a stop decides nothing about the oracle
         return ValidityEvidence(valid=False, reason=f"harness error: {type(e).__name__}: {e}",
                                 reference_passes=[], empty_change_passes=[])
     finally:
@@ -122,6 +125,19 @@ def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
         reason = f"{reason} ({str(summary['reason'])[:300]})"
     return ValidityEvidence(valid=valid, reason=reason, reference_passes=ref, empty_change_passes=empty,
                             trivial_passes=trivial)
+
+
+@contextlib.contextmanager
+def _stop_all_on_failure(ctx: _Ctx, futures: Iterable[Future[ValidityEvidence]]) -> Iterator[None]:
+    """On any exception (Ctrl-C, SIGTERM, a storage failure): kill the oracles running, drop the
+    tasks not started, so that the pool's exit waits for nothing long."""
+    try:
+        yield
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        ctx.stop_now("validation stopped")
+        raise
 
 
 def validate_pack(
@@ -138,13 +154,15 @@ def validate_pack(
     Raises:
         PackError, VerificationFailed: the pack is unsealed or does not match its seal.
         RunRefusal: no sandbox.
+        OSError, HarnessError: the storage failed (a full disk decides no oracle's validity).
     """
     if repeat < 1:
         raise PackError("--repeat must be at least 1")
     pack: Pack = check_pack(root)
     assert pack.sealed_digest is not None
+    sweep_temp_files(pack.root)
     box = open_sandbox(sandbox)
-    scratch = Path(tempfile.mkdtemp(prefix="sealbench-validate-"))
+    scratch = temp_dir("validate")  # named after this process: a killed validate's is swept by the next
     try:
         (scratch / "blobs").mkdir()
         forbidden = list(DEFAULT_FORBIDDEN)
@@ -161,14 +179,15 @@ def validate_pack(
         try:
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
                 futures = {pool.submit(_validate_task, ctx, task, repeat): tid for tid, task in pack.tasks.items()}
-                for fut in as_completed(futures):
-                    tid = futures[fut]
-                    ev = fut.result()
-                    with lock:
-                        evidence[tid] = ev
-                    bar.update(tid, "valid" if ev.valid else (ev.reason or "invalid").split(":")[0])
-                    if on_task is not None:
-                        on_task(tid, ev)
+                with _stop_all_on_failure(ctx, futures):
+                    for fut in as_completed(futures):
+                        tid = futures[fut]
+                        ev = fut.result()
+                        with lock:
+                            evidence[tid] = ev
+                        bar.update(tid, "valid" if ev.valid else (ev.reason or "invalid").split(":")[0])
+                        if on_task is not None:
+                            on_task(tid, ev)
         finally:
             bar.close()
             journal.close()

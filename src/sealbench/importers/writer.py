@@ -24,6 +24,7 @@ from ..errors import PackError, UsageError
 from ..files import describe_validation_error, fsync_dir, model_json
 from ..formats import PackManifest, check_id
 from ..pack import Pack, load_pack, seal_pack, visible_test_leaks
+from ..scratch import IMPORTING_PACK, sweep, tag
 from ..workspace import META_DIR
 from .draft import Files, PackDraft, TaskDraft
 
@@ -137,7 +138,9 @@ def write_pack(draft: PackDraft, out: Path) -> Pack:
         raise PackError(f"pack name: {e}") from None
     created = list(_missing_parents(out))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.importing-{secrets.token_hex(6)}"
+    # Named after this process: what a killed import left is swept by the next one here.
+    sweep(out.parent, IMPORTING_PACK)
+    tmp = out.parent / f".{out.name}.{tag('importing')}{secrets.token_hex(6)}"
     tmp.mkdir()
     try:
         (tmp / "prompts").mkdir()
