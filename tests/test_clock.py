@@ -142,7 +142,9 @@ def test_a_journal_that_cannot_be_written_ends_the_run_within_the_lease(tmp_path
     assert time.monotonic() - t0 < 0.6
     heartbeat.stop()
     journal.close()
-    assert "journal write failed" in messages[0] and "--resume" in messages[0]
+    # The descriptor swapped under the journal is also seen as a file changed under the writer.
+    assert ("journal write failed" in messages[0] or "the run stopped before writing again" in messages[0])
+    assert "--resume" in messages[0]
 
 
 def test_a_journal_opened_long_before_the_heartbeat_starts_is_not_a_lapse(tmp_path: Path) -> None:

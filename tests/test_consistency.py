@@ -349,8 +349,7 @@ def test_a_crash_on_the_last_attempt_ends_as_fail_or_timeout_after_resume() -> N
     (lambda s: s.add("attempt_started", "a", 1).add("run_resumed", payload={"run_nonce": "other"}),
      "run_resumed (seq 3): run_nonce 'other' differs from the run_started event's 'n'"),
     (lambda s: s.add("run_started", payload={"run_nonce": "n"}), "a second run_started"),
-    (lambda s: s.add("attempt_started", "a", 1).add("attempt_interrupted", "a", 1),
-     "attempt_interrupted 1 (seq 3) before any run_resumed"),
+    (lambda s: s.attempt("a", 1, "fail").add("attempt_interrupted", "a", 1), "for an attempt that had ended"),
     (lambda s: s.attempt("a", 1, "pass").add("feedback", "a", 1), "feedback 1 (seq 7): feedback follows a failed"),
     (lambda s: s.attempt("a", 1, "fail").add("harness_error", "a", 1).add(
         "task_finished", "a", outcome="fail", attempts_used=1, first_attempt_passed=False,
@@ -372,7 +371,7 @@ def test_a_crash_on_the_last_attempt_ends_as_fail_or_timeout_after_resume() -> N
     (lambda s: s.add("attempt_started", "a", 1).add("agent_finished", "a", 1, exit_code=0, timed_out=False).add(
         "attempt_finished", "a", 1, result="timeout"), "attempt_finished 1 (seq 4) before the attempt's patch_captured"),
     (lambda s: s.add("heartbeat", "a", 4), "heartbeat 4 (seq 2) names attempt 4, which never started"),
-], ids=["nonce", "second-start", "interrupt-outside-resume", "feedback-after-pass", "harness-error", "numbering",
+], ids=["nonce", "second-start", "interrupt-after-end", "feedback-after-pass", "harness-error", "numbering",
         "overlap", "timeout", "abstain-graded", "abstain-exit", "order", "unknown-kind"])
 def test_each_rule_names_the_task_and_the_events(build: Callable[[Story], Story], named: str) -> None:
     s = build(Story().add("task_started", "a", max_attempts=3, wall_clock_s=60.0))

@@ -324,9 +324,9 @@ def test_repeated_ctrl_c_leaves_no_agent_running_past_the_lease(sealed_pack: Pat
 
 def test_a_caller_that_survives_an_interrupt_cannot_keep_an_agent_running_unaccounted(
         sealed_pack: Path, tmp_path: Path) -> None:
-    """A library caller whose execute() is interrupted (three Ctrl-C) while an agent still runs,
-    and which then carries on: the journal is closed, so the watchdog must end the process
-    within the lease rather than let the agent run on to its deadline unrecorded."""
+    """A library caller whose execute() is interrupted (two Ctrl-C: stop the attempts now) while
+    an agent still runs, and which then carries on: the agent must not run on to its deadline
+    unrecorded (it is stopped, and its attempt journaled, before execute returns)."""
     contract = tmp_path / "c.json"
     make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(10.0, first_attempt_only=True),
                   run_id="caller", wall_clock_s=60.0, max_attempts=2)
@@ -342,7 +342,7 @@ def test_a_caller_that_survives_an_interrupt_cannot_keep_an_agent_running_unacco
         def interrupt() -> None:
             while not stamps.exists():
                 time.sleep(0.01)
-            for _ in range(3):
+            for _ in range(2):
                 time.sleep(0.5)
                 os.kill(os.getpid(), signal.SIGINT)
 
@@ -351,12 +351,12 @@ def test_a_caller_that_survives_an_interrupt_cannot_keep_an_agent_running_unacco
             execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, jobs=1, keep_work=True))
         except KeyboardInterrupt:
             pass
-        time.sleep(15)  # the caller carries on
+        time.sleep(3)  # the caller carries on
     """))
     proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 1 and "the journal has recorded nothing" in err.decode(), err.decode()
+    assert proc.returncode == 0, err.decode()
     stamps = settled_stamps(stamps_file(run_dir))
     last_line = events_of(run_dir)[-1]["mono_ms"] / 1000
     assert stamps[-1] <= last_line + LEASE_MS / 1000, (stamps[-1], last_line)

@@ -550,14 +550,17 @@ def test_deeply_nested_junit_report_does_not_blow_up_the_runners_memory(raw_pack
 
     task_file = raw_pack / "tasks" / TASK / "task.json"
     record = json.loads(task_file.read_text())
-    record["oracle_cmd"] = [*record["oracle_cmd"][:-1], "--junitxml=report.xml", record["oracle_cmd"][-1]]
+    # A plain (unguarded) pytest oracle that reads its report from the grading copy, as packs
+    # sealed before the harness-owned pytest do.
+    record["oracle_cmd"] = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=report.xml",
+                            record["oracle_cmd"][-1]]
     record["junit_xml"] = "report.xml"
     task_file.write_text(json.dumps(record))
     seal_pack(raw_pack)
     command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({NESTED_REPORT!r})\n")
     contract_file = tmp_path / "contract.json"
-    make_contract(raw_pack, contract_file, task_ids=(TASK,), command=command, run_id="hostile", max_attempts=1,
-                  mounts=mounts)
+    make_contract(raw_pack, contract_file, task_ids=(TASK,), command=command, run_id="hostile-nested-junit",
+                  max_attempts=1, mounts=mounts)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbench"), "run", str(contract_file), "--out", str(run_dir),
                              "--no-progress", "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -178,9 +178,11 @@ def test_every_command_refuses_with_exit_3_on_a_full_disk(sealed_pack: Path, tmp
     shutil.copytree(SAMPLE, unsealed)
     draft = disk.path / "draft.json"
     make_contract(sealed_pack, draft, task_ids=IDS[:2], run_id=None)
+    fresh = tmp_path / "fresh.json"  # one run per run_id: the run on the full disk locks its own
+    make_contract(sealed_pack, fresh, task_ids=IDS[:2], command="builtin:reference", run_id="on-a-full-disk")
     disk.fill()
     commands: list[tuple[str, ...]] = [
-        ("run", str(contract), "--out", str(disk.path / "run"), "--no-progress"),
+        ("run", str(fresh), "--out", str(disk.path / "run"), "--no-progress"),
         ("probe", str(contract), "--out", str(disk.path / "run2"), "--no-progress"),
         ("bundle", str(run_dir), "--out", str(disk.path / "bundles")),
         ("report", str(run_dir), "--out", str(disk.path / "report")),

@@ -249,8 +249,8 @@ class _Reader:
         if attempt.closed is not None:
             self.say(tid, f"{_at(ev)} for an attempt that had ended ({_at(attempt.closed)})")
             return
-        if not self.resumed:
-            self.say(tid, f"{_at(ev)} before any run_resumed; only a resume records an interrupted attempt")
+        # Recorded on resume for an attempt the crash left open, or by the run itself when it
+        # stops attempts under way (a second interrupt, a storage failure): open either way.
         attempt.closed = ev
 
     def feedback(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:

@@ -1170,11 +1170,21 @@ def execute(
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
     base = run_dir / "probe" if probe else run_dir
+    header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
+              "argv": list(command_line) if command_line is not None else None,
+              "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
+              "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
+              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
+              **_host_facts(sandbox, agent)}
+    if not (opts.resume or probe or (base / "journal.jsonl").exists()):
+        # Before anything is written, the directory and its lock included: a second run of this
+        # run_id is refused with nothing left behind.
+        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
     try:
         with hold_writer(base, command_line):
             _sweep_leftovers(run_dir, base, opts.keep_work)
-            return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base,
-                                   probe=probe, on_started=on_started, command_line=command_line)
+            return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
+                                   probe=probe, on_started=on_started)
     except OSError as e:
         failure = storage_failure(e)
         if failure is None:
@@ -1183,21 +1193,11 @@ def execute(
 
 
 def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
-                    sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, *, probe: bool,
-                    on_started: Callable[[Journal], None] | None,
-                    command_line: Sequence[str] | None) -> RunResult:
+                    sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: dict[str, Any], *,
+                    probe: bool, on_started: Callable[[Journal], None] | None) -> RunResult:
     assert contract.budget is not None
     jpath = base / "journal.jsonl"
-    header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
-              "argv": list(command_line) if command_line is not None else None,
-              "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
-              "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
-              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
-              **_host_facts(sandbox, agent)}
     clock = opts.clock or Clock()
-    if not (opts.resume or probe or jpath.exists()):
-        # Before anything is written: a second run of this run_id is refused with nothing left behind.
-        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
     for sub in ("blobs", "patches", "traces"):
         (base / sub).mkdir(exist_ok=True)
     journal, events, prior, charges = _open_journal(opts, contract, run_dir, base, header,
