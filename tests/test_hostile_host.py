@@ -568,5 +568,8 @@ def test_deeply_nested_junit_report_does_not_blow_up_the_runners_memory(raw_pack
     proc.returncode = 0
     events = read_chain(run_dir / "journal.jsonl").events
     verdict = of_kind(events, "graded")[0]["payload"]["junit"]
-    assert usage.ru_maxrss < 250 * 1024, f"peak {usage.ru_maxrss // 1024} MiB"  # ru_maxrss is in KiB
+    # ru_maxrss (KiB) is the largest of the runner and the processes it waited for, the oracle
+    # whose candidate writes the report among them (about 290 MiB on a fresh install); the tree
+    # the runner built from that report took it to 733 MiB.
+    assert usage.ru_maxrss < 450 * 1024, f"peak {usage.ru_maxrss // 1024} MiB"
     assert verdict["ok"] is False and "deeper" in verdict["why"]
