@@ -79,6 +79,16 @@ def test_exploit_planted_junit_report_with_early_exit_is_not_a_pass(tmp_path: Pa
     pack = import_pack("exercism", write_two_fer_track(tmp_path), tmp_path / "pack")
     required = pack.tasks["two-fer"].record.required_tests
     assert required
+    # The defence is for packs sealed with a plain pytest oracle that writes its report in the
+    # grading copy (the harness's own pytest writes it outside): reseal the task in that form.
+    task_file = pack.root / "tasks" / "two-fer" / "task.json"
+    record = json.loads(task_file.read_text())
+    record["oracle_cmd"] = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", ".", f"--junitxml={JUNIT_FILE}",
+                            *record["oracle_cmd"][1:]]
+    record["junit_xml"] = JUNIT_FILE
+    task_file.write_text(json.dumps(record))
+    seal_pack(pack.root)
+    pack = load_pack(pack.root)
     cases = "".join(f'<testcase classname="{r.split("::")[0]}" name="{r.split("::")[1]}"/>' for r in required)
     report = f'<testsuite tests="{len(required)}">{cases}</testsuite>'
     agent = sh(f"printf '%s' {shlex.quote(report)} > {JUNIT_FILE}; printf 'import os\\nos._exit(0)\\n' > two_fer.py")
