@@ -267,7 +267,10 @@ def test_exploit_git_config_in_workspace_runs_nothing_on_host(sealed_pack: Path,
 
 
 def test_agent_timeout_counts_oracle_time_against_the_cap(sealed_pack: Path, tmp_path: Path) -> None:
-    cmd = sh(f'sleep 1.6; printf {json.dumps(FIX)} > window.py')
+    # The agent alone (1.0 s) and the grading alone (1.2 s, the fix sleeps on import) each
+    # fit the 1.8 s cap; only their sum does not, so the timeout proves grading is charged.
+    slow_fix = "import time\ntime.sleep(1.2)\n" + FIX
+    cmd = sh(f'sleep 1.0; printf {json.dumps(slow_fix)} > window.py')
     _, _events, cards = run(sealed_pack, tmp_path, cmd, wall_clock_s=1.8, max_attempts=1)
     assert cards[0]["outcome"] == "timeout"
 
