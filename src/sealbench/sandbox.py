@@ -797,8 +797,9 @@ class _Reaper:
     the runner's process group does not reach it), learns the process group of every command
     launched (``+pgid``) and reaped (``-pgid``) through a pipe only the runner writes; when
     that pipe closes (the runner exited, however) it SIGKILLs every group still registered.
-    A group is unregistered only once its leader is reaped, so its id cannot name another
-    process while registered. Started on the first launch; restarted if it was killed.
+    A group is unregistered once it has been killed (or has exited) and before its leader is
+    reaped, so its id cannot name another process while registered. Started on the first
+    launch; restarted if it was killed.
     """
 
     def __init__(self) -> None:
@@ -1048,12 +1049,12 @@ class Prepared:
             self._close_fd(gate)
 
     def _reap(self) -> int:
+        """Wait for the (killed, or exited) command; from then on its group id may name another."""
         assert self._proc is not None
         with self._kill_lock:
             self._reaping = True
-        code = self._proc.wait()
-        _REAPER.unregister(self._proc.pid)  # its group id may name someone else from now on
-        return code
+        _REAPER.unregister(self._proc.pid)  # before the id is freed, never after
+        return self._proc.wait()
 
     def kill(self) -> None:
         """Stop the command now, from any thread; a :meth:`start` under way returns, one to come
@@ -1067,6 +1068,17 @@ class Prepared:
         if cgroup is not None:
             with contextlib.suppress(OSError):
                 cgroup.kill_all()
+
+    def _wait_exited(self, timeout_s: float) -> int | None:
+        """Reap a command expected to exit by itself (its gate closed unopened); None if it did not."""
+        assert self._proc is not None
+        with self._kill_lock:
+            self._reaping = True
+        _REAPER.unregister(self._proc.pid)
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None  # close() kills and reaps it
 
     def _close_gate(self) -> None:
         """Close a held command's gate without opening it: it must then exit without running."""
@@ -1439,19 +1451,20 @@ class BubblewrapSandbox(_ProcessSandbox):
             (root / "work").mkdir()
             spec = SandboxSpec(argv=("true",), workdir=root / "work", env={"PATH": "/usr/bin:/bin"},
                                timeout_s=30.0, stdout_path=root / "stdout", stderr_path=root / "stderr")
-            result = self.run(spec)
-            if result.exit_code != 0:
-                detail = (root / "stderr").read_text(encoding="utf-8", errors="replace").strip()
-                raise HarnessError(f"`true` failed inside bubblewrap ({result}): {detail}")
-            held = self.prepare(dataclasses.replace(spec, argv=("touch", str(root / "work" / "ran"))))
+            # Set up while `true` runs: the gate check costs start-up no second launch's time.
+            held = self.prepare(dataclasses.replace(spec, argv=("touch", str(root / "work" / "ran")),
+                                                    stdout_path=None, stderr_path=None))
             try:
+                result = self.run(spec)
+                if result.exit_code != 0:
+                    detail = (root / "stderr").read_text(encoding="utf-8", errors="replace").strip()
+                    raise HarnessError(f"`true` failed inside bubblewrap ({result}): {detail}")
                 held._close_gate()
-                assert held._proc is not None
-                code = held._proc.wait(timeout=30.0)
+                code = held._wait_exited(30.0)
             finally:
                 held.close()
-            if code == 0 or (root / "work" / "ran").exists():
-                raise HarnessError("a command held in bubblewrap ran although its start gate closed unopened")
+            if code is None or code == 0 or (root / "work" / "ran").exists():
+                raise HarnessError("a command held in bubblewrap did not stop when its start gate closed unopened")
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
