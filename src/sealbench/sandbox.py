@@ -76,15 +76,18 @@ Known limits
 * The command runs as uid 0 of its user namespace, mapped to the caller's uid: without
   capabilities it cannot bypass file permissions, but it can read whatever the caller's uid
   may read among the exposed paths and it owns the files it writes in the workdir.
-* No seccomp filter: the whole syscall surface of the kernel is reachable; no memory cgroup:
-  memory is bounded per process (RLIMIT_AS) and by the tmpfs sizes, not per run.
+* No seccomp filter but the start gate's, which allows every call: the whole syscall surface
+  of the kernel is reachable. bwrap must be built with seccomp support for the gate. No
+  memory cgroup: memory is bounded per process (RLIMIT_AS) and by the tmpfs sizes, not per run.
 * CPU time is bounded only by the wall-clock deadline.
 * Stale-cgroup ownership is judged by pid in the caller's pid namespace: runners sharing one
   cgroup hierarchy from different pid namespaces must not share its ``sealbench`` directory.
   A dead runner's pid reused by another process delays the cleanup until that one exits.
 * :class:`NoSandbox` checks up front that the command is an executable on ``PATH``; any other
   exec failure is reported as the gate shell reports it (exit code 126 or 127, its message on
-  stderr). It runs as the caller, so a root command can leave its cgroup.
+  stderr). It runs as the caller, so a root command can leave its cgroup, and one that leaves
+  its process group (setsid) is out of the reaper's reach when the runner dies; the caller's
+  own processes, the reaper included, are within its reach.
 * A command killed by a signal inside bwrap is reported like a shell does, as exit code
   ``128 + signal`` (``signal`` stays ``None``); :class:`NoSandbox` reports the signal itself.
 * The environment is exactly ``spec.env`` plus ``PWD`` (bwrap always sets it; :class:`NoSandbox`
