@@ -180,6 +180,12 @@ def test_every_command_refuses_with_exit_3_on_a_full_disk(sealed_pack: Path, tmp
     make_contract(sealed_pack, draft, task_ids=IDS[:2], run_id=None)
     fresh = tmp_path / "fresh.json"  # one run per run_id: the run on the full disk locks its own
     make_contract(sealed_pack, fresh, task_ids=IDS[:2], command="builtin:reference", run_id="on-a-full-disk")
+    one_task = disk.path / "one-task-pack"  # validate writes its evidence into pack.json
+    shutil.copytree(sealed_pack, one_task)
+    for task in (one_task / "tasks").iterdir():
+        if task.name != IDS[0]:
+            shutil.rmtree(task)
+    seal_pack(one_task)
     disk.fill()
     commands: list[tuple[str, ...]] = [
         ("run", str(fresh), "--out", str(disk.path / "run"), "--no-progress"),
@@ -189,14 +195,18 @@ def test_every_command_refuses_with_exit_3_on_a_full_disk(sealed_pack: Path, tmp
         ("contract", "new", str(sealed_pack), "-o", str(disk.path / "new.json"), "--host", "h"),
         ("contract", "lock", str(draft), "--run-id", "locked-on-a-full-disk"),
         ("pack", "seal", str(unsealed)),
+        ("pack", "validate", str(one_task), "--repeat", "1", "--no-progress"),
         ("keygen", str(disk.path / "key")),
     ]
+    humaneval = Path(__file__).resolve().parents[1] / ".cache" / "data" / "HumanEval.jsonl.gz"
+    if humaneval.is_file():
+        commands.append(("import", "humaneval", str(humaneval), "-o", str(disk.path / "he"), "--limit", "2"))
     for argv in commands:
         code, _out, err = cli(*argv)
         assert code == 3, (argv, code, err)
         assert "No space left on device" in err or "no space left" in err, (argv, err)
         assert "unexpected" not in err and "Traceback" not in err, (argv, err)
     # Nothing half-written was left behind on the disk.
-    leftovers = [p.name for p in disk.path.rglob("*") if ".tmp-" in p.name or ".partial-" in p.name]
+    leftovers = [p.name for p in disk.path.rglob(".*") if any(w in p.name for w in (".tmp", ".partial", ".importing"))]
     assert leftovers == []
     seal_pack(sealed_pack)  # the pack outside the disk is untouched
