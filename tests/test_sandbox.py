@@ -866,3 +866,30 @@ def test_kill_from_another_thread_stops_a_started_command_and_forbids_a_start(ki
         with pytest.raises(HarnessError, match="stopped before it started"):
             prepared.start()
     assert not (agent.workdir / "ran").exists()
+
+
+def test_a_start_whose_admission_fails_raises_instead_of_hanging(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """NoSandbox spawns at start, under the lock kill() takes: a failed admission reaps under it too."""
+    agent = Agent(tmp_path, NoSandbox())
+
+    def refuse(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(sandbox_module.resource, "prlimit", refuse)
+    raised: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            prepared.start()
+        except BaseException as e:
+            raised.append(e)
+
+    with agent.sandbox.prepare(agent.spec(["touch", "ran"])) as prepared:
+        starter = threading.Thread(target=start, daemon=True)  # a deadlock fails the test, never hangs it
+        starter.start()
+        starter.join(10)
+        assert not starter.is_alive(), "start() deadlocked"
+    assert len(raised) == 1 and isinstance(raised[0], HarnessError), raised
+    assert "setting its rlimits failed" in str(raised[0])
+    assert not (agent.workdir / "ran").exists()

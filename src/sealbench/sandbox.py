@@ -955,8 +955,9 @@ class Prepared:
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = False
         # kill() may come from another thread: it must never signal a process group whose
-        # leader has been reaped (its id could name someone else by then).
-        self._kill_lock = threading.Lock()
+        # leader has been reaped (its id could name someone else by then). Reentrant: a spawn
+        # under it that fails reaps its child under it too.
+        self._kill_lock = threading.RLock()
         self._killed = False
         self._reaping = False
 
