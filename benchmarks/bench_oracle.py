@@ -6,8 +6,9 @@ Two packs of the same 163 HumanEval tasks differ only in their oracle: the trust
 sandbox's pid 1) and the earlier ``python test_sealbench_oracle.py`` script (candidate and test
 in one process, a JUnit report written last). Each run is ``sealbench run`` of the reference
 agent at ``--jobs 1``, so every attempt is graded, one at a time; the two kinds alternate,
-``--repeat`` runs each (default 3). Printed: seconds per attempt (median and range), the ratio,
-and the difference in milliseconds per attempt.
+``--repeat`` runs each (default 3). Printed per attempt, median and range: wall-clock time and
+CPU time (user + system of the whole run, sandboxes and oracles included: the figure that
+does not depend on what else the machine runs); then the ratios and differences.
 Run: .venv/bin/python benchmarks/bench_oracle.py [--data PATH] [--repeat N]
 """
 
@@ -15,9 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import tempfile
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from _common import ROOT, SEALBENCH, check, lock_contract, measure, row
@@ -63,6 +68,17 @@ def legacy_pack(new: Path, dest: Path) -> Path:
     return dest
 
 
+def timed(argv: Sequence[str]) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (user + system, every descendant included) of one command."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{argv[1]} failed: {proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
 def passes(run_dir: Path) -> int:
     cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
     return sum(c["outcome"] == "pass" for c in cards)
@@ -84,23 +100,26 @@ def main() -> None:
             lock_contract(pack, contracts[label], f"bench-oracle-{i}", "builtin:reference")
         n = len(list((root / "he" / "tasks").iterdir()))
         print(f"bench_oracle: HumanEval, {n} tasks, reference agent, --jobs 1, {args.repeat} runs of each kind")
-        per: dict[str, list[float]] = {label: [] for label in packs}
+        wall: dict[str, list[float]] = {label: [] for label in packs}
+        cpu: dict[str, list[float]] = {label: [] for label in packs}
         for k in range(args.repeat):
             for i, (label, contract) in enumerate(contracts.items()):
                 out = root / f"run-{k}-{i}"
-                m = check(measure([SEALBENCH, "run", str(contract), "--out", str(out), "--no-progress",
-                                   "--jobs", "1"]), "run")
+                seconds, cpu_s = timed([SEALBENCH, "run", str(contract), "--out", str(out), "--no-progress",
+                                        "--jobs", "1"])
                 if passes(out) != n:
                     raise SystemExit(f"{label}: the reference passed {passes(out)} of {n}")
-                per[label].append(m.seconds / n * 1000)
+                wall[label].append(seconds / n * 1000)
+                cpu[label].append(cpu_s / n * 1000)
                 shutil.rmtree(out)
-        medians = {}
-        for label, values in per.items():
-            medians[label] = statistics.median(values)
-            row(f"{label}, ms per attempt", f"median {medians[label]:.1f} (range {min(values):.1f}-{max(values):.1f};"
-                f" runs {', '.join(f'{v:.1f}' for v in values)})")
-        new, old = medians.values()
-        row("separated / in-process", f"{new / old:.2f}x, {new - old:+.1f} ms per attempt")
+        for what, values in (("wall-clock", wall), ("CPU", cpu)):
+            medians = {}
+            for label, runs in values.items():
+                medians[label] = statistics.median(runs)
+                row(f"{label}, {what} ms per attempt", f"median {medians[label]:.1f} (range {min(runs):.1f}-"
+                    f"{max(runs):.1f}; runs {', '.join(f'{v:.1f}' for v in runs)})")
+            new, old = medians.values()
+            row(f"separated / in-process, {what}", f"{new / old:.2f}x, {new - old:+.1f} ms per attempt")
 
 
 if __name__ == "__main__":

@@ -422,11 +422,11 @@ def _names(value: Any, what: str) -> list[str]:
     return list(value)
 
 
-def _compile(code: str, filename: str) -> Any:
-    # Registered so that a traceback shows the test's lines although the file is gone.
-    import linecache
+_SOURCES: dict[str, str] = {}
 
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+
+def _compile(code: str, filename: str) -> Any:
+    _SOURCES[filename] = code
     try:
         return compile(code, filename, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
@@ -699,6 +699,17 @@ def _summary(verdict: str, link: _Link | None, reason: str | None) -> None:
     print(json.dumps(line, sort_keys=True), flush=True)
 
 
+def _print_traceback() -> None:
+    # Imported only when needed (a passing grade never pays for them); the sources are
+    # registered so that the traceback shows the test's lines although the files are gone.
+    import linecache
+    import traceback
+
+    for filename, code in _SOURCES.items():
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    traceback.print_exc()
+
+
 def parse_summary(stdout: bytes) -> dict[str, Any] | None:
     """The summary line the oracle printed (the last one in ``stdout``), or None."""
     for line in reversed(stdout.splitlines()):
@@ -713,8 +724,6 @@ def parse_summary(stdout: bytes) -> dict[str, Any] | None:
 
 def run_parent(spec_name: str) -> int:
     """Check the candidate in the working directory; the exit status is the verdict."""
-    import traceback
-
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     root = os.getcwd()
     link = None
@@ -738,10 +747,10 @@ def run_parent(spec_name: str) -> int:
         code = EXIT_PASS
     except OracleError as e:
         code, reason = EXIT_ORACLE_ERROR, str(e)
-        traceback.print_exc()
+        _print_traceback()
     except BaseException as e:  # an assert, an error of the test, anything the candidate caused
         reason = f"{type(e).__name__}: {e}"[:2000]
-        traceback.print_exc()
+        _print_traceback()
     finally:
         link.end()
     if code == EXIT_PASS and link.failure is not None:
