@@ -564,16 +564,6 @@ def _forget(path: Path) -> None:
         _deferred_cgroups.pop(str(path), None)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_cgroups(hierarchy: _PidsHierarchy | None = None) -> list[Path]:
     """Kill and remove stale ``run-<pid>-<n>`` cgroups; return those removed.
 
@@ -595,7 +585,7 @@ def sweep_stale_cgroups(hierarchy: _PidsHierarchy | None = None) -> list[Path]:
         owner = int(parts[1])
         with _cgroups_lock:
             active = path.name in _active_cgroups
-        if active or owner == 0 or (owner != me and _pid_alive(owner)):
+        if active or owner == 0 or (owner != me and scratch.pid_alive(owner)):
             continue
         cgroup = _RunCgroup(hierarchy.version, path, 0)
         with contextlib.suppress(OSError):  # housekeeping: what fails now is retried next time
