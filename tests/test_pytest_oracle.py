@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -643,3 +645,34 @@ def test_a_src_layout_repository_is_imported_from_src() -> None:
     assert import_roots(["src/click/__init__.py", "tests/test_x.py"]) == ["src"]
     assert import_roots(["calc/__init__.py", "src/notes.txt"]) == ["."]
     assert pytest_oracle_cmd(["t.py"], pythonpath=["src"]) == ["sealbench-pytest", "-q", "-o", "pythonpath=src", "t.py"]
+
+
+# --- an installation without pytest ------------------------------------------------------
+
+WITHOUT_PYTEST = "import sys; sys.modules['pytest'] = None; from sealbench.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _cli_without_pytest(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+    """The real CLI on an interpreter where pytest cannot be imported (as after a bare install)."""
+    return subprocess.run([sys.executable, "-c", WITHOUT_PYTEST, *map(str, argv)],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_run_without_pytest_installed_is_refused_before_it_scores_anything(sealed_pack: Path,
+                                                                              tmp_path: Path) -> None:
+    # Without pytest every guarded oracle exited 1 and each attempt was scored the agent's
+    # "fail": the reference agent scored 0 of 5 on the sample pack, and the run was bundled.
+    contract = tmp_path / "c.json"
+    make_contract(sealed_pack, contract, task_ids=("t_11_fix_off_by_one",), run_id="no-pytest")
+    done = _cli_without_pytest("run", contract, "--out", tmp_path / "run", "--no-progress")
+    assert done.returncode == 3, done.stderr
+    assert "pytest is not installed beside sealbench" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_validation_without_pytest_installed_is_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    before = (sealed_pack / "pack.json").read_bytes()
+    done = _cli_without_pytest("pack", "validate", sealed_pack, "--repeat", "1", "--no-progress")
+    assert done.returncode == 3, done.stderr
+    assert "pytest is not installed beside sealbench" in done.stderr
+    assert (sealed_pack / "pack.json").read_bytes() == before  # no task was judged invalid

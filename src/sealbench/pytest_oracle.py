@@ -75,6 +75,23 @@ def runs_pytest_unguarded(argv: Sequence[str]) -> bool:
     return any(a == "-m" and b in ("pytest", "py.test") for a, b in itertools.pairwise(argv))
 
 
+def missing_pytest(oracle_cmds: Iterable[Sequence[str]]) -> str | None:
+    """Why these oracles cannot run on this installation, or None.
+
+    Oracles run on the interpreter that runs sealbench. Without pytest beside it every pytest
+    oracle would exit 1 whatever the candidate wrote, and each attempt would be scored as the
+    agent's failure: a broken installation must refuse before it decides anything.
+    """
+    import importlib.util
+    import sys
+
+    needs = next((list(cmd) for cmd in oracle_cmds if is_guarded(cmd) or runs_pytest_unguarded(cmd)), None)
+    if needs is None or importlib.util.find_spec("pytest") is not None:
+        return None
+    return (f"the oracles run pytest ({' '.join(needs)}), but pytest is not installed beside sealbench "
+            f"({sys.executable}); install sealbench with its dependencies (pip install sealbench brings pytest)")
+
+
 def owned_option_problem(argv: Sequence[str]) -> str | None:
     """Why a ``sealbench-pytest`` oracle_cmd cannot be run as written, or None."""
     for arg in argv[1:]:

@@ -1167,6 +1167,9 @@ def execute(
     pack = check_pack(pack_path(contract, contract_file), contract.task_ids)
     if pack.sealed_digest != contract.pack.sha256:
         raise RunRefusal(f"the pack's digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
+    missing = pytest_oracle.missing_pytest(pack.tasks[t].record.oracle_cmd for t in contract.task_ids)
+    if missing is not None:
+        raise RunRefusal(missing)
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
     base = run_dir / "probe" if probe else run_dir

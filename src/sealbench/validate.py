@@ -19,9 +19,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from . import pytest_oracle
 from .agents import resolve_agent
 from .contract import DEFAULT_FORBIDDEN
-from .errors import PackError, storage_failure
+from .errors import PackError, RunRefusal, storage_failure
 from .files import model_json, write_atomic
 from .formats import Budget, ScoringContract, Validity, ValidityEvidence
 from .function_oracle import is_oracle_cmd, parse_summary
@@ -160,6 +161,9 @@ def validate_pack(
         raise PackError("--repeat must be at least 1")
     pack: Pack = check_pack(root)
     assert pack.sealed_digest is not None
+    missing = pytest_oracle.missing_pytest(task.record.oracle_cmd for task in pack.tasks.values())
+    if missing is not None:
+        raise RunRefusal(missing)
     sweep_temp_files(pack.root)
     box = open_sandbox(sandbox)
     scratch = temp_dir("validate")  # named after this process: a killed validate's is swept by the next
