@@ -1,0 +1,61 @@
+"""Bundles made by earlier versions of sealbench verify with today's code, forever.
+
+A bundle is published once and verified by strangers for years; a verifier that reads a
+bundle of an older release as tampered breaks that promise the day a release ships. Each
+folder under ``tests/fixtures/bundles/`` was made by the commit it is named after (see its
+README). A change that makes one fail must bump the derivation version and keep the old
+rules, never edit these files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sealbench.bundle import VerificationFailed, verify_bundle
+from sealbench.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bundles"
+MADE_BY = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
+BUNDLES = [b for release in MADE_BY for b in sorted(release.iterdir()) if (b / "SHA256SUMS").is_file()]
+
+
+def test_every_release_left_its_two_bundles() -> None:
+    assert len(MADE_BY) >= 2, "one folder per release, the oldest kept"
+    for release in MADE_BY:
+        names = sorted(b.name for b in release.iterdir() if b.is_dir())
+        assert names == ["demo-reference", "demo-two-attempts"], release.name
+        assert (release / "signing.pub").is_file()
+        assert (release / "demo-two-attempts" / "SHA256SUMS.sig").is_file()
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda b: f"{b.parent.name}/{b.name}")
+def test_a_bundle_made_by_an_earlier_release_verifies(bundle: Path) -> None:
+    signed = (bundle / "SHA256SUMS.sig").is_file()
+    report = verify_bundle(bundle, pubkey=bundle.parent / "signing.pub" if signed else None)
+    assert report.run_id == bundle.name
+    assert report.signed is signed
+    assert (report.rate.n, report.rate.task_pass_count) == (5, 5)
+    assert len(report.scorecards) == 5
+
+
+@pytest.mark.parametrize("release", MADE_BY, ids=lambda r: r.name)
+def test_the_cli_verifies_an_earlier_release_with_its_key(release: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["verify", str(release / "demo-two-attempts"), "--pubkey", str(release / "signing.pub")])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("ok: bundle ") and "signed by key" in out
+
+
+@pytest.mark.parametrize("release", MADE_BY, ids=lambda r: r.name)
+def test_an_edited_copy_of_an_earlier_bundle_still_fails(release: Path, tmp_path: Path) -> None:
+    # The check above could pass by accepting anything; an edit to a derived file must not.
+    copy = tmp_path / "demo-reference"
+    shutil.copytree(release / "demo-reference", copy)
+    rate = copy / "rate.json"
+    rate.write_text(rate.read_text().replace('"task_pass_count": 5', '"task_pass_count": 4'))
+    with pytest.raises(VerificationFailed) as info:
+        verify_bundle(copy)
+    assert any("rate.json" in p for p in info.value.problems), info.value.problems
