@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -112,3 +113,19 @@ def test_cli_import_is_lazy() -> None:
     code = "import sys, sealbench.cli; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'rich'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_reader_that_leaves_early_gets_exit_141_and_no_traceback(tmp_path: Path) -> None:
+    # `sealbench verify BUNDLE | head -1` printed "unexpected error (BrokenPipeError)".
+    exe = shutil.which("sealbench", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    bundle = Path(__file__).resolve().parent / "fixtures" / "bundles" / "made-by-7ef188d" / "demo-reference"
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([exe, "verify", str(bundle)], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr and "Exception" not in done.stderr

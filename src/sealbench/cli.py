@@ -2,8 +2,8 @@
 
 Exit codes: 0 done; 2 usage error; 3 refusal (bad input, another writer and a failed or full
 disk included): no rate emitted; 4 verification failed (tampering found); 1 anything
-unexpected (traceback with --debug); 130 interrupted by Ctrl-C (SIGINT); 143 stopped by
-SIGTERM. Imports of the library happen inside the handlers so ``sealbench --help`` stays fast.
+unexpected (traceback with --debug); 130 interrupted by Ctrl-C (SIGINT); 141 the reader of
+its output went away (``| head``); 143 stopped by SIGTERM. Imports of the library happen inside the handlers so ``sealbench --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_REFUSED, EXIT_VERIFY = 0, 1, 2, 3, 4
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+EXIT_SIGINT, EXIT_SIGPIPE, EXIT_SIGTERM = 130, 141, 143
 
 EPILOG = """exit codes:
   0    done
@@ -28,6 +28,7 @@ EPILOG = """exit codes:
   4    verification failed (tampering found)
   1    anything unexpected (a bug; --debug prints the traceback)
   130  interrupted by Ctrl-C (SIGINT); a run continues with --resume
+  141  the reader of the output went away (as with | head); a run continues with --resume
   143  stopped by SIGTERM; a run continues with --resume
 """
 
@@ -523,6 +524,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             return EXIT_SIGTERM
         print("sealbench: interrupted", file=sys.stderr)
         return EXIT_SIGINT
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_SIGPIPE
     except Exception as e:
         from .errors import (
             Refusal,
@@ -557,6 +561,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_UNEXPECTED
 
 
+def _silence_stdout() -> None:
+    """The reader of stdout left (``| head``): send the rest nowhere, so that the flush at exit
+    prints no traceback."""
+    import os
+
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def entry() -> None:
     """The console script: :func:`main`, then exit.
 
@@ -565,6 +578,11 @@ def entry() -> None:
     those objects are frozen out of it first.
     """
     code = main()
+    try:
+        sys.stdout.flush()  # what is still buffered, while a closed reader can still be told apart
+    except BrokenPipeError:
+        _silence_stdout()
+        code = code or EXIT_SIGPIPE
     import gc
 
     gc.freeze()
