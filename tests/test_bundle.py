@@ -21,14 +21,9 @@ from typing import Any
 import pytest
 
 from conftest import SAMPLE, make_contract, needs_bwrap
-from sealbench.bundle import (
-    LIBRARY_CALL_NOTE,
-    NOT_A_RANKING,
-    commands_bytes,
-    make_bundle,
-    verify_bundle,
-)
+from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.contract import contract_digest
+from sealbench.derive import LIBRARY_CALL_NOTE, NOT_A_RANKING, commands_bytes
 from sealbench.errors import ContractError, ScoreRefusal, UsageError, VerificationFailed
 from sealbench.formats import ScoringContract
 from sealbench.journal import event_hash, read_chain

@@ -59,3 +59,66 @@ def test_an_edited_copy_of_an_earlier_bundle_still_fails(release: Path, tmp_path
     with pytest.raises(VerificationFailed) as info:
         verify_bundle(copy)
     assert any("rate.json" in p for p in info.value.problems), info.value.problems
+
+
+# --- a bundle made by a newer release ------------------------------------------------------
+
+
+def _rewrite_first_event(bundle: Path, **changes: object) -> None:
+    """Change the first journal event (top-level fields, or ``payload`` keys) and redo every
+    hash and sum after it, as a newer release would have written them."""
+    import hashlib
+    import json
+
+    from sealbench.journal import event_hash
+
+    journal = bundle / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    for key, value in changes.items():
+        if key in events[0]:
+            events[0][key] = value
+        else:
+            events[0]["payload"][key] = value
+    prev = None
+    for ev in events:
+        ev["prev"] = prev
+        ev["hash"] = prev = event_hash(ev)
+    journal.write_bytes(b"".join(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+                                 for ev in events))
+    sums = []
+    for line in (bundle / "SHA256SUMS").read_text().splitlines():
+        rel = line.split("  ", 1)[1]
+        sums.append(f"{hashlib.sha256((bundle / rel).read_bytes()).hexdigest()}  {rel}\n")
+    (bundle / "SHA256SUMS").write_text("".join(sums))
+
+
+@pytest.mark.parametrize(("change", "names"), [
+    ({"derivation_version": 2}, ("rules version 2", "versions 1 to 1")),
+    ({"journal_version": 3}, ("format 3", "formats 1 to 2")),
+], ids=["derivation", "journal-format"])
+def test_a_bundle_made_by_a_newer_release_is_named_so_and_not_called_tampered(
+        change: dict[str, int], names: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before versions, a one-word change in a derived file's rules made every bundle already
+    # published fail verify as tampered.
+    from sealbench.errors import MadeByNewerRelease
+
+    bundle = tmp_path / "demo-reference"
+    shutil.copytree(MADE_BY[-1] / "demo-reference", bundle)
+    _rewrite_first_event(bundle, **change)
+    with pytest.raises(MadeByNewerRelease) as info:
+        verify_bundle(bundle)
+    assert all(n in info.value.problems[0] for n in names), info.value.problems
+    code = main(["verify", str(bundle)])
+    err = capsys.readouterr().err
+    assert code == 4 and "made by a newer release of sealbench" in err
+    assert "verification failed" not in err and "edited" not in err and "tamper" not in err.replace(
+        "nothing is claimed about tampering", "")
+
+
+def test_an_unknown_older_derivation_version_is_a_problem_not_a_pass(tmp_path: Path) -> None:
+    bundle = tmp_path / "demo-reference"
+    shutil.copytree(MADE_BY[-1] / "demo-reference", bundle)
+    _rewrite_first_event(bundle, derivation_version=0)
+    with pytest.raises(VerificationFailed) as info:
+        verify_bundle(bundle)
+    assert any("derivation_version 0 is not one this release derives" in p for p in info.value.problems)

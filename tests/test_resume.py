@@ -173,3 +173,28 @@ def test_ctrl_c_stops_cleanly_records_it_and_resume_continues(sealed_pack: Path,
     finished = [e["task_id"] for e in events if e["kind"] == "task_finished"]
     assert sorted(finished) == sorted(ids)
     assert events[-1]["kind"] == "run_finished"
+
+
+def test_a_run_records_its_derivation_version_and_resumes_only_under_it(sealed_pack: Path, tmp_path: Path) -> None:
+    # A run started by one release and resumed by a release deriving under other rules would
+    # hold files derived by two sets of rules; it is refused, naming both versions.
+    from sealbench.derive import DERIVATION_VERSION
+    from sealbench.journal import event_hash
+
+    a = tmp_path / "a.json"
+    make_contract(sealed_pack, a, task_ids=IDS[1:], command="builtin:noop", run_id="a")
+    run_dir = tmp_path / "run"
+    execute(a, run_dir, RunOptions(progress=False))
+    journal = run_dir / "journal.jsonl"
+    events = read_chain(journal).events
+    assert events[0]["kind"] == "run_started" and events[0]["payload"]["derivation_version"] == DERIVATION_VERSION
+    events[0]["payload"]["derivation_version"] = DERIVATION_VERSION + 1
+    prev = None
+    for ev in events:
+        ev["prev"] = prev
+        ev["hash"] = prev = event_hash(ev)
+    journal.write_bytes(b"".join(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+                                 for ev in events))
+    with pytest.raises(RunRefusal, match=f"rules version {DERIVATION_VERSION + 1}.*derives under version "
+                                         f"{DERIVATION_VERSION}"):
+        execute(a, run_dir, RunOptions(progress=False, resume=True))

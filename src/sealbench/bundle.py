@@ -18,8 +18,9 @@
     SHA256SUMS               every file above, in the format ``sha256sum -c`` reads
     SHA256SUMS.sig           optional: Ed25519 signature of SHA256SUMS (see :mod:`.signing`)
 
-Nothing derived is copied: every derived file is recomputed from the journals by the same
-pure functions the runner and ``score`` use, and the run directory's own copies must agree.
+Nothing derived is copied: every derived file is recomputed from the journals by the pure
+functions of :mod:`.derive` (the runner and ``score`` use the same), under the rules of the
+derivation version the run recorded, and the run directory's own copies must agree.
 :func:`verify_bundle` recomputes them again and compares byte for byte, with the sums, the
 signature, the journal chains, the contract's lock and the pins between them, checks that
 each task's events tell a story the runner could have written (:mod:`.consistency`), and
@@ -37,7 +38,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,19 +50,29 @@ from pydantic import ValidationError
 from .consistency import journal_contradictions
 from .contract import require_locked
 from .derive import (
+    COMMANDS,
+    CONTRACT,
+    JOURNAL,
     NOT_RECORDED,
-    derive,
+    PROBE_JOURNAL,
+    PROBE_SUMMARY,
+    RATE,
+    README,
+    derivation_version,
     isolation_of,
     isolation_sentence,
-    probe_bytes,
-    probe_summary,
-    rate_bytes,
+    newer_release,
+    rules_for,
     seed_event,
 )
+from .derive import dict_events as _dicts
+from .derive import payload_of as _payload
+from .derive import where_of as _where
 from .digest import DIGEST_RE, sha256_bytes
 from .errors import (
     ContractError,
     IncompleteScorecard,
+    MadeByNewerRelease,
     PackError,
     Refusal,
     ScoreRefusal,
@@ -78,24 +88,13 @@ from .scorecard import validate_scorecard
 from .scratch import PARTIAL_BUNDLE, sweep, tag
 from .signing import check_private_key, fingerprint, read_key, sign, signature_valid
 
-CONTRACT = "scoring_contract.json"
-JOURNAL = "journal.jsonl"
-PROBE_JOURNAL = "probe/journal.jsonl"
-PROBE_SUMMARY = "narration_probe.json"
-RATE = "rate.json"
-COMMANDS = "commands.txt"
-README = "README.md"
 SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.sig"
-NOT_A_RANKING = "not a vendor ranking."
 SIGNED_BY = "SHA256SUMS signed by key"
 UNSIGNED_CAVEAT = (
     "without a checked signature this proves internal consistency only: whoever holds a run can rewrite "
     "it and recompute every hash and sum, so ask for a bundle signed with a key you trust and check it "
     "with --pubkey"
-)
-LIBRARY_CALL_NOTE = (
-    "# argv null: started by a library call (sealbench.runner.execute); no command line was recorded"
 )
 
 # Where the runner's journal events name a blob (a file in blobs/ named by its sha256). Only
@@ -123,20 +122,6 @@ def sums_bytes(files: Mapping[str, bytes]) -> bytes:
         if rel not in (SUMS, SIGNATURE)
     ]
     return "".join(lines).encode("utf-8")
-
-
-def _dicts(events: Iterable[Any]) -> list[dict[str, Any]]:
-    # A hand-made journal can hold lines that are JSON but not objects; read_chain reports them.
-    return [e for e in events if isinstance(e, dict)]
-
-
-def _payload(event: Mapping[str, Any]) -> dict[str, Any]:
-    payload = event.get("payload")
-    return payload if isinstance(payload, dict) else {}
-
-
-def _where(source: str, event: Mapping[str, Any]) -> str:
-    return f"{source} seq {event.get('seq')} ({event.get('kind')})"
 
 
 def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, str], list[str]]:
@@ -187,117 +172,6 @@ def run_pins(contract: ScoringContract, events: Sequence[Any], source: str, *, p
     return problems
 
 
-def patch_files(events: Sequence[Any], task_ids: Sequence[str], blobs: Mapping[str, bytes]) -> dict[str, bytes]:
-    """``patches/<task_id>.patch``: the blob the task's last task_finished event names."""
-    last: dict[str, str] = {}
-    for ev in _dicts(events):
-        tid = ev.get("task_id")
-        digest = _payload(ev).get("patch_sha256")
-        if ev.get("kind") == "task_finished" and isinstance(tid, str) and isinstance(digest, str):
-            last[tid] = digest
-        elif ev.get("kind") == "task_finished" and isinstance(tid, str):
-            last.pop(tid, None)
-    out: dict[str, bytes] = {}
-    for tid in task_ids:
-        hexname = last.get(tid, "").removeprefix("sha256:")
-        if hexname in blobs:
-            out[f"patches/{tid}.patch"] = blobs[hexname]
-    return out
-
-
-def _one_line(text: object) -> str:
-    # Contract strings are free text: a newline in a host name must not add a README line.
-    return " ".join(str(text).split())
-
-
-def readme_bytes(contract: ScoringContract, probe: Mapping[str, Any] | None) -> bytes:
-    """README.md: exactly five lines (seed 004, step 5)."""
-    agent = contract.agent.label if contract.agent else "an unnamed agent"
-    pack = contract.pack
-    where = f"the pack at {pack.path} ({pack.sha256})" if pack else "an unnamed pack"
-    budget = contract.budget
-    caps = (
-        f"max_attempts {budget.max_attempts}, wall_clock_s {budget.wall_clock_s:g}, feedback {budget.feedback}"
-        if budget
-        else "no budget recorded"
-    )
-    access = contract.access_class
-    if access is None:
-        access_line = "Access class: not recorded."
-        terms = "terms not read"
-    else:
-        access_line = (
-            f"Access class: host {access.host}; model access {access.model_access}; "
-            f"quota assumed {str(access.quota_assumed).lower()}; "
-            f"permanence assumed {str(access.permanence_assumed).lower()}."
-        )
-        terms = f"read on {access.terms_read_on}" if access.terms_read_on else "terms not read"
-    if probe is not None:
-        probe_line = f"Probe result: {probe.get('sentence')}."
-    elif contract.controls is None or contract.controls.narration_probe is None:
-        probe_line = "Probe result: the contract declares no narration probe."
-    else:
-        probe_line = "Probe result: the narration probe has not run."
-    lines = [
-        f"Purpose: measure agent '{agent}' on a locked slice of {len(contract.task_ids)} task(s) from {where}, "
-        f"run_id {contract.run_id}, locked {contract.locked_at}, {caps}.",
-        access_line,
-        f"Host terms: {terms}.",
-        probe_line,
-        NOT_A_RANKING,
-    ]
-    return "".join(_one_line(line) + "\n" for line in lines).encode("utf-8")
-
-
-def _argv_line(argv: Any) -> str:
-    if argv is None:
-        return LIBRARY_CALL_NOTE
-    if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-        return shlex.join(argv)
-    return f"# argv recorded as {json.dumps(argv)}: not a command line"
-
-
-def commands_bytes(
-    events: Sequence[Any], probe_events: Sequence[Any] | None, task_ids: Sequence[str]
-) -> bytes:
-    """commands.txt: the commands the journals recorded, verbatim; nothing is reconstructed.
-
-    Every run_started / run_resumed event's argv (shell-quoted), or the library-call note when
-    it is null; then each task's oracle_cmd as its task_started event recorded it, or a line
-    saying it was not recorded.
-    """
-    lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted)."]
-    journals = [(JOURNAL, _dicts(events))]
-    if probe_events is not None:
-        journals.append((PROBE_JOURNAL, _dicts(probe_events)))
-    for source, evs in journals:
-        for ev in evs:
-            if ev.get("kind") not in ("run_started", "run_resumed"):
-                continue
-            p = _payload(ev)
-            lines.append(f"# {_where(source, ev)} at {ev.get('time')}:")
-            lines.append(_argv_line(p.get("argv")))
-            agent = p.get("agent")
-            if isinstance(agent, dict) and isinstance(agent.get("command"), str):
-                lines.append(
-                    "# agent command template, filled per attempt (the filled argv is not recorded): "
-                    + _one_line(agent["command"])
-                )
-    started: dict[str, dict[str, Any]] = {}
-    for ev in _dicts(events):
-        if ev.get("kind") == "task_started" and ev.get("task_id") in task_ids:
-            started.setdefault(ev["task_id"], ev)
-    for tid in task_ids:
-        first = started.get(tid)
-        cmd = _payload(first).get("oracle_cmd") if first is not None else None
-        if first is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
-            lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({_where(JOURNAL, first)}):")
-            lines.append(shlex.join(cmd))
-        else:
-            lines.append(f"# oracle_cmd of {tid}: not recorded in {JOURNAL}")
-    return "".join(line + "\n" for line in lines).encode("utf-8")
-
-
 @dataclass(frozen=True)
 class Rederived:
     """Every file of a bundle that is computed from its journals, and what stood in the way."""
@@ -344,9 +218,16 @@ def rederive(
     rate: Rate | None = None
     refusal: Refusal | None = None
     summary: dict[str, Any] | None = None
+    version = derivation_version(events)
+    try:
+        rules = rules_for(version)
+    except KeyError:
+        problems.append(f"{JOURNAL}: run_started's derivation_version {version!r} is not one this release derives")
+        return Rederived(files=files, scorecards=cards, rate=None, refusal=None, probe=None,
+                         blob_refs=all_refs, problems=problems)
     # A journal whose chain verifies can still be hand-made: a failure to derive is a finding.
     try:
-        derived = derive(_dicts(events), task_ids)
+        derived = rules.derive(_dicts(events), task_ids)
         files.update(derived.files)
         cards = derived.scorecards
     except Exception as e:
@@ -354,24 +235,24 @@ def rederive(
     else:
         try:
             rate = score(contract, [seed_event(c) for c in cards])
-            files[RATE] = rate_bytes(rate)
+            files[RATE] = rules.rate_bytes(rate)
         except Refusal as e:
             refusal = e
         except ValueError as e:
             # score() lets the statistics' ValueError through for an empty denominator.
             refusal = ScoreRefusal(f"no rate for this denominator ({e})")
     try:
-        files.update(patch_files(events, task_ids, good_blobs))
+        files.update(rules.patch_files(events, task_ids, good_blobs))
     except Exception as e:
         problems.append(f"{JOURNAL}: patches cannot be derived ({type(e).__name__}: {e})")
     if probe_events is not None:
         try:
-            summary = probe_summary(_dicts(probe_events), task_ids)
-            files[PROBE_SUMMARY] = probe_bytes(summary)
+            summary = rules.probe_summary(_dicts(probe_events), task_ids)
+            files[PROBE_SUMMARY] = rules.probe_bytes(summary)
         except Exception as e:
             problems.append(f"{PROBE_JOURNAL}: {PROBE_SUMMARY} cannot be derived ({type(e).__name__}: {e})")
-    files[COMMANDS] = commands_bytes(events, probe_events, task_ids)
-    files[README] = readme_bytes(contract, summary)
+    files[COMMANDS] = rules.commands_bytes(events, probe_events, task_ids)
+    files[README] = rules.readme_bytes(contract, summary)
     return Rederived(files=files, scorecards=cards, rate=rate, refusal=refusal, probe=summary,
                      blob_refs=all_refs, problems=problems)
 
@@ -775,6 +656,16 @@ def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
     return files, problems
 
 
+def _first_json(data: bytes | None) -> Any:
+    """The first line of a journal, parsed; None when there is none or it is not JSON."""
+    if not data:
+        return None
+    try:
+        return json.loads(data.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+
+
 def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None) -> VerifyReport:
     """Check a bundle end to end and report every discrepancy at once.
 
@@ -790,6 +681,8 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
             public key.
+        MadeByNewerRelease: the bundle's journal names a format or derivation version newer
+            than this release knows (exit 4, never reported as tampering).
         VerificationFailed: anything is wrong; ``problems`` lists every discrepancy.
     """
     if not bundle.is_dir():
@@ -798,6 +691,9 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     if public_pem is not None:
         fingerprint(public_pem, str(pubkey))
     files, problems = _read_tree(bundle)
+    newer = newer_release(_first_json(files.get(JOURNAL)))
+    if newer is not None:
+        raise MadeByNewerRelease([f"{bundle}: {newer}"])
     chain = read_chain(bundle / JOURNAL) if JOURNAL in files else None
     probe_chain = read_chain(bundle / PROBE_JOURNAL) if PROBE_JOURNAL in files else None
     finding = _check_pack(pack) if pack is not None else None

@@ -529,6 +529,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_SIGPIPE
     except Exception as e:
         from .errors import (
+            MadeByNewerRelease,
             Refusal,
             SealbenchError,
             VerificationFailed,
@@ -544,6 +545,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             if args.debug:
                 raise
             return EXIT_REFUSED
+        if isinstance(e, MadeByNewerRelease):
+            print(f"sealbench: cannot verify: {'; '.join(e.problems)}", file=sys.stderr)
+            return EXIT_VERIFY
         if isinstance(e, VerificationFailed):
             print("sealbench: verification failed:", file=sys.stderr)
             for problem in e.problems:

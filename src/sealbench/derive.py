@@ -1,20 +1,45 @@
-"""Everything a run reports, derived from its journal by pure functions.
+"""Every byte a run reports, derived from its journal by pure functions, and their versions.
 
-Scorecards, per-task traces and events.json are functions of the journal's events alone,
-so ``verify`` can re-derive them later and compare byte for byte.
+Scorecards, per-task traces, events.json, rate.json, narration_probe.json, patches/,
+commands.txt and a bundle's README.md are functions of the journals' events (and the locked
+contract) alone, so ``verify`` can re-derive them later and compare byte for byte.
+
+A bundle is verified for years, by releases that did not exist when it was made. The rules
+that turn a journal into these bytes therefore carry a version, :data:`DERIVATION_VERSION`,
+recorded in each run's ``run_started`` event (a journal without one was made under version 1).
+A change to any derived byte bumps it and adds the new rules beside the old in
+:data:`RULES`, never in place of them: ``verify`` re-derives each bundle with the rules of the
+version that made it (:func:`rules_for`), and a bundle made by a newer release is reported as
+such, never as tampered (:func:`newer_release`). The bundles under ``tests/fixtures/bundles``
+hold the suite to it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .digest import canonical_json, is_real_digest, sha256_bytes
-from .formats import ForgingFlags, Outcome, Rate, Scorecard, SeedEvent
+from .formats import ForgingFlags, Outcome, Rate, Scorecard, ScoringContract, SeedEvent
 from .scorecard import REQUIRED_SCORE_KEYS
 
+DERIVATION_VERSION: Final = 1
+"""The version of the rules this release derives new runs with (see the module docstring)."""
+
+CONTRACT: Final = "scoring_contract.json"
+JOURNAL: Final = "journal.jsonl"
+PROBE_JOURNAL: Final = "probe/journal.jsonl"
+PROBE_SUMMARY: Final = "narration_probe.json"
+RATE: Final = "rate.json"
+COMMANDS: Final = "commands.txt"
+README: Final = "README.md"
+NOT_A_RANKING: Final = "not a vendor ranking."
+LIBRARY_CALL_NOTE: Final = (
+    "# argv null: started by a library call (sealbench.runner.execute); no command line was recorded"
+)
 
 @dataclass(frozen=True)
 class Derived:
@@ -231,3 +256,193 @@ def isolation_sentence(isolation: str) -> str:
     if parts == [IN_PROCESS]:
         return "in-process: the agent ran inside the harness's own process; the oracles ran in the sandbox"
     return isolation
+
+
+# --------------------------------------------------------------------------- bundle files
+
+
+def dict_events(events: Iterable[Any]) -> list[dict[str, Any]]:
+    # A hand-made journal can hold lines that are JSON but not objects; read_chain reports them.
+    return [e for e in events if isinstance(e, dict)]
+
+
+def payload_of(event: Mapping[str, Any]) -> dict[str, Any]:
+    payload = event.get("payload")
+    return payload if isinstance(payload, dict) else {}
+
+
+def where_of(source: str, event: Mapping[str, Any]) -> str:
+    return f"{source} seq {event.get('seq')} ({event.get('kind')})"
+
+
+def patch_files(events: Sequence[Any], task_ids: Sequence[str], blobs: Mapping[str, bytes]) -> dict[str, bytes]:
+    """``patches/<task_id>.patch``: the blob the task's last task_finished event names."""
+    last: dict[str, str] = {}
+    for ev in dict_events(events):
+        tid = ev.get("task_id")
+        digest = payload_of(ev).get("patch_sha256")
+        if ev.get("kind") == "task_finished" and isinstance(tid, str) and isinstance(digest, str):
+            last[tid] = digest
+        elif ev.get("kind") == "task_finished" and isinstance(tid, str):
+            last.pop(tid, None)
+    out: dict[str, bytes] = {}
+    for tid in task_ids:
+        hexname = last.get(tid, "").removeprefix("sha256:")
+        if hexname in blobs:
+            out[f"patches/{tid}.patch"] = blobs[hexname]
+    return out
+
+
+def _one_line(text: object) -> str:
+    # Contract strings are free text: a newline in a host name must not add a README line.
+    return " ".join(str(text).split())
+
+
+def readme_bytes(contract: ScoringContract, probe: Mapping[str, Any] | None) -> bytes:
+    """README.md: exactly five lines (seed 004, step 5)."""
+    agent = contract.agent.label if contract.agent else "an unnamed agent"
+    pack = contract.pack
+    where = f"the pack at {pack.path} ({pack.sha256})" if pack else "an unnamed pack"
+    budget = contract.budget
+    caps = (
+        f"max_attempts {budget.max_attempts}, wall_clock_s {budget.wall_clock_s:g}, feedback {budget.feedback}"
+        if budget
+        else "no budget recorded"
+    )
+    access = contract.access_class
+    if access is None:
+        access_line = "Access class: not recorded."
+        terms = "terms not read"
+    else:
+        access_line = (
+            f"Access class: host {access.host}; model access {access.model_access}; "
+            f"quota assumed {str(access.quota_assumed).lower()}; "
+            f"permanence assumed {str(access.permanence_assumed).lower()}."
+        )
+        terms = f"read on {access.terms_read_on}" if access.terms_read_on else "terms not read"
+    if probe is not None:
+        probe_line = f"Probe result: {probe.get('sentence')}."
+    elif contract.controls is None or contract.controls.narration_probe is None:
+        probe_line = "Probe result: the contract declares no narration probe."
+    else:
+        probe_line = "Probe result: the narration probe has not run."
+    lines = [
+        f"Purpose: measure agent '{agent}' on a locked slice of {len(contract.task_ids)} task(s) from {where}, "
+        f"run_id {contract.run_id}, locked {contract.locked_at}, {caps}.",
+        access_line,
+        f"Host terms: {terms}.",
+        probe_line,
+        NOT_A_RANKING,
+    ]
+    return "".join(_one_line(line) + "\n" for line in lines).encode("utf-8")
+
+
+def _argv_line(argv: Any) -> str:
+    if argv is None:
+        return LIBRARY_CALL_NOTE
+    if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+        return shlex.join(argv)
+    return f"# argv recorded as {json.dumps(argv)}: not a command line"
+
+
+def commands_bytes(
+    events: Sequence[Any], probe_events: Sequence[Any] | None, task_ids: Sequence[str]
+) -> bytes:
+    """commands.txt: the commands the journals recorded, verbatim; nothing is reconstructed.
+
+    Every run_started / run_resumed event's argv (shell-quoted), or the library-call note when
+    it is null; then each task's oracle_cmd as its task_started event recorded it, or a line
+    saying it was not recorded.
+    """
+    lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted)."]
+    journals = [(JOURNAL, dict_events(events))]
+    if probe_events is not None:
+        journals.append((PROBE_JOURNAL, dict_events(probe_events)))
+    for source, evs in journals:
+        for ev in evs:
+            if ev.get("kind") not in ("run_started", "run_resumed"):
+                continue
+            p = payload_of(ev)
+            lines.append(f"# {where_of(source, ev)} at {ev.get('time')}:")
+            lines.append(_argv_line(p.get("argv")))
+            agent = p.get("agent")
+            if isinstance(agent, dict) and isinstance(agent.get("command"), str):
+                lines.append(
+                    "# agent command template, filled per attempt (the filled argv is not recorded): "
+                    + _one_line(agent["command"])
+                )
+    started: dict[str, dict[str, Any]] = {}
+    for ev in dict_events(events):
+        if ev.get("kind") == "task_started" and ev.get("task_id") in task_ids:
+            started.setdefault(ev["task_id"], ev)
+    for tid in task_ids:
+        first = started.get(tid)
+        cmd = payload_of(first).get("oracle_cmd") if first is not None else None
+        if first is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
+            lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({where_of(JOURNAL, first)}):")
+            lines.append(shlex.join(cmd))
+        else:
+            lines.append(f"# oracle_cmd of {tid}: not recorded in {JOURNAL}")
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+# --------------------------------------------------------------------------- versions
+
+
+@dataclass(frozen=True)
+class Rules:
+    """One version's way of turning journals into bytes."""
+
+    derive: Callable[[Iterable[dict[str, Any]], Sequence[str]], Derived]
+    rate_bytes: Callable[[Rate], bytes]
+    probe_summary: Callable[[Iterable[dict[str, Any]], Sequence[str]], dict[str, Any]]
+    probe_bytes: Callable[[Mapping[str, Any]], bytes]
+    patch_files: Callable[[Sequence[Any], Sequence[str], Mapping[str, bytes]], dict[str, bytes]]
+    commands_bytes: Callable[[Sequence[Any], Sequence[Any] | None, Sequence[str]], bytes]
+    readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
+
+
+RULES: Final[Mapping[int, Rules]] = {
+    1: Rules(derive=derive, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
+             patch_files=patch_files, commands_bytes=commands_bytes, readme_bytes=readme_bytes),
+}
+
+
+def derivation_version(events: Iterable[Any]) -> int:
+    """The derivation version a journal was written under: its run_started event's
+    ``derivation_version``, or 1 for journals written before versions were recorded."""
+    for ev in events:
+        if isinstance(ev, dict) and ev.get("kind") == "run_started":
+            version = payload_of(ev).get("derivation_version", 1)
+            return version if type(version) is int else -1
+    return 1
+
+
+def rules_for(version: int) -> Rules:
+    """The rules of ``version``.
+
+    Raises:
+        KeyError: this release does not know that version (see :func:`newer_release`).
+    """
+    return RULES[version]
+
+
+def newer_release(first_event: Any) -> str | None:
+    """Why a journal whose first event is ``first_event`` was made by a release newer than this
+    one (a journal format or derivation version this release does not know), or None."""
+    from . import __version__
+    from .journal import JOURNAL_VERSION
+
+    if not isinstance(first_event, dict):
+        return None
+    journal_version = first_event.get("journal_version")
+    derivation = payload_of(first_event).get("derivation_version", 1) if first_event.get("kind") == "run_started" else 1
+    if type(journal_version) is int and journal_version > JOURNAL_VERSION:
+        what = f"its journal is in format {journal_version}; sealbench {__version__} reads formats 1 to {JOURNAL_VERSION}"
+    elif type(derivation) is int and derivation > max(RULES):
+        what = (f"it was derived under rules version {derivation}; sealbench {__version__} knows versions "
+                f"{min(RULES)} to {max(RULES)}")
+    else:
+        return None
+    return (f"made by a newer release of sealbench: {what}. Verify it with that release or a later one; "
+            "nothing is claimed about tampering, and nothing else was checked")

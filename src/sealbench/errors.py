@@ -117,5 +117,10 @@ class VerificationFailed(SealbenchError):
         super().__init__(f"{len(self.problems)} problem(s): " + "; ".join(self.problems[:3]))
 
 
+class MadeByNewerRelease(VerificationFailed):
+    """A bundle made by a newer release: this one cannot re-derive it, which says nothing about
+    tampering. Exit 4, like any bundle that does not verify."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM received: stop as Ctrl-C does (recorded, resumable), exit 143 instead of 130."""

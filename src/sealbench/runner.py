@@ -36,7 +36,7 @@ from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .charge import Charge, time_used
 from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
 from .contract import flagged_pass_counts, load_contract, pack_path, require_locked
-from .derive import derive_iter, isolation_of, probe_bytes, probe_summary
+from .derive import DERIVATION_VERSION, derive_iter, isolation_of, probe_bytes, probe_summary
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import (
     HarnessError,
@@ -1108,6 +1108,12 @@ def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, ba
         if first.get("agent") != header["agent"]:
             journal.close()
             raise RunRefusal("cannot resume with a different agent than the journal's")
+        started_under = first.get("derivation_version", 1)
+        if started_under != DERIVATION_VERSION:
+            journal.close()
+            raise RunRefusal(f"cannot resume: the run was started by a sealbench that derives its results under rules "
+                             f"version {started_under!r}, and this one ({__version__}) derives under version "
+                             f"{DERIVATION_VERSION}; resume it with the release that started it")
         header["run_nonce"] = first.get("run_nonce")  # the run's own; None in journals made before nonces
         try:
             if not probe:
@@ -1178,6 +1184,7 @@ def execute(
               "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
               "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
+              "derivation_version": DERIVATION_VERSION,
               **_host_facts(sandbox, agent)}
     if not (opts.resume or probe or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this

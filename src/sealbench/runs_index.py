@@ -300,8 +300,8 @@ def read_place(path: Path) -> Found:
     Raises:
         ContractError: its contract is unreadable (its run_id is unknown).
     """
-    from .bundle import CONTRACT, JOURNAL, parse_contract, verify_bundle
-    from .derive import derive_iter, isolation_of
+    from .bundle import parse_contract, verify_bundle
+    from .derive import CONTRACT, JOURNAL, derive_iter, isolation_of
     from .errors import ContractError, SealbenchError, VerificationFailed
     from .formats import Scorecard
     from .journal import iter_verified
@@ -754,7 +754,7 @@ def record_end(contract: ScoringContract, result: RunResult, *, data: Path | Non
 
 def record_bundle(bundle: Path, status: str, *, data: Path | None = None) -> None:
     """Record a bundle and what verify said of it; best effort (a note on stderr when it cannot)."""
-    from .bundle import CONTRACT, JOURNAL
+    from .derive import CONTRACT, JOURNAL
 
     try:
         raw = json.loads((bundle / CONTRACT).read_bytes())
