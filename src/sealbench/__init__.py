@@ -1,7 +1,13 @@
 """sealbench: measure coding agents honestly.
 
 The public API is re-exported here and loaded lazily, so ``import sealbench`` stays cheap
-(no pydantic until a name that needs it is used).
+(no pydantic until a name that needs it is used). What a library user calls: ``execute``
+(run a locked contract), ``score_events``, ``make_bundle``, ``verify_bundle``,
+``write_report``, ``compare_bundles``, ``import_pack`` and ``validate_pack``.
+
+No exported name is also a submodule's name: importing ``sealbench.score`` binds the module
+to that attribute, so an export of the same name would answer with the function or the module
+depending on what was imported first.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+# exported name -> "module" (the same name there) or "module:name"
 _EXPORTS: dict[str, str] = {
     "AgentSpec": "formats",
     "ContractError": "errors",
     "HarnessError": "errors",
     "IncompleteScorecard": "errors",
+    "MadeByNewerRelease": "errors",
     "Outcome": "formats",
     "PackError": "errors",
     "Rate": "formats",
@@ -35,30 +43,36 @@ _EXPORTS: dict[str, str] = {
     "UsageError": "errors",
     "VerificationFailed": "errors",
     "check_pack": "pack",
-    "derive": "derive",
+    "compare_bundles": "compare:compare",
+    "derive_files": "derive:derive",
     "execute": "runner",
+    "import_pack": "importers",
     "load_contract": "contract",
     "load_pack": "pack",
     "load_task": "scorecard",
     "lock_contract": "contract",
+    "make_bundle": "bundle",
     "new_contract": "contract",
     "parse_events": "score",
     "register_builtin": "agents",
     "require_locked": "contract",
-    "score": "score",
+    "score_events": "score:score",
     "seal_pack": "pack",
     "validate_pack": "validate",
     "validate_scorecard": "scorecard",
+    "verify_bundle": "bundle",
+    "write_report": "report",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    where = _EXPORTS.get(name)
+    if where is None:
         raise AttributeError(f"module 'sealbench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
     globals()[name] = value
     return value
 
