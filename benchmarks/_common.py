@@ -8,12 +8,14 @@ when the median meets it, "MISSED" otherwise, with how many single runs met it.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "src" / "sealbench" / "examples" / "sample_pack"
 SEALBENCH = str(Path(sys.executable).parent / "sealbench")
+
+# Every benchmark's runs go to an index of its own, removed at exit: a benchmark never records
+# runs in the user's index, and a run_id a benchmark locked before never refuses it again.
+_INDEX = tempfile.mkdtemp(prefix="sealbench-bench-index-")
+os.environ["SEALBENCH_DATA_DIR"] = _INDEX
+atexit.register(shutil.rmtree, _INDEX, ignore_errors=True)
 
 
 @dataclass
