@@ -131,11 +131,18 @@ def test_workspace_fifo_is_neither_read_nor_a_harness_error(sealed_pack: Path, t
 
 
 @needs_bwrap
-def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: Path, tmp_path: Path) -> None:
-    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=1 << 20))
-    run_dir, events, cards = run(sealed_pack, tmp_path,
-                                 sh(f"{WRONG}; for i in 1 2 3; do head -c 700000 /dev/urandom > junk$i; done"),
-                                 options=opts, max_attempts=1)
+@pytest.mark.parametrize(("sandbox", "plant"), [
+    # No quota without a sandbox: the cap is checked when the workspace is read.
+    ("none", "for i in 1 2 3; do head -c 700000 /dev/urandom > junk$i; done"),
+    # Under the quota: a file named four times, or a sparse one, takes little room in the
+    # sandbox and would take its full size at every name on the host's disk.
+    ("bubblewrap", "head -c 700000 /dev/urandom > junk1; for i in 2 3 4; do ln junk1 junk$i; done"),
+    ("bubblewrap", "truncate -s 200M junk1"),
+], ids=["no_sandbox", "hard_links_under_the_quota", "sparse_file_under_the_quota"])
+def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: Path, tmp_path: Path,
+                                                                   sandbox: str, plant: str) -> None:
+    opts = RunOptions(progress=False, sandbox=sandbox, tree_caps=TreeCaps(max_bytes=1 << 20))
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), options=opts, max_attempts=1)
     assert cards[0]["outcome"] == "fail"
     assert "more than 1048576 bytes" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
     assert sum(p.stat().st_size for p in (run_dir / "blobs").iterdir()) < 1 << 20
@@ -510,15 +517,22 @@ def test_link_planted_beside_the_workspace_without_a_sandbox_is_not_followed(sea
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="no per-workspace disk quota yet: TreeCaps.max_bytes is checked when the "
-                   "workspace is read after the attempt, so while it runs the agent (or the code under test in "
-                   "the grading copy) can fill the host's disk; needs a size-capped filesystem per workspace")
 def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack: Path, tmp_path: Path) -> None:
+    # Files of 3 MiB each, far below the 256 MiB per-file limit (RLIMIT_FSIZE), whose sum passes
+    # the 16 MiB cap: only a quota on the whole workspace stops them, and it must stop them
+    # inside the sandbox, where the agent sees ENOSPC, not on the host's disk.
     opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
-    script = (f"{WRONG}; if head -c 64M /dev/zero > big 2>/dev/null; then echo wrote > verdict.txt; "
-              "else echo refused > verdict.txt; fi; rm -f big")
-    run_dir, _, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
-    assert "+refused" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+    script = (f"{WRONG}; v=wrote; i=0; while [ $i -lt 12 ]; do i=$((i+1)); "
+              "if ! e=$(head -c 3M /dev/zero 2>&1 > junk$i); then v=\"refused at file $i: $e\"; break; fi; "
+              "done; rm -f junk*; echo \"$v\" > verdict.txt")
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    # Five files (15 MiB) fit beside the workspace; the sixth passes the cap.
+    assert "+refused at file 6" in patch and "No space left on device" in patch, patch
+    # The attempt goes on to be graded normally: the agent's failure, not the harness's.
+    assert of_kind(events, "graded")[0]["payload"]["patch_applies_clean"] is True
+    assert cards[0]["outcome"] == "fail"
+    assert not of_kind(events, "harness_error")
 
 
 # --- the JUnit report the code under test can write ------------------------------------

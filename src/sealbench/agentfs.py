@@ -446,3 +446,133 @@ def remove_entry(root: Path, rel: str) -> None:
             os.unlink(parts[-1], dir_fd=fd)
     finally:
         os.close(fd)
+
+
+# --- copying a tree into and out of a size-capped working directory ------------------------
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _copy_file(src_fd: int, name: str, dst_fd: int, mode: int, budget: _Budget) -> None:
+    """Copy the regular file ``name`` (opened without following links, checked again with
+    fstat) into a new file of the same name; one that is no longer a regular file is skipped."""
+    try:
+        rfd = os.open(name, _FILE_FLAGS, dir_fd=src_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.ENOENT):
+            return
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(rfd).st_mode):
+            return
+        # Permission bits only: a set-user-ID bit the agent set must not reach the host.
+        wfd = os.open(name, _NEW_FILE, mode & 0o777, dir_fd=dst_fd)
+        try:
+            os.fchmod(wfd, mode & 0o777)
+            while True:
+                # Counted before it is written: a sparse file or a hard link named a thousand
+                # times is charged for every byte it would put on the host's disk.
+                sent = os.sendfile(wfd, rfd, None, min(_CHUNK, budget.caps.max_bytes - budget.bytes + 1))
+                if not sent:
+                    break
+                budget.spend(sent)
+        finally:
+            os.close(wfd)
+    finally:
+        os.close(rfd)
+
+
+def _copy_entries(src_fd: int, dst_fd: int, rel_dir: str, depth: int, budget: _Budget) -> None:
+    """Copy every entry below ``src_fd`` into ``dst_fd``: directories, regular files (bytes and
+    permission bits), symlinks as symlinks (never followed), fifos and sockets as new nodes of
+    their kind; anything else (a device) is left out."""
+    with os.scandir(src_fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        budget.entry()
+        shown = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
+        rel = f"{rel_dir}/{shown}" if rel_dir else shown
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if stat.S_ISDIR(mode):
+            if depth + 1 > budget.caps.max_depth:
+                raise TreeRejected(f"{budget.what} nests directories deeper than {budget.caps.max_depth}: {rel}")
+            try:
+                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EACCES):
+                    continue
+                raise
+            try:
+                os.mkdir(entry.name, 0o755, dir_fd=dst_fd)
+                out = os.open(entry.name, _DIR_FLAGS, dir_fd=dst_fd)
+                try:
+                    _copy_entries(sub, out, rel, depth + 1, budget)
+                    os.fchmod(out, (mode & 0o777) | 0o700)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(mode):
+            _copy_file(src_fd, entry.name, dst_fd, mode, budget)
+        elif stat.S_ISLNK(mode):
+            target = os.readlink(entry.name, dir_fd=src_fd)
+            budget.spend(len(os.fsencode(target)))
+            os.symlink(target, entry.name, dir_fd=dst_fd)
+        elif stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            # Kept as what they are (never opened), so that the reader of the copy refuses or
+            # lists them exactly as it would have in the original.
+            os.mknod(entry.name, stat.S_IFMT(mode) | 0o600, dir_fd=dst_fd)
+        budget.clock()
+
+
+def copy_tree_fd(src_fd: int, dst_fd: int, caps: TreeCaps, *, what: str) -> None:
+    """Copy the tree below the directory ``src_fd`` into the empty directory ``dst_fd``.
+
+    Both sides are walked through descriptors with ``O_NOFOLLOW``: no link on either side is
+    followed. Every entry, byte (a symlink's target included), level and second counts against
+    ``caps``, whatever the entry's name (``.git`` and ``.sealbench`` included): the copy of a
+    tree the agent wrote cannot put more on the host than the caps allow.
+
+    Raises:
+        TreeRejected: the tree breaks a cap; what was copied until then stays.
+        OSError: the destination could not be written (ENOSPC on a full quota included).
+    """
+    budget = _Budget(caps, what)
+    try:
+        _copy_entries(src_fd, dst_fd, "", 0, budget)
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise TreeRejected(f"{what} holds a name longer than the system allows") from None
+        raise
+
+
+def empty_dir(path: Path) -> int:
+    """Remove everything inside the directory ``path`` (never following a link) and return a
+    descriptor of it, opened with ``O_NOFOLLOW``; the caller closes it.
+
+    Raises:
+        TreeRejected: ``path`` is a symlink or not a directory.
+        OSError: something could not be removed.
+    """
+    fd = _open_root(path, "the working directory")
+    try:
+        for name in os.listdir(fd):
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_at(fd, name)
+            else:
+                os.unlink(name, dir_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_dir(path: Path) -> int:
+    """A descriptor of the directory ``path``, opened with ``O_NOFOLLOW``; the caller closes it.
+
+    Raises:
+        TreeRejected: ``path`` is a symlink or not a directory.
+        FileNotFoundError: it does not exist.
+    """
+    return _open_root(path, "the working directory")

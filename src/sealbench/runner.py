@@ -61,6 +61,10 @@ JUNIT_REPORT_CAP = 16 * 2**20
 JUNIT_MAX_DEPTH = 64
 
 FEEDBACK_CAP = 16 * 1024
+
+PRIVATE_CAPS = TreeCaps(max_entries=1000, max_bytes=4 * JUNIT_REPORT_CAP)
+"""Quota and caps of a harness-private folder bound writable into the grading sandbox (the
+guarded pytest's report and record): the code under test can write there too."""
 _LOW_SPACE = 1 << 20
 
 
@@ -251,15 +255,20 @@ def _store_bytes(run_dir: Path, data: bytes) -> str:
 
 def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
           readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> SandboxSpec:
-    # Output is kept in memory (capped by the limits) and stored once, under its digest.
+    # Output is kept in memory (capped by the limits) and stored once, under its digest. The
+    # workdir (workspace or grading copy) gets its disk quota: TreeCaps.max_bytes, whose write
+    # past it fails inside the sandbox rather than on the host's disk.
     return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
                        stdout_path=None, stderr_path=None, limits=ctx.options.limits,
-                       readonly_paths=tuple(readonly), writable_paths=tuple(writable))
+                       readonly_paths=tuple(readonly), writable_paths=tuple(writable),
+                       workdir_caps=ctx.options.tree_caps, writable_caps=PRIVATE_CAPS)
 
 
 def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
     assert res.stdout is not None and res.stderr is not None  # specs from _spec keep output in memory
+    rejected = {} if res.workdir_rejected is None else {"workdir_rejected": res.workdir_rejected}
     return {
+        **rejected,
         "exit_code": res.exit_code,
         "signal": res.signal,
         "timed_out": res.timed_out,
@@ -762,7 +771,11 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             gap_from = time.monotonic()
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                   **_transcript(ctx, tw), **agent_facts)
-            capture = _capture(tw, deadline)
+            if agent_facts.get("workdir_rejected"):
+                # The copy back of the quota'd workspace stopped at a cap: the agent's failure.
+                capture = _Capture([], b"", rejected=str(agent_facts["workdir_rejected"]))
+            else:
+                capture = _capture(tw, deadline)
             patch = capture.patch
             patch_digest = _store_bytes(ctx.run_dir, patch) if patch else None
             extra: dict[str, Any] = {}
