@@ -535,6 +535,59 @@ def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack:
     assert not of_kind(events, "harness_error")
 
 
+FILLS_THE_GRADING_COPY = """
+import errno, os
+
+def _fill():
+    try:
+        for i in range(12):  # 3 MiB each, 36 MiB in all, past the 16 MiB cap
+            with open(f"junk{i}", "wb") as f:
+                f.write(bytes(3 << 20))
+    except OSError as e:
+        if not CATCH:
+            raise
+        return e.errno
+    finally:
+        for i in range(12):
+            if os.path.exists(f"junk{i}"):
+                os.remove(f"junk{i}")
+    return None
+
+SEEN = _fill()
+
+def last_n(items, n):
+    # Right only when the quota stopped the writes inside the sandbox.
+    return (items[-n:] if n > 0 else []) if SEEN == errno.ENOSPC else []
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("catch", [True, False], ids=["caught", "uncaught"])
+def test_code_under_test_writing_past_the_cap_gets_enospc_in_the_grading_copy(sealed_pack: Path, tmp_path: Path,
+                                                                                catch: bool) -> None:
+    candidate = f"CATCH = {catch}\n" + FILLS_THE_GRADING_COPY
+    command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({candidate!r})\n")
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
+    _, events, cards = run(sealed_pack, tmp_path, command, options=opts, max_attempts=1, mounts=mounts)
+    assert not of_kind(events, "harness_error")
+    graded = of_kind(events, "graded")[0]["payload"]
+    assert graded["patch_applies_clean"] is True
+    # Caught, ENOSPC was seen inside and the hidden tests ran on (a pass proves both); uncaught,
+    # the candidate fails its own import: the agent's failure.
+    assert cards[0]["outcome"] == ("pass" if catch else "fail"), graded
+
+
+@needs_bwrap
+def test_jobs_whose_quotas_could_fill_the_hosts_memory_are_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    # tmpfs pages are memory: hostile agents filling the quotas of too many tasks at once would
+    # take the host down. Refused before anything of the run is written.
+    from sealbench.errors import RunRefusal
+
+    with pytest.raises(RunRefusal, match=r"use --jobs \d+ or fewer"):
+        run(sealed_pack, tmp_path, sh(WRONG), options=RunOptions(progress=False, jobs=100_000), max_attempts=1)
+    assert not (tmp_path / "run").exists()
+
+
 # --- the JUnit report the code under test can write ------------------------------------
 
 NESTED_REPORT = r'''

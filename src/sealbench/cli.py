@@ -418,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run; no attempt is given back")
         else:
             p.add_argument("--resume", action="store_true", help="continue a stopped probe")
-        p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16)")
+        p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16, fewer where the "
+                       "sandboxes' memory quotas would not fit)")
         p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto",
                        help="'none' runs agents unisolated; the run records it and reports say so")
         p.add_argument("--keep-work", action="store_true", help="keep workspaces and grading copies")

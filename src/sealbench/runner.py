@@ -101,8 +101,61 @@ class _Running:
 
 
 def default_jobs() -> int:
-    """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy."""
-    return max(2, min(16, 4 * (os.cpu_count() or 1)))
+    """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy; but no
+    more than the machine's memory can hold at their default quotas (see :func:`memory_per_job`)."""
+    by_cores = max(2, min(16, 4 * (os.cpu_count() or 1)))
+    total = _memory_total()
+    if total is None:
+        return by_cores
+    return max(1, min(by_cores, int(total * MEMORY_SHARE) // memory_per_job(Limits(), TreeCaps())))
+
+
+MEMORY_SHARE = 0.75
+"""The share of the machine's memory the running tasks' tmpfs mounts may hold at most."""
+
+
+def memory_per_job(limits: Limits, caps: TreeCaps) -> int:
+    """Bytes of memory one running task's sandbox can hold in tmpfs pages at most: its workspace
+    (or grading copy) quota, the harness-private folder of a grading, /tmp and /dev/shm.
+
+    tmpfs pages are memory (swap aside): an agent that fills its quota holds that much until its
+    attempt ends; one that writes nothing costs nothing.
+    """
+    return caps.max_bytes + PRIVATE_CAPS.max_bytes + 2 * limits.tmp_bytes
+
+
+def _memory_total() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(jobs: int, limits: Limits, caps: TreeCaps) -> None:
+    """Refuse a ``--jobs`` whose sandboxes could fill more than :data:`MEMORY_SHARE` of the
+    machine's memory with their tmpfs quotas: hostile agents that all fill theirs would take
+    the host down, not only their own runs.
+
+    Raises:
+        RunRefusal: the quotas of ``jobs`` tasks at once do not fit.
+    """
+    total = _memory_total()
+    per_job = memory_per_job(limits, caps)
+    if total is None or jobs * per_job <= total * MEMORY_SHARE:
+        return
+    gib = 2**30
+    fits = int(total * MEMORY_SHARE) // per_job
+    raise RunRefusal(
+        f"--jobs {jobs} lets the running sandboxes hold up to {jobs * per_job / gib:.1f} GiB of memory in their "
+        f"size-capped tmpfs mounts (per task: a workspace quota of {caps.max_bytes / gib:.2f} GiB, /tmp and "
+        f"/dev/shm of {limits.tmp_bytes / gib:.2f} GiB each, {PRIVATE_CAPS.max_bytes >> 20} MiB of harness files), "
+        f"more than {MEMORY_SHARE:.0%} of this machine's {total / gib:.1f} GiB; "
+        + (f"use --jobs {fits} or fewer" if fits else "lower the workspace cap (TreeCaps.max_bytes)")
+    )
 
 
 @dataclass
@@ -1182,6 +1235,8 @@ def execute(
         raise RunRefusal(f"the pack's digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
+    if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
+        check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps)
     base = run_dir / "probe" if probe else run_dir
     header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
               "argv": list(command_line) if command_line is not None else None,
