@@ -141,11 +141,26 @@ def test_workspace_fifo_is_neither_read_nor_a_harness_error(sealed_pack: Path, t
 ], ids=["no_sandbox", "hard_links_under_the_quota", "sparse_file_under_the_quota"])
 def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: Path, tmp_path: Path,
                                                                    sandbox: str, plant: str) -> None:
-    opts = RunOptions(progress=False, sandbox=sandbox, tree_caps=TreeCaps(max_bytes=1 << 20))
+    opts = RunOptions(progress=False, sandbox=sandbox, keep_work=True, tree_caps=TreeCaps(max_bytes=1 << 20))
     run_dir, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), options=opts, max_attempts=1)
     assert cards[0]["outcome"] == "fail"
-    assert "more than 1048576 bytes" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    rejected = of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    assert "more than 1048576 bytes" in rejected
     assert sum(p.stat().st_size for p in (run_dir / "blobs").iterdir()) < 1 << 20
+    if sandbox == "bubblewrap":
+        # Stopped by the copy back, before the host's disk held more than the cap.
+        assert rejected.startswith("the working directory"), rejected
+        ws = run_dir / "work" / TASK / "ws"
+        assert sum(p.lstat().st_size for p in ws.rglob("*") if p.is_file() and not p.is_symlink()) <= 1 << 20
+
+
+@needs_bwrap
+def test_set_user_id_bit_planted_in_the_workspace_does_not_reach_the_host(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, keep_work=True)
+    run_dir, _, _ = run(sealed_pack, tmp_path, sh(f"{WRONG}; cp /bin/true tool; chmod 6755 tool"), options=opts,
+                        max_attempts=1)
+    mode = (run_dir / "work" / TASK / "ws" / "tool").stat().st_mode
+    assert mode & 0o7777 == 0o755, oct(mode)
 
 
 @needs_bwrap

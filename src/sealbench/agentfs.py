@@ -463,19 +463,23 @@ def _copy_file(src_fd: int, name: str, dst_fd: int, mode: int, budget: _Budget) 
             return
         raise
     try:
-        if not stat.S_ISREG(os.fstat(rfd).st_mode):
+        st = os.fstat(rfd)
+        if not stat.S_ISREG(st.st_mode):
             return
+        # Charged before anything is written (nothing else writes the source any more): a sparse
+        # file, or a hard link named a thousand times, costs every byte it would put on the
+        # host's disk, and nothing past the cap is written.
+        budget.spend(st.st_size)
         # Permission bits only: a set-user-ID bit the agent set must not reach the host.
         wfd = os.open(name, _NEW_FILE, mode & 0o777, dir_fd=dst_fd)
         try:
             os.fchmod(wfd, mode & 0o777)
-            while True:
-                # Counted before it is written: a sparse file or a hard link named a thousand
-                # times is charged for every byte it would put on the host's disk.
-                sent = os.sendfile(wfd, rfd, None, min(_CHUNK, budget.caps.max_bytes - budget.bytes + 1))
+            left = st.st_size
+            while left > 0:
+                sent = os.sendfile(wfd, rfd, None, min(_CHUNK, left))
                 if not sent:
                     break
-                budget.spend(sent)
+                left -= sent
         finally:
             os.close(wfd)
     finally:

@@ -17,7 +17,9 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   read-only, a private ``/proc`` showing only the sandbox's processes, no ``/sys``. ``HOME``
   is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` and
   the spec's ``writable_paths`` (each at its host path) are the only writable host
-  directories. Everything else of the host (``/root``, ``/home``,
+  directories; with ``workdir_caps`` / ``writable_caps`` they are size-capped tmpfs mounts
+  instead, copied in from the host before the command and back after the sandbox is gone (a
+  disk quota). Everything else of the host (``/root``, ``/home``,
   ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
 * Network: an empty network namespace with only a loopback device, so the host's loopback
   services, its resolver and the outside world are unreachable.
@@ -1582,6 +1584,8 @@ class BubblewrapSandbox(_ProcessSandbox):
                 + "; /etc entries not world-readable masked; tmpfs /tmp and /dev/shm"
                 + ("" if self._sized_tmpfs else " (unsized)")
                 + "; workdir (and a spec's writable paths) the only writable host paths"
+                + ("; with a quota, a size-capped tmpfs copied in before the command and back after it"
+                   if self._sized_tmpfs else "")
             ),
             "namespaces": "user, mount, pid, net, ipc, uts, cgroup; " + hardening,
         }
