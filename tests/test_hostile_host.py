@@ -592,6 +592,34 @@ def test_code_under_test_writing_past_the_cap_gets_enospc_in_the_grading_copy(se
     assert cards[0]["outcome"] == ("pass" if catch else "fail"), graded
 
 
+FILLS_THE_REPORT_FOLDER = """
+import subprocess, sys
+
+# The guarded pytest's private folder (its report and record) is the code under test's to
+# write too; a shell writes there, out of the reach of the guard's audit hook.
+private = sys.argv[1]
+codes = [subprocess.run(["sh", "-c", f"head -c 8M /dev/zero > {private}/junk{i}"], stderr=subprocess.DEVNULL).returncode
+         for i in range(12)]  # 96 MiB, past the folder's 64 MiB
+subprocess.run(["sh", "-c", f"rm -f {private}/junk*"])
+
+def last_n(items, n):
+    # Right only when a write into the folder failed inside the sandbox.
+    return (items[-n:] if n > 0 else []) if any(codes) else []
+"""
+
+
+@needs_bwrap
+def test_code_under_test_writing_past_the_cap_gets_enospc_in_the_report_folder(sealed_pack: Path,
+                                                                               tmp_path: Path) -> None:
+    command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({FILLS_THE_REPORT_FOLDER!r})\n")
+    _, events, _ = run(sealed_pack, tmp_path, command, max_attempts=1, mounts=mounts)
+    assert not of_kind(events, "harness_error")
+    graded = of_kind(events, "graded")[0]["payload"]
+    # The hidden tests pass only if the candidate saw a write refused inside the sandbox (and
+    # pytest could still write its report once the candidate had removed its files).
+    assert graded["tests_green"] is True, graded
+
+
 @needs_bwrap
 def test_jobs_whose_quotas_could_fill_the_hosts_memory_are_refused(sealed_pack: Path, tmp_path: Path) -> None:
     # tmpfs pages are memory: hostile agents filling the quotas of too many tasks at once would
