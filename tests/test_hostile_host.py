@@ -155,6 +155,21 @@ def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: 
 
 
 @needs_bwrap
+@pytest.mark.parametrize("then", ["mkdir sub; echo x > sub/file", "echo x > sub"], ids=["directory", "file"])
+def test_link_left_by_attempt_one_is_replaced_not_followed_by_the_copy_back(sealed_pack: Path, tmp_path: Path,
+                                                                             then: str) -> None:
+    # Attempt 1 leaves sub -> a host folder; attempt 2 makes sub a folder or a file. The host's
+    # copy of the workspace holds the link from attempt 1, and the copy back must replace it.
+    host = tmp_path / "host"
+    host.mkdir()
+    script = (f'if [ "{{attempt}}" = 1 ]; then ln -s {shlex.quote(str(host))} sub; '
+              f'else rm -f sub; {then}; fi; {WRONG}')
+    _, events, cards = run(sealed_pack, tmp_path, sh(script), max_attempts=2)
+    assert list(host.iterdir()) == [], "the copy back wrote through the agent's link"
+    assert cards[0]["attempts_used"] == 2 and not of_kind(events, "harness_error")
+
+
+@needs_bwrap
 def test_set_user_id_bit_planted_in_the_workspace_does_not_reach_the_host(sealed_pack: Path, tmp_path: Path) -> None:
     opts = RunOptions(progress=False, keep_work=True)
     run_dir, _, _ = run(sealed_pack, tmp_path, sh(f"{WRONG}; cp /bin/true tool; chmod 6755 tool"), options=opts,

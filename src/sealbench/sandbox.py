@@ -128,7 +128,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from sealbench import scratch
-from sealbench.agentfs import TreeCaps, TreeRejected, copy_tree_fd, empty_dir, open_dir
+from sealbench.agentfs import TreeCaps, TreeRejected, copy_tree_fd, open_dir
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 
 __all__ = [
@@ -1240,7 +1240,7 @@ class Prepared:
         while self._quota_fds:
             host, caps, fd = self._quota_fds.pop(0)
             try:
-                dst = empty_dir(host)
+                dst = open_dir(host)
                 try:
                     copy_tree_fd(fd, dst, caps, what="the working directory" if host == self.spec.workdir
                                  else f"the sandbox's writable {host.name}")
