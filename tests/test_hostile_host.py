@@ -19,7 +19,17 @@ from typing import Any
 import pytest
 
 from conftest import make_contract, needs_bwrap
-from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, reset_dir, scan
+from sealbench.agentfs import (
+    TreeCaps,
+    TreeRejected,
+    copy_tree_fd,
+    open_dir,
+    read_regular,
+    remove_entry,
+    remove_tree,
+    reset_dir,
+    scan,
+)
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
 
@@ -205,6 +215,34 @@ def test_scan_never_follows_a_root_link(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(TreeRejected, match="not a directory"):
         scan(tmp_path / "link", TreeCaps())
+
+
+def test_copy_back_keeps_holes_and_rewrites_only_what_changed(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    with open(src / "sparse", "wb") as f:  # 64 MiB apart: would take 64 MiB copied as zeros
+        f.write(b"head")
+        f.seek(64 << 20)
+        f.write(b"tail")
+    (src / "same.txt").write_text("unchanged")
+    (src / "edited.txt").write_text("one")
+    (dst / "gone.txt").write_text("left by an earlier attempt")
+    (dst / "same.txt").write_text("unchanged")
+    kept = (dst / "same.txt").stat().st_ino
+    (dst / "edited.txt").symlink_to(tmp_path / "outside")
+    s_fd, d_fd = open_dir(src), open_dir(dst)
+    try:
+        copy_tree_fd(s_fd, d_fd, TreeCaps(), what="the working directory")
+    finally:
+        os.close(s_fd)
+        os.close(d_fd)
+    assert sorted(p.name for p in dst.iterdir()) == ["edited.txt", "same.txt", "sparse"]
+    assert (dst / "same.txt").stat().st_ino == kept
+    assert not (dst / "edited.txt").is_symlink() and (dst / "edited.txt").read_text() == "one"
+    assert not (tmp_path / "outside").exists()
+    assert (dst / "sparse").stat().st_size == (64 << 20) + 4
+    assert (dst / "sparse").stat().st_blocks * 512 < 1 << 20
 
 
 def test_read_regular_refuses_links_on_any_component(tmp_path: Path) -> None:

@@ -497,16 +497,33 @@ def _copy_file(src_fd: int, name: str, dst_fd: int, old: os.stat_result | None, 
         wfd = os.open(name, _NEW_FILE, mode, dir_fd=dst_fd)
         try:
             os.fchmod(wfd, mode)
-            left = st.st_size
-            while left > 0:
-                sent = os.sendfile(wfd, rfd, None, min(_CHUNK, left))
-                if not sent:
-                    break
-                left -= sent
+            _copy_data(rfd, wfd, st.st_size)
         finally:
             os.close(wfd)
     finally:
         os.close(rfd)
+
+
+def _copy_data(rfd: int, wfd: int, size: int) -> None:
+    """Copy ``size`` bytes, keeping holes as holes: the copy takes the room of the original,
+    so a tree that fitted its quota fits it again when copied back in for the next attempt."""
+    pos = 0
+    while pos < size:
+        try:
+            data = os.lseek(rfd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole is left
+                break
+            raise
+        end = min(os.lseek(rfd, data, os.SEEK_HOLE), size)
+        os.lseek(wfd, data, os.SEEK_SET)
+        while data < end:
+            sent = os.sendfile(wfd, rfd, data, min(_CHUNK, end - data))
+            if not sent:
+                break
+            data += sent
+        pos = end
+    os.ftruncate(wfd, size)
 
 
 def _remove_at(dir_fd: int, name: str, st: os.stat_result) -> None:
