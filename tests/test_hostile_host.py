@@ -674,6 +674,17 @@ def test_code_under_test_writing_past_the_cap_gets_enospc_in_the_report_folder(s
 
 
 @needs_bwrap
+def test_run_without_the_workspace_quota_says_so_in_its_journal(sealed_pack: Path, tmp_path: Path) -> None:
+    # The opt-out binds the workspace from the host (its files watchable while the agent runs):
+    # the write past the cap then lands on the host's disk, and the journal records the choice.
+    opts = RunOptions(progress=False, workspace_quota=False, tree_caps=TreeCaps(max_bytes=4 << 20))
+    script = f"{WRONG}; if head -c 6M /dev/zero > junk; then echo wrote > verdict.txt; fi; rm -f junk"
+    run_dir, events, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    assert "+wrote" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert of_kind(events, "run_started")[0]["payload"]["workspace_quota"] is False
+
+
+@needs_bwrap
 def test_jobs_whose_quotas_could_fill_the_hosts_memory_are_refused(sealed_pack: Path, tmp_path: Path) -> None:
     # tmpfs pages are memory: hostile agents filling the quotas of too many tasks at once would
     # take the host down. Refused before anything of the run is written.

@@ -170,6 +170,10 @@ class RunOptions:
     fsync: bool = True
     limits: Limits = field(default_factory=Limits)
     tree_caps: TreeCaps = field(default_factory=TreeCaps)
+    workspace_quota: bool = True
+    """Each workspace and grading copy a tmpfs of ``tree_caps.max_bytes`` in the sandbox (a disk
+    quota); False binds them from the host, where their files can be watched while the agent
+    runs, and an agent can fill the disk (the run's journal records it)."""
     clock: Clock | None = None
     """Wall clock and boot id the journal records (None: the system's); see :mod:`sealbench.clock`."""
     runs_index: Path | None = None
@@ -308,13 +312,15 @@ def _store_bytes(run_dir: Path, data: bytes) -> str:
 
 def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
           readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> SandboxSpec:
+    quota = ctx.options.workspace_quota
     # Output is kept in memory (capped by the limits) and stored once, under its digest. The
     # workdir (workspace or grading copy) gets its disk quota: TreeCaps.max_bytes, whose write
     # past it fails inside the sandbox rather than on the host's disk.
     return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
                        stdout_path=None, stderr_path=None, limits=ctx.options.limits,
                        readonly_paths=tuple(readonly), writable_paths=tuple(writable),
-                       workdir_caps=ctx.options.tree_caps, writable_caps=PRIVATE_CAPS)
+                       workdir_caps=ctx.options.tree_caps if quota else None,
+                       writable_caps=PRIVATE_CAPS if quota else None)
 
 
 def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
@@ -1243,7 +1249,9 @@ def execute(
               "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
               "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
-              **_host_facts(sandbox, agent)}
+              **_host_facts(sandbox, agent),
+              # Absent (as before quotas) when on: only the opt-out is recorded.
+              **({} if opts.workspace_quota else {"workspace_quota": False})}
     if not (opts.resume or probe or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.
