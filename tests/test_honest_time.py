@@ -5,7 +5,9 @@ The agents here keep their own account: each appends monotonic stamps to a file 
 directory (the only place it can write that the patch ignores); the test reads that file
 after each kill, before a resume materialises the workspace afresh. The sandbox shares the
 host's monotonic clock, so the agent's stamps, the test's kill times and the journal's
-``mono_ms`` are all on one clock.
+``mono_ms`` are all on one clock. The file is read from the host's workspace while the agent
+runs and after it was killed, so these runs bind the workspace (``--no-workspace-quota``):
+under the disk quota it would live in the sandbox's own tmpfs, gone with a killed runner.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def test_repeated_kill_9_never_lets_an_agent_run_past_the_cap(sealed_pack: Path,
     for session in range(12):
         mode = ["--resume", str(run_dir)] if session else ["--out", str(run_dir)]
         with (tmp_path / f"stderr-{session}").open("wb") as err:
-            proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), *mode, "--no-progress", "--keep-work"],
+            proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), *mode, "--no-progress",
+                                     "--no-workspace-quota", "--keep-work"],
                                     stdout=subprocess.DEVNULL, stderr=err)
         path = stamps_file(run_dir)
         if wait_for_stamp(path, proc):
@@ -178,13 +181,14 @@ def test_one_kill_charges_the_time_run_plus_at_most_the_lease(sealed_pack: Path,
                   run_id="one-kill", wall_clock_s=30.0, max_attempts=2)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                             "--no-workspace-quota",
                              "--keep-work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert wait_for_stamp(stamps_file(run_dir), proc)
     time.sleep(2.0)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     stamps = settled_stamps(stamps_file(run_dir))
-    execute(contract, run_dir, RunOptions(progress=False, resume=True))
+    execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True))
     events = events_of(run_dir)
     (charge,) = charges(events)
     spent = stamps[-1] - stamps[0]
@@ -216,7 +220,7 @@ def test_wall_clock_step_of_an_hour_charges_nothing_extra(sealed_pack: Path, tmp
             return datetime.now(UTC) + ahead
 
         execute(Path(sys.argv[1]), Path(sys.argv[2]),
-                RunOptions(progress=False, jobs=1, keep_work=True, clock=Clock(utc=stepped)))
+                RunOptions(progress=False, workspace_quota=False, jobs=1, keep_work=True, clock=Clock(utc=stepped)))
     """))
     proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -227,7 +231,7 @@ def test_wall_clock_step_of_an_hour_charges_nothing_extra(sealed_pack: Path, tmp
     stamps = settled_stamps(stamps_file(run_dir))
     times = [datetime.strptime(e["time"], "%Y-%m-%dT%H:%M:%S.%f%z") for e in events_of(run_dir)]
     assert (times[-1] - times[0]).total_seconds() > 3600  # the step is in the killed session's lines
-    execute(contract, run_dir, RunOptions(progress=False, resume=True))
+    execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True))
     events = events_of(run_dir)
     (charge,) = charges(events)
     spent = stamps[-1] - stamps[0]
@@ -243,13 +247,15 @@ def test_resume_on_another_boot_charges_the_whole_remaining_budget(sealed_pack: 
     make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(4.0, first_attempt_only=True),
                   run_id="reboot", wall_clock_s=30.0, max_attempts=2)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                             "--no-workspace-quota"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert wait_for_stamp(stamps_file(run_dir), proc)
     time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    execute(contract, run_dir, RunOptions(progress=False, resume=True, clock=Clock(boot_id=OTHER_BOOT)))
+    execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True,
+                                          clock=Clock(boot_id=OTHER_BOOT)))
     events = events_of(run_dir)
     (charge,) = charges(events)
     assert charge["charged_s"] == 30.0 and "another boot id" in charge["basis"]
@@ -281,7 +287,7 @@ def test_stalled_journal_ends_the_run_before_the_lease_runs_out(sealed_pack: Pat
             return append(self, kind, **kw)
 
         Journal.append = stalling
-        execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, jobs=1, keep_work=True))
+        execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, workspace_quota=False, jobs=1, keep_work=True))
     """))
     proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -292,7 +298,7 @@ def test_stalled_journal_ends_the_run_before_the_lease_runs_out(sealed_pack: Pat
     stamps = settled_stamps(stamps_file(run_dir))
     last_line = events_of(run_dir)[-1]["mono_ms"] / 1000
     assert stamps[-1] <= last_line + LEASE_MS / 1000, (stamps[-1], last_line)
-    execute(contract, run_dir, RunOptions(progress=False, resume=True))
+    execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True))
     (charge,) = charges(events_of(run_dir))
     assert charge["charged_s"] >= stamps[-1] - stamps[0]
     assert card_of(run_dir)["outcome"] == "pass"
@@ -307,6 +313,7 @@ def test_repeated_ctrl_c_leaves_no_agent_running_past_the_lease(sealed_pack: Pat
                   run_id="ctrl-c", wall_clock_s=60.0, max_attempts=2)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                             "--no-workspace-quota",
                              "--keep-work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert wait_for_stamp(stamps_file(run_dir), proc)
     for _ in range(3):
@@ -316,7 +323,7 @@ def test_repeated_ctrl_c_leaves_no_agent_running_past_the_lease(sealed_pack: Pat
     stamps = settled_stamps(stamps_file(run_dir))
     last_line = events_of(run_dir)[-1]["mono_ms"] / 1000
     assert stamps[-1] <= last_line + LEASE_MS / 1000, (stamps[-1], last_line)
-    execute(contract, run_dir, RunOptions(progress=False, resume=True))
+    execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True))
     (charge,) = charges(events_of(run_dir))
     assert charge["charged_s"] >= stamps[-1] - stamps[0]
     assert card_of(run_dir)["outcome"] == "pass"
@@ -348,7 +355,7 @@ def test_a_caller_that_survives_an_interrupt_cannot_keep_an_agent_running_unacco
 
         threading.Thread(target=interrupt, daemon=True).start()
         try:
-            execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, jobs=1, keep_work=True))
+            execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, workspace_quota=False, jobs=1, keep_work=True))
         except KeyboardInterrupt:
             pass
         time.sleep(3)  # the caller carries on

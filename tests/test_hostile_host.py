@@ -19,7 +19,17 @@ from typing import Any
 import pytest
 
 from conftest import make_contract, needs_bwrap
-from sealbench.agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, reset_dir, scan
+from sealbench.agentfs import (
+    TreeCaps,
+    TreeRejected,
+    copy_tree_fd,
+    open_dir,
+    read_regular,
+    remove_entry,
+    remove_tree,
+    reset_dir,
+    scan,
+)
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
 
@@ -131,14 +141,51 @@ def test_workspace_fifo_is_neither_read_nor_a_harness_error(sealed_pack: Path, t
 
 
 @needs_bwrap
-def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: Path, tmp_path: Path) -> None:
-    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=1 << 20))
-    run_dir, events, cards = run(sealed_pack, tmp_path,
-                                 sh(f"{WRONG}; for i in 1 2 3; do head -c 700000 /dev/urandom > junk$i; done"),
-                                 options=opts, max_attempts=1)
+@pytest.mark.parametrize(("sandbox", "plant"), [
+    # No quota without a sandbox: the cap is checked when the workspace is read.
+    ("none", "for i in 1 2 3; do head -c 700000 /dev/urandom > junk$i; done"),
+    # Under the quota: a file named four times, or a sparse one, takes little room in the
+    # sandbox and would take its full size at every name on the host's disk.
+    ("bubblewrap", "head -c 700000 /dev/urandom > junk1; for i in 2 3 4; do ln junk1 junk$i; done"),
+    ("bubblewrap", "truncate -s 200M junk1"),
+], ids=["no_sandbox", "hard_links_under_the_quota", "sparse_file_under_the_quota"])
+def test_workspace_over_its_byte_cap_is_refused_without_storing_it(sealed_pack: Path, tmp_path: Path,
+                                                                   sandbox: str, plant: str) -> None:
+    opts = RunOptions(progress=False, sandbox=sandbox, keep_work=True, tree_caps=TreeCaps(max_bytes=1 << 20))
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), options=opts, max_attempts=1)
     assert cards[0]["outcome"] == "fail"
-    assert "more than 1048576 bytes" in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    rejected = of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    assert "more than 1048576 bytes" in rejected
     assert sum(p.stat().st_size for p in (run_dir / "blobs").iterdir()) < 1 << 20
+    if sandbox == "bubblewrap":
+        # Stopped by the copy back, before the host's disk held more than the cap.
+        assert rejected.startswith("the working directory"), rejected
+        ws = run_dir / "work" / TASK / "ws"
+        assert sum(p.lstat().st_size for p in ws.rglob("*") if p.is_file() and not p.is_symlink()) <= 1 << 20
+
+
+@needs_bwrap
+@pytest.mark.parametrize("then", ["mkdir sub; echo x > sub/file", "echo x > sub"], ids=["directory", "file"])
+def test_link_left_by_attempt_one_is_replaced_not_followed_by_the_copy_back(sealed_pack: Path, tmp_path: Path,
+                                                                             then: str) -> None:
+    # Attempt 1 leaves sub -> a host folder; attempt 2 makes sub a folder or a file. The host's
+    # copy of the workspace holds the link from attempt 1, and the copy back must replace it.
+    host = tmp_path / "host"
+    host.mkdir()
+    script = (f'if [ "{{attempt}}" = 1 ]; then ln -s {shlex.quote(str(host))} sub; '
+              f'else rm -f sub; {then}; fi; {WRONG}')
+    _, events, cards = run(sealed_pack, tmp_path, sh(script), max_attempts=2)
+    assert list(host.iterdir()) == [], "the copy back wrote through the agent's link"
+    assert cards[0]["attempts_used"] == 2 and not of_kind(events, "harness_error")
+
+
+@needs_bwrap
+def test_set_user_id_bit_planted_in_the_workspace_does_not_reach_the_host(sealed_pack: Path, tmp_path: Path) -> None:
+    opts = RunOptions(progress=False, keep_work=True)
+    run_dir, _, _ = run(sealed_pack, tmp_path, sh(f"{WRONG}; cp /bin/true tool; chmod 6755 tool"), options=opts,
+                        max_attempts=1)
+    mode = (run_dir / "work" / TASK / "ws" / "tool").stat().st_mode
+    assert mode & 0o7777 == 0o755, oct(mode)
 
 
 @needs_bwrap
@@ -168,6 +215,34 @@ def test_scan_never_follows_a_root_link(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(TreeRejected, match="not a directory"):
         scan(tmp_path / "link", TreeCaps())
+
+
+def test_copy_back_keeps_holes_and_rewrites_only_what_changed(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    with open(src / "sparse", "wb") as f:  # 64 MiB apart: would take 64 MiB copied as zeros
+        f.write(b"head")
+        f.seek(64 << 20)
+        f.write(b"tail")
+    (src / "same.txt").write_text("unchanged")
+    (src / "edited.txt").write_text("one")
+    (dst / "gone.txt").write_text("left by an earlier attempt")
+    (dst / "same.txt").write_text("unchanged")
+    kept = (dst / "same.txt").stat().st_ino
+    (dst / "edited.txt").symlink_to(tmp_path / "outside")
+    s_fd, d_fd = open_dir(src), open_dir(dst)
+    try:
+        copy_tree_fd(s_fd, d_fd, TreeCaps(), what="the working directory")
+    finally:
+        os.close(s_fd)
+        os.close(d_fd)
+    assert sorted(p.name for p in dst.iterdir()) == ["edited.txt", "same.txt", "sparse"]
+    assert (dst / "same.txt").stat().st_ino == kept
+    assert not (dst / "edited.txt").is_symlink() and (dst / "edited.txt").read_text() == "one"
+    assert not (tmp_path / "outside").exists()
+    assert (dst / "sparse").stat().st_size == (64 << 20) + 4
+    assert (dst / "sparse").stat().st_blocks * 512 < 1 << 20
 
 
 def test_read_regular_refuses_links_on_any_component(tmp_path: Path) -> None:
@@ -510,15 +585,114 @@ def test_link_planted_beside_the_workspace_without_a_sandbox_is_not_followed(sea
 
 
 @needs_bwrap
-@pytest.mark.xfail(strict=True, reason="no per-workspace disk quota yet: TreeCaps.max_bytes is checked when the "
-                   "workspace is read after the attempt, so while it runs the agent (or the code under test in "
-                   "the grading copy) can fill the host's disk; needs a size-capped filesystem per workspace")
 def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack: Path, tmp_path: Path) -> None:
+    # Files of 3 MiB each, far below the 256 MiB per-file limit (RLIMIT_FSIZE), whose sum passes
+    # the 16 MiB cap: only a quota on the whole workspace stops them, and it must stop them
+    # inside the sandbox, where the agent sees ENOSPC, not on the host's disk.
     opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
-    script = (f"{WRONG}; if head -c 64M /dev/zero > big 2>/dev/null; then echo wrote > verdict.txt; "
-              "else echo refused > verdict.txt; fi; rm -f big")
-    run_dir, _, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
-    assert "+refused" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+    script = (f"{WRONG}; v=wrote; i=0; while [ $i -lt 12 ]; do i=$((i+1)); "
+              "if ! e=$(head -c 3M /dev/zero 2>&1 > junk$i); then v=\"refused at file $i: $e\"; break; fi; "
+              "done; rm -f junk*; echo \"$v\" > verdict.txt")
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    # Five files (15 MiB) fit beside the workspace; the sixth passes the cap.
+    assert "+refused at file 6" in patch and "No space left on device" in patch, patch
+    # The attempt goes on to be graded normally: the agent's failure, not the harness's.
+    assert of_kind(events, "graded")[0]["payload"]["patch_applies_clean"] is True
+    assert cards[0]["outcome"] == "fail"
+    assert not of_kind(events, "harness_error")
+
+
+FILLS_THE_GRADING_COPY = """
+import errno, os
+
+def _fill():
+    try:
+        for i in range(12):  # 3 MiB each, 36 MiB in all, past the 16 MiB cap
+            with open(f"junk{i}", "wb") as f:
+                f.write(bytes(3 << 20))
+    except OSError as e:
+        if not CATCH:
+            raise
+        return e.errno
+    finally:
+        for i in range(12):
+            if os.path.exists(f"junk{i}"):
+                os.remove(f"junk{i}")
+    return None
+
+SEEN = _fill()
+
+def last_n(items, n):
+    # Right only when the quota stopped the writes inside the sandbox.
+    return (items[-n:] if n > 0 else []) if SEEN == errno.ENOSPC else []
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("catch", [True, False], ids=["caught", "uncaught"])
+def test_code_under_test_writing_past_the_cap_gets_enospc_in_the_grading_copy(sealed_pack: Path, tmp_path: Path,
+                                                                                catch: bool) -> None:
+    candidate = f"CATCH = {catch}\n" + FILLS_THE_GRADING_COPY
+    command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({candidate!r})\n")
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
+    _, events, cards = run(sealed_pack, tmp_path, command, options=opts, max_attempts=1, mounts=mounts)
+    assert not of_kind(events, "harness_error")
+    graded = of_kind(events, "graded")[0]["payload"]
+    assert graded["patch_applies_clean"] is True
+    # Caught, ENOSPC was seen inside and the hidden tests ran on (a pass proves both); uncaught,
+    # the candidate fails its own import: the agent's failure.
+    assert cards[0]["outcome"] == ("pass" if catch else "fail"), graded
+
+
+FILLS_THE_REPORT_FOLDER = """
+import subprocess, sys
+
+# The guarded pytest's private folder (its report and record) is the code under test's to
+# write too; a shell writes there, out of the reach of the guard's audit hook.
+private = sys.argv[1]
+codes = [subprocess.run(["sh", "-c", f"head -c 8M /dev/zero > {private}/junk{i}"], stderr=subprocess.DEVNULL).returncode
+         for i in range(12)]  # 96 MiB, past the folder's 64 MiB
+subprocess.run(["sh", "-c", f"rm -f {private}/junk*"])
+
+def last_n(items, n):
+    # Right only when a write into the folder failed inside the sandbox.
+    return (items[-n:] if n > 0 else []) if any(codes) else []
+"""
+
+
+@needs_bwrap
+def test_code_under_test_writing_past_the_cap_gets_enospc_in_the_report_folder(sealed_pack: Path,
+                                                                               tmp_path: Path) -> None:
+    command, mounts = python_agent(tmp_path, f"open('window.py', 'w').write({FILLS_THE_REPORT_FOLDER!r})\n")
+    _, events, _ = run(sealed_pack, tmp_path, command, max_attempts=1, mounts=mounts)
+    assert not of_kind(events, "harness_error")
+    graded = of_kind(events, "graded")[0]["payload"]
+    # The hidden tests pass only if the candidate saw a write refused inside the sandbox (and
+    # pytest could still write its report once the candidate had removed its files).
+    assert graded["tests_green"] is True, graded
+
+
+@needs_bwrap
+def test_run_without_the_workspace_quota_says_so_in_its_journal(sealed_pack: Path, tmp_path: Path) -> None:
+    # The opt-out binds the workspace from the host (its files watchable while the agent runs):
+    # the write past the cap then lands on the host's disk, and the journal records the choice.
+    opts = RunOptions(progress=False, workspace_quota=False, tree_caps=TreeCaps(max_bytes=4 << 20))
+    script = f"{WRONG}; if head -c 6M /dev/zero > junk; then echo wrote > verdict.txt; fi; rm -f junk"
+    run_dir, events, _ = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    assert "+wrote" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert of_kind(events, "run_started")[0]["payload"]["workspace_quota"] is False
+
+
+@needs_bwrap
+def test_jobs_whose_quotas_could_fill_the_hosts_memory_are_refused(sealed_pack: Path, tmp_path: Path) -> None:
+    # tmpfs pages are memory: hostile agents filling the quotas of too many tasks at once would
+    # take the host down. Refused before anything of the run is written.
+    from sealbench.errors import RunRefusal
+
+    with pytest.raises(RunRefusal, match=r"use --jobs \d+ or fewer"):
+        run(sealed_pack, tmp_path, sh(WRONG), options=RunOptions(progress=False, jobs=100_000), max_attempts=1)
+    assert not (tmp_path / "run").exists()
 
 
 # --- the JUnit report the code under test can write ------------------------------------

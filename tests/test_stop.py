@@ -106,12 +106,16 @@ def assert_nothing_written_after_the_runner_died(run_dir: Path) -> dict[Path, in
 
 def ticking_run(sealed_pack: Path, tmp_path: Path, name: str, command: str = TICKER,
                 *extra: str) -> tuple[Path, Path, subprocess.Popen[str]]:
-    """A run of every sample task at --jobs 2: two agents ticking, and sandboxes held ahead."""
+    """A run of every sample task at --jobs 2: two agents ticking, and sandboxes held ahead.
+
+    The ticks are watched in the host's workspaces while the agents run: with the disk quota
+    they would be written into each sandbox's own tmpfs and reach the host only after the
+    attempt, so these runs bind the workspaces (--no-workspace-quota)."""
     contract = tmp_path / f"{name}.json"
     make_contract(sealed_pack, contract, task_ids=task_ids(sealed_pack), command=command, run_id=name,
                   wall_clock_s=6.0, max_attempts=1)
     run_dir = tmp_path / name
-    proc = start_run(contract, run_dir, "--jobs", "2", "--keep-work", *extra)
+    proc = start_run(contract, run_dir, "--jobs", "2", "--keep-work", "--no-workspace-quota", *extra)
     return contract, run_dir, proc
 
 
@@ -127,7 +131,7 @@ def test_sigkill_of_the_runner_starts_no_held_sandbox_and_kills_running_agents(s
     sizes = assert_nothing_written_after_the_runner_died(run_dir)
     assert len(sizes) == 2, sizes  # the held sandboxes never ran their agents
     # The killed run resumes: the two interrupted attempts are used, never given back.
-    execute(contract, run_dir, RunOptions(progress=False, resume=True, jobs=4))
+    execute(contract, run_dir, RunOptions(progress=False, resume=True, jobs=4, workspace_quota=False))
     events = check_run(run_dir, max_attempts=1, ids=task_ids(sealed_pack))
     assert sum(e["kind"] == "attempt_interrupted" for e in events) == 2
 
@@ -151,7 +155,7 @@ def test_sigterm_is_recorded_exit_143_and_resumable_and_no_agent_outlives_it(sea
     finished = [e["task_id"] for e in events if e["kind"] == "task_finished"]
     assert len(finished) == 2  # the two under way were let finish; the held ones never started
     assert all(e["payload"]["outcome"] == "timeout" for e in events if e["kind"] == "task_finished")
-    execute(contract, run_dir, RunOptions(progress=False, resume=True, jobs=4))
+    execute(contract, run_dir, RunOptions(progress=False, resume=True, jobs=4, workspace_quota=False))
     events = check_run(run_dir, max_attempts=1, ids=task_ids(sealed_pack))
     assert events[-1]["kind"] == "run_finished"
 

@@ -446,3 +446,187 @@ def remove_entry(root: Path, rel: str) -> None:
             os.unlink(parts[-1], dir_fd=fd)
     finally:
         os.close(fd)
+
+
+# --- copying a tree into and out of a size-capped working directory ------------------------
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _same_bytes(a: int, b: int) -> bool:
+    while True:
+        x, y = os.read(a, _CHUNK), os.read(b, _CHUNK)
+        if x != y:
+            return False
+        if not x:
+            return True
+
+
+def _copy_file(src_fd: int, name: str, dst_fd: int, old: os.stat_result | None, budget: _Budget) -> None:
+    """Copy the regular file ``name`` (opened without following links, checked again with
+    fstat) over the destination's entry ``old``, which is kept if it already holds the same
+    bytes and permissions; one that is no longer a regular file is skipped."""
+    try:
+        rfd = os.open(name, _FILE_FLAGS, dir_fd=src_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.ENOENT):
+            return
+        raise
+    try:
+        st = os.fstat(rfd)
+        if not stat.S_ISREG(st.st_mode):
+            return
+        # Charged before anything is written (nothing else writes the source any more): a sparse
+        # file, or a hard link named a thousand times, costs every byte it would put on the
+        # host's disk, and nothing past the cap is written.
+        budget.spend(st.st_size)
+        # Permission bits only: a set-user-ID bit the agent set must not reach the host.
+        mode = st.st_mode & 0o777
+        if old is not None and stat.S_ISREG(old.st_mode) and old.st_size == st.st_size \
+                and stat.S_IMODE(old.st_mode) == mode:
+            # Unchanged (most files of most attempts): compared, not rewritten.
+            same = os.open(name, _FILE_FLAGS, dir_fd=dst_fd)
+            try:
+                if _same_bytes(rfd, same):
+                    return
+            finally:
+                os.close(same)
+            os.lseek(rfd, 0, os.SEEK_SET)
+        if old is not None:
+            _remove_at(dst_fd, name, old)
+        wfd = os.open(name, _NEW_FILE, mode, dir_fd=dst_fd)
+        try:
+            os.fchmod(wfd, mode)
+            _copy_data(rfd, wfd, st.st_size)
+        finally:
+            os.close(wfd)
+    finally:
+        os.close(rfd)
+
+
+def _copy_data(rfd: int, wfd: int, size: int) -> None:
+    """Copy ``size`` bytes, keeping holes as holes: the copy takes the room of the original,
+    so a tree that fitted its quota fits it again when copied back in for the next attempt."""
+    pos = 0
+    while pos < size:
+        try:
+            data = os.lseek(rfd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole is left
+                break
+            raise
+        end = min(os.lseek(rfd, data, os.SEEK_HOLE), size)
+        os.lseek(wfd, data, os.SEEK_SET)
+        while data < end:
+            sent = os.sendfile(wfd, rfd, data, min(_CHUNK, end - data))
+            if not sent:
+                break
+            data += sent
+        pos = end
+    os.ftruncate(wfd, size)
+
+
+def _remove_at(dir_fd: int, name: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        _rmtree_at(dir_fd, name)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _copy_entries(src_fd: int, dst_fd: int, rel_dir: str, depth: int, budget: _Budget) -> None:
+    """Make the tree below ``dst_fd`` that below ``src_fd``: directories, regular files (bytes
+    and permission bits), symlinks as symlinks (never followed), fifos and sockets as new nodes
+    of their kind; anything else (a device) is left out. What the destination already holds
+    the same is kept; the rest of it is removed."""
+    with os.scandir(src_fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    with os.scandir(dst_fd) as it:
+        olds = {e.name: e.stat(follow_symlinks=False) for e in it}
+    wanted = {e.name for e in entries}
+    for name, st in olds.items():
+        if name not in wanted:
+            _remove_at(dst_fd, name, st)
+    for entry in entries:
+        budget.entry()
+        shown = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
+        rel = f"{rel_dir}/{shown}" if rel_dir else shown
+        mode = entry.stat(follow_symlinks=False).st_mode
+        old = olds.get(entry.name)
+        if stat.S_ISDIR(mode):
+            if depth + 1 > budget.caps.max_depth:
+                raise TreeRejected(f"{budget.what} nests directories deeper than {budget.caps.max_depth}: {rel}")
+            try:
+                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EACCES):
+                    continue
+                raise
+            try:
+                if old is not None and not stat.S_ISDIR(old.st_mode):
+                    _remove_at(dst_fd, entry.name, old)
+                    old = None
+                if old is None:
+                    os.mkdir(entry.name, 0o755, dir_fd=dst_fd)
+                out = os.open(entry.name, _DIR_FLAGS, dir_fd=dst_fd)
+                try:
+                    _copy_entries(sub, out, rel, depth + 1, budget)
+                    os.fchmod(out, (mode & 0o777) | 0o700)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(mode):
+            _copy_file(src_fd, entry.name, dst_fd, old, budget)
+        elif stat.S_ISLNK(mode):
+            target = os.readlink(entry.name, dir_fd=src_fd)
+            budget.spend(len(os.fsencode(target)))
+            if old is not None:
+                if stat.S_ISLNK(old.st_mode) and os.readlink(entry.name, dir_fd=dst_fd) == target:
+                    continue
+                _remove_at(dst_fd, entry.name, old)
+            os.symlink(target, entry.name, dir_fd=dst_fd)
+        elif stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            # Kept as what they are (never opened), so that the reader of the copy refuses or
+            # lists them exactly as it would have in the original.
+            if old is not None:
+                if stat.S_IFMT(old.st_mode) == stat.S_IFMT(mode):
+                    continue
+                _remove_at(dst_fd, entry.name, old)
+            os.mknod(entry.name, stat.S_IFMT(mode) | 0o600, dir_fd=dst_fd)
+        elif old is not None:
+            _remove_at(dst_fd, entry.name, old)
+        budget.clock()
+
+
+def copy_tree_fd(src_fd: int, dst_fd: int, caps: TreeCaps, *, what: str) -> None:
+    """Make the tree below the directory ``dst_fd`` a copy of the tree below ``src_fd``.
+
+    Both sides are walked through descriptors with ``O_NOFOLLOW``: no link on either side is
+    followed. What ``dst_fd`` already holds the same (bytes, permission bits, link target) is
+    kept, the rest replaced or removed, so a copy back of an attempt that changed little
+    writes little. Every entry, byte (a symlink's target included), level and second of the
+    source counts against ``caps``, whatever the entry's name (``.git`` and ``.sealbench``
+    included): the copy of a tree the agent wrote cannot put more on the host than the caps
+    allow.
+
+    Raises:
+        TreeRejected: the tree breaks a cap; what was copied until then stays.
+        OSError: the destination could not be written (ENOSPC on a full quota included).
+    """
+    budget = _Budget(caps, what)
+    try:
+        _copy_entries(src_fd, dst_fd, "", 0, budget)
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise TreeRejected(f"{what} holds a name longer than the system allows") from None
+        raise
+
+
+def open_dir(path: Path) -> int:
+    """A descriptor of the directory ``path``, opened with ``O_NOFOLLOW``; the caller closes it.
+
+    Raises:
+        TreeRejected: ``path`` is a symlink or not a directory.
+        FileNotFoundError: it does not exist.
+    """
+    return _open_root(path, "the working directory")

@@ -175,7 +175,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 def _run_options(args: argparse.Namespace) -> Any:
     from .runner import RunOptions
 
-    opts = RunOptions(sandbox=args.sandbox, keep_work=args.keep_work)
+    opts = RunOptions(sandbox=args.sandbox, keep_work=args.keep_work,
+                      workspace_quota=not args.no_workspace_quota)
     if args.jobs is not None:
         if args.jobs < 1:
             from .errors import UsageError
@@ -419,10 +420,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run; no attempt is given back")
         else:
             p.add_argument("--resume", action="store_true", help="continue a stopped probe")
-        p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16)")
+        p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16, fewer where the "
+                       "sandboxes' memory quotas would not fit)")
         p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto",
                        help="'none' runs agents unisolated; the run records it and reports say so")
         p.add_argument("--keep-work", action="store_true", help="keep workspaces and grading copies")
+        p.add_argument("--no-workspace-quota", action="store_true",
+                       help="bind workspaces from the host (their files can be watched while the agent runs) "
+                            "instead of a size-capped tmpfs; an agent can then fill the disk (recorded)")
         p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
         p.set_defaults(func=func)
 

@@ -61,6 +61,10 @@ JUNIT_REPORT_CAP = 16 * 2**20
 JUNIT_MAX_DEPTH = 64
 
 FEEDBACK_CAP = 16 * 1024
+
+PRIVATE_CAPS = TreeCaps(max_entries=1000, max_bytes=4 * JUNIT_REPORT_CAP)
+"""Quota and caps of a harness-private folder bound writable into the grading sandbox (the
+guarded pytest's report and record): the code under test can write there too."""
 _LOW_SPACE = 1 << 20
 
 
@@ -97,8 +101,61 @@ class _Running:
 
 
 def default_jobs() -> int:
-    """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy."""
-    return max(2, min(16, 4 * (os.cpu_count() or 1)))
+    """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy; but no
+    more than the machine's memory can hold at their default quotas (see :func:`memory_per_job`)."""
+    by_cores = max(2, min(16, 4 * (os.cpu_count() or 1)))
+    total = _memory_total()
+    if total is None:
+        return by_cores
+    return max(1, min(by_cores, int(total * MEMORY_SHARE) // memory_per_job(Limits(), TreeCaps())))
+
+
+MEMORY_SHARE = 0.75
+"""The share of the machine's memory the running tasks' tmpfs mounts may hold at most."""
+
+
+def memory_per_job(limits: Limits, caps: TreeCaps) -> int:
+    """Bytes of memory one running task's sandbox can hold in tmpfs pages at most: its workspace
+    (or grading copy) quota, the harness-private folder of a grading, /tmp and /dev/shm.
+
+    tmpfs pages are memory (swap aside): an agent that fills its quota holds that much until its
+    attempt ends; one that writes nothing costs nothing.
+    """
+    return caps.max_bytes + PRIVATE_CAPS.max_bytes + 2 * limits.tmp_bytes
+
+
+def _memory_total() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(jobs: int, limits: Limits, caps: TreeCaps) -> None:
+    """Refuse a ``--jobs`` whose sandboxes could fill more than :data:`MEMORY_SHARE` of the
+    machine's memory with their tmpfs quotas: hostile agents that all fill theirs would take
+    the host down, not only their own runs.
+
+    Raises:
+        RunRefusal: the quotas of ``jobs`` tasks at once do not fit.
+    """
+    total = _memory_total()
+    per_job = memory_per_job(limits, caps)
+    if total is None or jobs * per_job <= total * MEMORY_SHARE:
+        return
+    gib = 2**30
+    fits = int(total * MEMORY_SHARE) // per_job
+    raise RunRefusal(
+        f"--jobs {jobs} lets the running sandboxes hold up to {jobs * per_job / gib:.1f} GiB of memory in their "
+        f"size-capped tmpfs mounts (per task: a workspace quota of {caps.max_bytes / gib:.2f} GiB, /tmp and "
+        f"/dev/shm of {limits.tmp_bytes / gib:.2f} GiB each, {PRIVATE_CAPS.max_bytes >> 20} MiB of harness files), "
+        f"more than {MEMORY_SHARE:.0%} of this machine's {total / gib:.1f} GiB; "
+        + (f"use --jobs {fits} or fewer" if fits else "lower the workspace cap (TreeCaps.max_bytes)")
+    )
 
 
 @dataclass
@@ -113,6 +170,10 @@ class RunOptions:
     fsync: bool = True
     limits: Limits = field(default_factory=Limits)
     tree_caps: TreeCaps = field(default_factory=TreeCaps)
+    workspace_quota: bool = True
+    """Each workspace and grading copy a tmpfs of ``tree_caps.max_bytes`` in the sandbox (a disk
+    quota); False binds them from the host, where their files can be watched while the agent
+    runs, and an agent can fill the disk (the run's journal records it)."""
     clock: Clock | None = None
     """Wall clock and boot id the journal records (None: the system's); see :mod:`sealbench.clock`."""
     runs_index: Path | None = None
@@ -251,15 +312,22 @@ def _store_bytes(run_dir: Path, data: bytes) -> str:
 
 def _spec(ctx: _Ctx, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
           readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> SandboxSpec:
-    # Output is kept in memory (capped by the limits) and stored once, under its digest.
+    quota = ctx.options.workspace_quota
+    # Output is kept in memory (capped by the limits) and stored once, under its digest. The
+    # workdir (workspace or grading copy) gets its disk quota: TreeCaps.max_bytes, whose write
+    # past it fails inside the sandbox rather than on the host's disk.
     return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
                        stdout_path=None, stderr_path=None, limits=ctx.options.limits,
-                       readonly_paths=tuple(readonly), writable_paths=tuple(writable))
+                       readonly_paths=tuple(readonly), writable_paths=tuple(writable),
+                       workdir_caps=ctx.options.tree_caps if quota else None,
+                       writable_caps=PRIVATE_CAPS if quota else None)
 
 
 def _facts(ctx: _Ctx, res: SandboxResult) -> dict[str, Any]:
     assert res.stdout is not None and res.stderr is not None  # specs from _spec keep output in memory
+    rejected = {} if res.workdir_rejected is None else {"workdir_rejected": res.workdir_rejected}
     return {
+        **rejected,
         "exit_code": res.exit_code,
         "signal": res.signal,
         "timed_out": res.timed_out,
@@ -762,7 +830,11 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             gap_from = time.monotonic()
             ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                   **_transcript(ctx, tw), **agent_facts)
-            capture = _capture(tw, deadline)
+            if agent_facts.get("workdir_rejected"):
+                # The copy back of the quota'd workspace stopped at a cap: the agent's failure.
+                capture = _Capture([], b"", rejected=str(agent_facts["workdir_rejected"]))
+            else:
+                capture = _capture(tw, deadline)
             patch = capture.patch
             patch_digest = _store_bytes(ctx.run_dir, patch) if patch else None
             extra: dict[str, Any] = {}
@@ -1178,6 +1250,8 @@ def execute(
         raise RunRefusal(missing)
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
+    if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
+        check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps)
     base = run_dir / "probe" if probe else run_dir
     header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
               "argv": list(command_line) if command_line is not None else None,
@@ -1185,7 +1259,9 @@ def execute(
               "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
               "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
               "derivation_version": DERIVATION_VERSION,
-              **_host_facts(sandbox, agent)}
+              **_host_facts(sandbox, agent),
+              # Absent (as before quotas) when on: only the opt-out is recorded.
+              **({} if opts.workspace_quota else {"workspace_quota": False})}
     if not (opts.resume or probe or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.

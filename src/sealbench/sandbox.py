@@ -17,7 +17,9 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   read-only, a private ``/proc`` showing only the sandbox's processes, no ``/sys``. ``HOME``
   is created inside the workdir, on the private ``/tmp``, or as its own tmpfs. ``workdir`` and
   the spec's ``writable_paths`` (each at its host path) are the only writable host
-  directories. Everything else of the host (``/root``, ``/home``,
+  directories; with ``workdir_caps`` / ``writable_caps`` they are size-capped tmpfs mounts
+  instead, copied in from the host before the command and back after the sandbox is gone (a
+  disk quota). Everything else of the host (``/root``, ``/home``,
   ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
 * Network: an empty network namespace with only a loopback device, so the host's loopback
   services, its resolver and the outside world are unreachable.
@@ -126,6 +128,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from sealbench import scratch
+from sealbench.agentfs import TreeCaps, TreeRejected, copy_tree_fd, open_dir
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 
 __all__ = [
@@ -149,6 +152,8 @@ KILL_GRACE_S: Final = 0.5
 _REAP_S: Final = 5.0
 _DRAIN_S: Final = 2.0
 _SWEEP_S: Final = 5.0
+_SETUP_S: Final = 30.0
+_SETUP_TICK_S: Final = 0.002
 _REMOVE_S: Final = 1.0
 _CGROUP_TRIES: Final = 5
 _VANISHED: Final = (errno.ENOENT, errno.ENODEV)
@@ -233,6 +238,12 @@ class SandboxSpec:
     reaps its own children (:mod:`sealbench.function_oracle`); :class:`NoSandbox` ignores it.
     ``readonly_paths`` are exposed read-only and ``writable_paths`` (existing directories, for
     what the command must hand back outside its workdir) writable, each at its host path.
+    ``workdir_caps`` gives the workdir a disk quota (bubblewrap 0.7 or newer): inside the
+    sandbox it is a tmpfs of ``workdir_caps.max_bytes`` bytes, filled from the host directory
+    before the command starts and copied back over it, under these caps, once every process
+    of the sandbox is gone; a write past the quota fails inside with ENOSPC.
+    ``writable_caps`` does the same for each of ``writable_paths``. :class:`NoSandbox` ignores
+    both (no quota there).
 
     Raises:
         ValueError: argv is empty, a path is relative, the timeout is not positive, or an
@@ -250,6 +261,8 @@ class SandboxSpec:
     network: bool = False
     as_pid_1: bool = False
     writable_paths: tuple[Path, ...] = ()
+    workdir_caps: TreeCaps | None = None
+    writable_caps: TreeCaps | None = None
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
@@ -280,7 +293,9 @@ class SandboxResult:
     ``exit_code`` is ``None`` when the command was killed (by the deadline or, outside bwrap,
     by any signal, then named in ``signal``). Byte counts are everything the command wrote,
     kept or discarded. ``stdout`` / ``stderr`` hold what was kept when the spec asked for
-    output in memory (a ``None`` path), else ``None``.
+    output in memory (a ``None`` path), else ``None``. ``workdir_rejected`` says why the copy
+    back of a quota'd workdir stopped (a cap of ``SandboxSpec.workdir_caps`` broken: what the
+    command left is its failure); what was copied until then is in the host directory.
     """
 
     exit_code: int | None
@@ -293,6 +308,7 @@ class SandboxResult:
     signal: int | None
     stdout: bytes | None = None
     stderr: bytes | None = None
+    workdir_rejected: str | None = None
 
 
 class Sandbox(Protocol):
@@ -677,12 +693,13 @@ class _Capture:
 class _Supervisor:
     """Drains the output pipes while waiting for the child, without threads."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], captures: list[_Capture], status_fd: int | None):
+    def __init__(self, proc: subprocess.Popen[bytes], captures: list[_Capture], status_fd: int | None,
+                 status_head: bytes = b""):
         self.proc = proc
         self.poller = select.poll()
         self.captures = {capture.read_fd: capture for capture in captures}
         self.status_fd = status_fd
-        self.status = bytearray()
+        self.status = bytearray(status_head)
         for fd in [*self.captures, *([status_fd] if status_fd is not None else [])]:
             self.poller.register(fd, select.POLLIN)
         self.pidfd: int | None = None
@@ -692,6 +709,8 @@ class _Supervisor:
         self.exited = False
         self.reaper_pid: int | None = None
         self.reaper_pidfd: int | None = None
+        if b"\n" in self.status:  # read before the start, to reach a quota'd workdir
+            self._watch_reaper()
 
     def _child_exited(self) -> bool:
         # WNOWAIT leaves the zombie in place: its pid, hence its process group, stays reserved.
@@ -761,6 +780,50 @@ class _Supervisor:
             if fd is not None:
                 os.close(fd)
         self.pidfd = self.reaper_pidfd = None
+
+
+def _reach_tmpfs(child: int, host: Path, quota: int, deadline: float) -> int | None:
+    """A descriptor of the tmpfs bwrap mounts at ``host`` inside the sandbox of ``child`` (held
+    at its gate), once it is there; None if ``child`` is gone."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = -(-quota // page) * page
+    host_dev = os.stat(host).st_dev
+    where = f"/proc/{child}/root{os.path.normpath(host)}"
+    pause = 0.0005
+    while True:
+        try:
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            if not os.path.exists(f"/proc/{child}"):
+                return None
+        else:
+            vfs = os.fstatvfs(fd)
+            if vfs.f_blocks * vfs.f_frsize == size and os.fstat(fd).st_dev != host_dev:
+                return fd
+            os.close(fd)
+        if time.monotonic() > deadline:
+            raise HarnessError(f"the bubblewrap sandbox did not mount the quota'd {host} within {_SETUP_S:g} s")
+        time.sleep(pause)
+        # A grading sandbox is started as soon as it is set up: a short tick keeps the wait
+        # for bwrap's mounts close to what bwrap itself takes.
+        pause = min(pause * 2, _SETUP_TICK_S)
+
+
+def _first_status_pid(fd: int, head: bytearray, deadline: float) -> int | None:
+    """The ``child-pid`` of bwrap's first status record, read from ``fd`` into ``head`` (kept
+    for the supervisor); None if bwrap ended without one."""
+    while b"\n" not in head:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise HarnessError(f"bubblewrap did not report its sandbox within {_SETUP_S:g} s")
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return None
+        head += chunk
+    try:
+        return int(json.loads(bytes(head).split(b"\n", 1)[0])["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -882,6 +945,10 @@ class _ProcessSandbox:
     def _failed_to_start(self, status: bytes, returncode: int) -> bool:
         return False
 
+    def quota_applies(self, spec: SandboxSpec) -> bool:
+        """Whether ``spec``'s workdir gets a disk quota in this backend."""
+        return False
+
     def _terminate(self, proc: subprocess.Popen[bytes], supervisor: _Supervisor) -> None:
         """At the deadline: SIGTERM to the command's process group (SIGKILL follows the grace)."""
         _signal_group(proc.pid, signal.SIGTERM)
@@ -950,6 +1017,8 @@ class Prepared:
         self._kill_lock = threading.RLock()
         self._killed = False
         self._reaping = False
+        self._quota_fds: list[tuple[Path, TreeCaps, int]] = []
+        self._status_head = bytearray()
 
     def _pipe(self) -> tuple[int, int]:
         pair = os.pipe()
@@ -1094,6 +1163,9 @@ class Prepared:
         self._started = True
         timeout = self.spec.timeout_s if timeout_s is None else max(0.0, timeout_s)
         try:
+            quota = self._proc is not None and self._block is not None and self._box.quota_applies(self.spec)
+            if quota and self._quota_dirs() and not self._fill_workdir():
+                self._close_gate()  # the quota'd workdir was not reached: the command never runs
             with self._kill_lock:
                 if self._killed:
                     raise HarnessError(f"{self.spec.argv[0]!r} was stopped before it started")
@@ -1106,12 +1178,77 @@ class Prepared:
                         os.write(self._block[1], _ALLOW_ALL)
                     self._close_fd(self._block[1])
                     self._block = None
-            return self._supervise(start, timeout)
+            result = self._supervise(start, timeout)
+            if self._quota_fds:
+                result = dataclasses.replace(result, workdir_rejected=self._drain_workdir())
+            return result
         except OSError as exc:
             raise HarnessError(f"{self._box.kind} sandbox failed for {self.spec.argv[0]!r}: {exc}") from exc
 
+    def _quota_dirs(self) -> list[tuple[Path, TreeCaps]]:
+        spec = self.spec
+        dirs = [] if spec.workdir_caps is None else [(spec.workdir, spec.workdir_caps)]
+        if spec.writable_caps is not None:
+            dirs += [(path, spec.writable_caps) for path in spec.writable_paths]
+        return dirs
+
+    def _fill_workdir(self) -> bool:
+        """Reach each quota'd directory's tmpfs and copy the host directory into it; False if
+        bwrap died first.
+
+        Reached through ``/proc/<pid>/root`` of the sandbox's first process while its gate is
+        closed, so only bwrap's own code runs there; recognised by its size (the quota) and its
+        device (not the host directory's). The descriptor keeps the tmpfs
+        alive once the sandbox is gone, so the copy back reads it with no process of the
+        sandbox left.
+
+        Raises:
+            HarnessError: a tmpfs was not seen in time, or a host directory does not fit.
+        """
+        deadline = time.monotonic() + _SETUP_S
+        child = _first_status_pid(self._pipes[2][0], self._status_head, deadline)
+        if child is None:
+            return False
+        for host, caps in self._quota_dirs():
+            fd = _reach_tmpfs(child, host, caps.max_bytes, deadline)
+            if fd is None:
+                return False  # bwrap's setup failed: the status pipe tells why
+            self._quota_fds.append((host, caps, fd))
+            src = open_dir(host)
+            try:
+                os.fchmod(fd, stat.S_IMODE(os.fstat(src).st_mode) | 0o700)
+                copy_tree_fd(src, fd, caps, what=str(host))
+            except (TreeRejected, OSError) as exc:
+                why = exc.reason if isinstance(exc, TreeRejected) else exc.strerror
+                raise HarnessError(f"{host} does not fit its quota of {caps.max_bytes} bytes ({why}); "
+                                   "raise the workspace cap (TreeCaps.max_bytes)") from None
+            finally:
+                os.close(src)
+        return True
+
+    def _drain_workdir(self) -> str | None:
+        """Copy each quota'd directory back over its host directory, once every process of the
+        sandbox is gone, and free its tmpfs; returns why a copy stopped early, if one did."""
+        why: str | None = None
+        while self._quota_fds:
+            host, caps, fd = self._quota_fds.pop(0)
+            try:
+                dst = open_dir(host)
+                try:
+                    copy_tree_fd(fd, dst, caps, what="the working directory" if host == self.spec.workdir
+                                 else f"the sandbox's writable {host.name}")
+                finally:
+                    os.close(dst)
+            except TreeRejected as exc:
+                why = why or exc.reason
+            finally:
+                os.close(fd)
+        return why
+
     def close(self) -> None:
         """Kill what is left (a command that never started included) and free everything."""
+        while self._quota_fds:
+            os.close(self._quota_fds.pop()[2])
         proc = self._proc
         try:
             if proc is not None and proc.returncode is None:
@@ -1144,7 +1281,7 @@ class Prepared:
         status_read = self._pipes[2][0] if len(self._pipes) > 2 else None
         stdout = _Capture(self._pipes[0][0], self._out_fd, spec.limits.output_bytes)
         stderr = _Capture(self._pipes[1][0], self._err_fd, spec.limits.output_bytes)
-        supervisor = _Supervisor(proc, [stdout, stderr], status_read)
+        supervisor = _Supervisor(proc, [stdout, stderr], status_read, bytes(self._status_head))
         sent: int | None = None
         try:
             timed_out = not supervisor.wait_exit(start + timeout_s)
@@ -1335,6 +1472,10 @@ class BubblewrapSandbox(_ProcessSandbox):
     def _tmpfs(self, path: str, size: int) -> list[str]:
         return ["--size", str(size), "--tmpfs", path] if self._sized_tmpfs else ["--tmpfs", path]
 
+    def quota_applies(self, spec: SandboxSpec) -> bool:
+        """Whether ``spec``'s workdir gets its quota here (a tmpfs needs ``--size``, bwrap 0.7)."""
+        return (spec.workdir_caps is not None or spec.writable_caps is not None) and self._sized_tmpfs
+
     def _home_args(self, spec: SandboxSpec) -> tuple[list[str], list[str]]:
         """Arguments creating HOME: (before the binds, after the workdir bind)."""
         home = spec.env.get("HOME")
@@ -1367,9 +1508,17 @@ class BubblewrapSandbox(_ProcessSandbox):
         args += [*self._tmpfs("/tmp", size), *home_first]
         for path in (*_python_prefixes(), *(str(p) for p in spec.readonly_paths)):
             args += ["--ro-bind", path, path]
-        args += ["--bind", workdir, workdir, *home_last]
+        if spec.workdir_caps is not None and self._sized_tmpfs:
+            # A size-capped tmpfs, filled and emptied by the host through a descriptor (see
+            # Prepared._fill_workdir): the command's writes past the quota fail inside.
+            args += [*self._tmpfs(workdir, spec.workdir_caps.max_bytes), *home_last]
+        else:
+            args += ["--bind", workdir, workdir, *home_last]
         for writable in spec.writable_paths:
-            args += ["--bind", str(writable), str(writable)]
+            if spec.writable_caps is not None and self._sized_tmpfs:
+                args += self._tmpfs(str(writable), spec.writable_caps.max_bytes)
+            else:
+                args += ["--bind", str(writable), str(writable)]
         args += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]
@@ -1428,6 +1577,8 @@ class BubblewrapSandbox(_ProcessSandbox):
                 + "; /etc entries not world-readable masked; tmpfs /tmp and /dev/shm"
                 + ("" if self._sized_tmpfs else " (unsized)")
                 + "; workdir (and a spec's writable paths) the only writable host paths"
+                + ("; with a quota, a size-capped tmpfs copied in before the command and back after it"
+                   if self._sized_tmpfs else "")
             ),
             "namespaces": "user, mount, pid, net, ipc, uts, cgroup; " + hardening,
         }
