@@ -144,19 +144,19 @@ class RunHeader(Event):
 
 
 class RunStarted(RunHeader):
-    """``run_started``: the first line of every journal."""
+    """The first line of every journal."""
 
     kind: Literal["run_started"] = RUN_STARTED
 
 
 class RunResumed(RunHeader):
-    """``run_resumed``: a process continues the run (same contract, pack, agent and nonce)."""
+    """A process continues the run (same contract, pack, agent and nonce)."""
 
     kind: Literal["run_resumed"] = RUN_RESUMED
 
 
 class RunInterrupted(Event):
-    """``run_interrupted``: a signal or a storage failure stopped the run."""
+    """A signal or a storage failure stopped the run."""
 
     kind: Literal["run_interrupted"] = RUN_INTERRUPTED
     reason: str | None = Field(None, description="What stopped it.")
@@ -164,14 +164,14 @@ class RunInterrupted(Event):
 
 
 class RunFinished(Event):
-    """``run_finished``: every task of the denominator finished."""
+    """Every task of the denominator finished."""
 
     kind: Literal["run_finished"] = RUN_FINISHED
     outcomes: dict[str, int] | None = Field(None, description="Count of each outcome in this process.")
 
 
 class JournalRepaired(Event):
-    """``journal_repaired``: a resume moved a torn last line aside."""
+    """A resume moved a torn last line aside."""
 
     kind: Literal["journal_repaired"] = JOURNAL_REPAIRED
     torn_bytes: int | None = Field(None, description="Length of the torn line.")
@@ -180,13 +180,13 @@ class JournalRepaired(Event):
 
 
 class Heartbeat(Event):
-    """``heartbeat``: the run is alive (written, not fsynced; see :mod:`sealbench.clock`)."""
+    """The run is alive (written, not fsynced: see the module sealbench.clock)."""
 
     kind: Literal["heartbeat"] = HEARTBEAT
 
 
 class TaskStarted(Event):
-    """``task_started``: a task of the denominator begins, with its caps."""
+    """A task of the denominator begins, with its caps."""
 
     kind: Literal["task_started"] = TASK_STARTED
     max_attempts: int | None = Field(None, description="The retry cap.")
@@ -198,14 +198,14 @@ class TaskStarted(Event):
 
 
 class AttemptStarted(Event):
-    """``attempt_started``: an attempt is used from this line on."""
+    """An attempt is used from this line on."""
 
     kind: Literal["attempt_started"] = ATTEMPT_STARTED
     budget_s: Num | None = Field(None, description="Seconds that remained for the task.")
 
 
 class AgentFinished(ProcessFacts, Event):
-    """``agent_finished``: the agent's attempt ended (its process facts, or a Python agent's)."""
+    """The agent's attempt ended (its process facts, or a Python agent's)."""
 
     kind: Literal["agent_finished"] = AGENT_FINISHED
     prompt_sha256: str | None = Field(None, description="Digest of the prompt the agent was given.")
@@ -216,7 +216,7 @@ class AgentFinished(ProcessFacts, Event):
 
 
 class PatchCaptured(Event):
-    """``patch_captured``: what the attempt changed."""
+    """What the attempt changed."""
 
     kind: Literal["patch_captured"] = PATCH_CAPTURED
     patch_sha256: Blob = Field(None, description="Blob of the patch; null when empty.")
@@ -228,7 +228,7 @@ class PatchCaptured(Event):
 
 
 class Graded(Event):
-    """``graded``: the hidden tests' verdict on the attempt's patch, in a pristine copy."""
+    """The hidden tests' verdict on the attempt's patch, in a pristine copy."""
 
     kind: Literal["graded"] = GRADED
     patch_applies_clean: bool | None = Field(None, description="The patch applied without conflict.")
@@ -248,7 +248,7 @@ class Graded(Event):
 
 
 class Feedback(Event):
-    """``feedback``: what the agent is shown before its next attempt."""
+    """What the agent is shown before its next attempt."""
 
     kind: Literal["feedback"] = FEEDBACK
     policy: str | None = Field(None, description="The budget's feedback policy.")
@@ -256,7 +256,7 @@ class Feedback(Event):
 
 
 class AttemptFinished(Event):
-    """``attempt_finished``: the attempt's result."""
+    """The attempt's result."""
 
     kind: Literal["attempt_finished"] = ATTEMPT_FINISHED
     result: str | None = Field(None, description="pass, fail, abstain, timeout, probe_pass or probe_fail.")
@@ -264,7 +264,7 @@ class AttemptFinished(Event):
 
 
 class AttemptInterrupted(Event):
-    """``attempt_interrupted``: an attempt a stop or a crash ended; it stays used."""
+    """An attempt a stop or a crash ended; it stays used."""
 
     kind: Literal["attempt_interrupted"] = ATTEMPT_INTERRUPTED
     reason: str | None = Field(None, description="What stopped it.")
@@ -273,7 +273,7 @@ class AttemptInterrupted(Event):
 
 
 class TimeCharged(Event):
-    """``time_charged``: a resume's charge for a task's time in an ended session."""
+    """A resume's charge for a task's time in an ended session."""
 
     kind: Literal["time_charged"] = TIME_CHARGED
     session_seq: int | None = Field(None, description="The seq of the session's first line.")
@@ -282,14 +282,14 @@ class TimeCharged(Event):
 
 
 class HarnessErrorEvent(Event):
-    """``harness_error``: the harness failed the task (never the agent's failure)."""
+    """The harness failed the task (never the agent's failure)."""
 
     kind: Literal["harness_error"] = HARNESS_ERROR
     error: str | None = Field(None, description="What failed.")
 
 
 class TaskFinished(Event):
-    """``task_finished``: the task's outcome; nothing of the task follows."""
+    """The task's outcome; nothing of the task follows."""
 
     kind: Literal["task_finished"] = TASK_FINISHED
     outcome: str | None = Field(None, description="pass, fail, abstain, timeout or harness_error.")
@@ -475,6 +475,11 @@ def envelope(version: int, seq: int, time: str, mono_ms: int, boot_id: str | Non
     return {"journal_version": version, "seq": seq, "time": time, "mono_ms": mono_ms, "boot_id": boot_id,
             KIND: event.kind, TASK_ID: event.task_id, ATTEMPT: event.attempt, PAYLOAD: event.payload(),
             "prev": prev}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of an event (kind, task_id, attempt and the payload's fields)."""
+    return _ADAPTER.json_schema()
 
 
 def present(**values: Any) -> dict[str, Any]:
