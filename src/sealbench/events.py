@@ -79,6 +79,8 @@ class ProcessFacts(Model):
     stderr_bytes: int | None = Field(None, description="Bytes it wrote to stderr, beyond the cap included.")
     stdout_truncated: bool | None = Field(None, description="True when stdout passed the cap.")
     stderr_truncated: bool | None = Field(None, description="True when stderr passed the cap.")
+    workdir_rejected: str | None = Field(None, description="Why its working directory (under a disk quota) was "
+                                         "not copied back whole: the command's doing.")
 
 
 class Event(Model):
