@@ -9,8 +9,10 @@ payload key (a test holds the package to it).
 
 Reading refuses a kind this release does not know and a payload key its kind does not have,
 naming the journal line (:class:`EventError`): ``verify`` lists it as a problem and a resume
-refuses. Every field any release wrote is accepted, and a field older journals lack is
-optional, so journals written by earlier releases read as they were written.
+refuses. Every field any release wrote is accepted, and every payload field is optional
+(older releases wrote fewer; whether a task's events tell a story the runner could have
+written is :mod:`sealbench.consistency`'s to check), so journals written by earlier releases
+read as they were written.
 
 Writing: :meth:`Event.payload` is exactly the keys the code set (``exclude_unset``), with the
 values it gave, so a line's bytes, and so every hash and derived byte, are what they were
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, Union
+from typing import Annotated, Any, Final, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -86,7 +88,6 @@ class ProcessFacts(Model):
 class Event(Model):
     """One journal event: its kind, the task and attempt it is about, and its payload fields."""
 
-    KINDS: ClassVar[tuple[str, ...]] = ()
     kind: str
     task_id: str | None = Field(None, description="The task, for task events.")
     attempt: int | None = Field(None, description="The attempt, for attempt events.")
