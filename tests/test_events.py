@@ -211,3 +211,9 @@ def test_forged_payload_field_unknown_to_its_kind_is_named_by_verify_and_refused
     named = "payload field 'counted_as_pass' is not one a task_finished event has (unknown field)"
     _refused_everywhere(made, tmp_path, edit, named)
     assert named in capsys.readouterr().err
+
+
+def test_the_schema_command_prints_every_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "journal-events"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert set(schema["discriminator"]["mapping"]) == events.KINDS
