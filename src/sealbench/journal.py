@@ -82,7 +82,8 @@ def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str
 def _shaped(event: dict[str, Any]) -> bool:
     """True when a line has exactly its version's fields (its event can be read)."""
     version = event.get("journal_version")
-    return type(version) is int and _FIELDS_BY_VERSION.get(version) == frozenset(event)
+    fields = _FIELDS_BY_VERSION.get(version) if type(version) is int else None
+    return fields is not None and event.keys() == fields
 
 
 def typed_line(event: dict[str, Any], lineno: int) -> ev.Line:
@@ -91,7 +92,7 @@ def typed_line(event: dict[str, Any], lineno: int) -> ev.Line:
     Raises:
         EventError: a kind or a payload field this release does not read, named by its line.
     """
-    return ev.line_of(event, f"journal.jsonl line {lineno}")
+    return ev.line_of(event, lambda: f"journal.jsonl line {lineno}")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
