@@ -324,7 +324,6 @@ SESSION_START: Final = (RunStarted, RunResumed, JournalRepaired)
 """The events a runner process writes first (see :mod:`sealbench.charge`)."""
 HEADERS: Final = (RunStarted, RunResumed)
 """The events that carry a run header."""
-_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 
 
 def _blob_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> tuple[tuple[str, ...], ...]:
@@ -498,7 +497,10 @@ def envelope(version: int, seq: int, time: str, mono_ms: int, boot_id: str | Non
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of an event (kind, task_id, attempt and the payload's fields)."""
-    return _ADAPTER.json_schema()
+    # Built here, not at import: reading dispatches on the kind (see _parse), and the union's
+    # validator costs every process that imports this module a few milliseconds.
+    adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+    return adapter.json_schema()
 
 
 def present(**values: Any) -> dict[str, Any]:
