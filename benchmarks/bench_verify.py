@@ -30,6 +30,7 @@ from _common import (
     times,
 )
 
+from sealbench import events
 from sealbench.contract import lock_contract
 from sealbench.digest import sha256_bytes
 from sealbench.files import model_json, write_atomic
@@ -50,9 +51,9 @@ def synthesise(run_dir: Path, n: int) -> None:
     run_dir.mkdir(parents=True)
     write_atomic(run_dir / "scoring_contract.json", model_json(contract))
     journal = Journal.create(run_dir / "journal.jsonl", fsync=False)
-    journal.append("run_started", payload={"contract_sha256": contract.contract_sha256, "run_id": contract.run_id,
-                                           "pack_sha256": contract.pack.sha256 if contract.pack else None,
-                                           "argv": None, "probe": False, "sandbox": {"kind": "bubblewrap"}})
+    journal.append(events.RunStarted(contract_sha256=contract.contract_sha256, run_id=contract.run_id,
+                                     pack_sha256=contract.pack.sha256 if contract.pack else None,
+                                     argv=None, probe=False, sandbox={"kind": "bubblewrap"}))
     hidden = sha256_bytes(b"hidden tests")
     patch = b"--- a/mod.py\n+++ b/mod.py\n@@ -1 +1 @@\n-VALUE = 0\n+VALUE = 1\n"
     patch_digest = sha256_bytes(patch)
@@ -60,26 +61,23 @@ def synthesise(run_dir: Path, n: int) -> None:
     (run_dir / "blobs" / patch_digest.removeprefix("sha256:")).write_bytes(patch)
     for i, tid in enumerate(ids):
         passed = i % 3 == 0
-        journal.append("task_started", task_id=tid, payload={
-            "max_attempts": 1, "wall_clock_s": 60, "prompt_template_id": "t", "hidden_tests_sha256": hidden,
-            "oracle_cmd": ["python", "check_value.py"]})
-        journal.append("attempt_started", task_id=tid, attempt=1, payload={"budget_s": 60})
-        journal.append("agent_finished", task_id=tid, attempt=1, payload={"exit_code": 0, "timed_out": False,
-                                                                           "elapsed_ms": 5})
-        journal.append("patch_captured", task_id=tid, attempt=1, payload={
-            "patch_sha256": patch_digest, "empty": False, "changed": ["mod.py"], "changed_count": 1})
-        journal.append("graded", task_id=tid, attempt=1, payload={
-            "patch_applies_clean": True, "forbidden": [], "no_forbidden_path": True, "tests_green": passed,
-            "oracle": {"exit_code": 0 if passed else 1, "timed_out": False}, "oracle_timed_out": False,
-            "task_pass": passed})
-        journal.append("attempt_finished", task_id=tid, attempt=1,
-                       payload={"result": "pass" if passed else "fail", "elapsed_ms": 10})
-        journal.append("task_finished", task_id=tid, payload={
-            "outcome": "pass" if passed else "fail", "attempts_used": 1, "elapsed_ms": 12,
-            "first_attempt_passed": passed, "patch_sha256": patch_digest})
-    journal.append("run_finished", payload={})
+        journal.append(events.TaskStarted(task_id=tid, max_attempts=1, wall_clock_s=60, prompt_template_id="t",
+                                          hidden_tests_sha256=hidden, oracle_cmd=["python", "check_value.py"]))
+        journal.append(events.AttemptStarted(task_id=tid, attempt=1, budget_s=60))
+        journal.append(events.AgentFinished(task_id=tid, attempt=1, exit_code=0, timed_out=False, elapsed_ms=5))
+        journal.append(events.PatchCaptured(task_id=tid, attempt=1, patch_sha256=patch_digest, empty=False,
+                                            changed=["mod.py"], changed_count=1))
+        journal.append(events.Graded(task_id=tid, attempt=1, patch_applies_clean=True, forbidden=[],
+                                     no_forbidden_path=True, tests_green=passed,
+                                     oracle=events.ProcessFacts(exit_code=0 if passed else 1, timed_out=False),
+                                     oracle_timed_out=False, task_pass=passed))
+        journal.append(events.AttemptFinished(task_id=tid, attempt=1, result="pass" if passed else "fail",
+                                              elapsed_ms=10))
+        journal.append(events.TaskFinished(task_id=tid, outcome="pass" if passed else "fail", attempts_used=1,
+                                           elapsed_ms=12, first_attempt_passed=passed, patch_sha256=patch_digest))
+    journal.append(events.RunFinished())
     journal.close()
-    write_derived(run_dir, read_chain(run_dir / "journal.jsonl").events, ids)
+    write_derived(run_dir, read_chain(run_dir / "journal.jsonl").lines, ids)
 
 
 def main() -> None:

@@ -195,7 +195,7 @@ def simulate(steps: list[str], gaps: list[int], max_attempts: int) -> Iterator[L
                 log.add("attempt_interrupted", "t", attempt)
                 running = False
             for c in charged.new_charges:
-                log.add("time_charged", c.task_id, **c.payload())
+                log.add("time_charged", c.task_id, **c.event().payload())
     yield log
 
 
@@ -211,8 +211,8 @@ def test_charges_never_fall_below_the_journal_and_never_pass_the_cap(steps: list
         assert 0.0 <= total <= CAP + 1e-9
         for charge in out.new_charges:
             session = next(s for s in sessions(log.events) if s.first_seq == charge.session_seq)
-            mine = [e["mono_ms"] for e in session.events
-                    if e["task_id"] == "t" and e["kind"] not in ("time_charged", "attempt_interrupted")]
+            mine = [e.raw["mono_ms"] for e in session.events
+                    if e.raw["task_id"] == "t" and e.raw["kind"] not in ("time_charged", "attempt_interrupted")]
             remaining = round((CAP - (total - charge.charged_s)) * 1000)
             charged = round(charge.charged_s * 1000)
             assert 0 <= charged <= remaining
@@ -220,4 +220,4 @@ def test_charges_never_fall_below_the_journal_and_never_pass_the_cap(steps: list
                 assert charged == mine[-1] - mine[0]
             else:
                 # The task may have run up to the session's last line, and the lease beyond it.
-                assert charged == min(session.events[-1]["mono_ms"] + 2000 - mine[0], remaining)
+                assert charged == min(session.events[-1].raw["mono_ms"] + 2000 - mine[0], remaining)

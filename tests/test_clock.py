@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sealbench import events
 from sealbench.clock import Clock, Heartbeat, read_boot_id
 from sealbench.digest import canonical_json
 from sealbench.journal import Journal, event_hash, open_for_resume, read_chain
@@ -27,7 +28,7 @@ def test_lines_carry_monotonic_time_and_the_boot_id_inside_their_hash(tmp_path: 
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
     before = int(time.monotonic() * 1000)
-    journal.append("step", task_id="t", attempt=1)
+    journal.append(events.AttemptStarted(task_id="t", attempt=1))
     journal.close()
     (event,) = lines(path)
     assert event["journal_version"] == 2 and event["boot_id"] == read_boot_id()
@@ -51,10 +52,10 @@ def test_a_stepped_wall_clock_moves_time_and_nothing_else(tmp_path: Path) -> Non
     path = tmp_path / "journal.jsonl"
     ahead = Clock(utc=lambda: datetime.now(UTC) + timedelta(hours=1))
     journal = Journal.create(path, clock=Clock())
-    journal.append("a")
+    journal.append(events.RunStarted())
     journal.close()
     journal, _ = open_for_resume(path, clock=ahead)
-    journal.append("b")
+    journal.append(events.RunResumed())
     journal.close()
     a, b = lines(path)
     assert b["time"][:13] > a["time"][:13]  # an hour later on the wall
@@ -65,7 +66,7 @@ def test_a_stepped_wall_clock_moves_time_and_nothing_else(tmp_path: Path) -> Non
 def test_version_1_lines_keep_their_fields_and_other_shapes_are_named(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
-    journal.append("step")
+    journal.append(events.RunInterrupted())
     journal.close()
     (event,) = lines(path)
     v1 = {k: v for k, v in event.items() if k not in ("mono_ms", "boot_id")} | {"journal_version": 1}
@@ -89,9 +90,9 @@ def test_a_heartbeat_is_written_without_an_fsync_and_a_later_fsync_covers_it(tmp
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
-    journal.append("heartbeat", durable=False)
+    journal.append(events.Heartbeat(), durable=False)
     assert synced == [] and len(lines(path)) == 1
-    journal.append("step")
+    journal.append(events.RunInterrupted())
     assert len(synced) == 1
     journal.close()
 
@@ -116,7 +117,7 @@ def test_other_lines_make_heartbeats_unneeded(tmp_path: Path) -> None:
     heartbeat = Heartbeat(journal, interval_ms=300, lease_ms=2000, on_lapse=lambda m: None).start()
     end = time.monotonic() + 1.0
     while time.monotonic() < end:
-        journal.append("step", durable=False)
+        journal.append(events.RunInterrupted(), durable=False)
         time.sleep(0.05)
     heartbeat.stop()
     journal.close()
@@ -126,7 +127,7 @@ def test_other_lines_make_heartbeats_unneeded(tmp_path: Path) -> None:
 def test_a_journal_that_cannot_be_written_ends_the_run_within_the_lease(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
-    journal.append("step")
+    journal.append(events.RunInterrupted())
     lapsed = threading.Event()
     messages: list[str] = []
 
@@ -151,13 +152,13 @@ def test_a_journal_opened_long_before_the_heartbeat_starts_is_not_a_lapse(tmp_pa
     """A resume reads a large journal between opening it and starting the heartbeat."""
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
-    journal.append("step")
+    journal.append(events.RunInterrupted())
     time.sleep(0.8)
     real_append = journal.append
 
-    def slow_append(kind: str, **kw: Any) -> dict[str, Any]:
+    def slow_append(event: events.Event, **kw: Any) -> dict[str, Any]:
         time.sleep(0.2)  # a slow disk: the first heartbeat lands after the watchdog has looked
-        return real_append(kind, **kw)
+        return real_append(event, **kw)
 
     journal.append = slow_append
     lapses: list[str] = []

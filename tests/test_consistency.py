@@ -379,14 +379,19 @@ def test_each_rule_names_the_task_and_the_events(build: Callable[[Story], Story]
     assert any(named in p for p in problems), problems
 
 
-def test_a_journal_without_nonces_or_newer_event_kinds_is_not_faulted() -> None:
-    s = Story(nonce=None).add("task_started", "a", max_attempts=3, wall_clock_s=60.0).add("attempt_started", "a", 1)
-    s.add("heartbeat", "a", 1, at_ms=500)
-    s.add("run_resumed", payload={}).add("attempt_interrupted", "a", 1, charged_s=2.0)
-    s.attempt("a", 2, "abstain").add("task_finished", "a", outcome="abstain", attempts_used=2,
-                                     first_attempt_passed=False, patch_sha256=None)
-    s.task("b", ["timeout"])
-    assert journal_contradictions(s.events, contract()) == []
+def test_a_journal_without_nonces_is_not_faulted_and_an_unknown_field_is_named() -> None:
+    def story(**heartbeat: Any) -> Story:
+        s = Story(nonce=None).add("task_started", "a", max_attempts=3, wall_clock_s=60.0)
+        s.add("attempt_started", "a", 1).add("heartbeat", "a", 1, **heartbeat)
+        s.add("run_resumed", payload={}).add("attempt_interrupted", "a", 1, charged_s=2.0)
+        s.attempt("a", 2, "abstain").add("task_finished", "a", outcome="abstain", attempts_used=2,
+                                         first_attempt_passed=False, patch_sha256=None)
+        return s.task("b", ["timeout"])
+
+    assert journal_contradictions(story().events, contract()) == []
+    # Unknown kinds and fields are refused on read (sealbench.events), here as everywhere.
+    assert journal_contradictions(story(at_ms=500).events, contract()) == [
+        "journal.jsonl seq 3: payload field 'at_ms' is not one a heartbeat event has (unknown field)"]
 
 
 def test_hostile_journal_values_never_raise() -> None:

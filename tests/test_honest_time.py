@@ -281,10 +281,10 @@ def test_stalled_journal_ends_the_run_before_the_lease_runs_out(sealed_pack: Pat
 
         append = Journal.append
 
-        def stalling(self, kind, **kw):
-            if kind == "heartbeat":
+        def stalling(self, event, **kw):
+            if event.kind == "heartbeat":
                 threading.Event().wait()  # the write never returns
-            return append(self, kind, **kw)
+            return append(self, event, **kw)
 
         Journal.append = stalling
         execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, workspace_quota=False, jobs=1, keep_work=True))

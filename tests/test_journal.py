@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sealbench import events as ev
 from sealbench.errors import RunRefusal, StorageError, VerificationFailed
 from sealbench.journal import Journal, event_hash, open_for_resume, read_chain
 
 
 def write_journal(path: Path, n: int = 5) -> list[dict[str, object]]:
     j = Journal.create(path)
-    events = [j.append("step", task_id=f"t{i % 2}", attempt=1, payload={"i": i}) for i in range(n)]
+    events = [j.append(ev.AttemptStarted(task_id=f"t{i % 2}", attempt=1, budget_s=i)) for i in range(n)]
     j.close()
     return events
 
@@ -83,7 +84,7 @@ def test_torn_last_line_is_repaired_on_resume_and_nothing_before_it_is_lost(tmp_
     report = read_chain(path)
     assert report.problems == [] and report.torn_tail and len(report.events) == 4
     journal, resumed = open_for_resume(path)
-    journal.append("after", payload={})
+    journal.append(ev.RunResumed())
     journal.close()
     final = read_chain(path)
     assert final.problems == []
@@ -91,7 +92,7 @@ def test_torn_last_line_is_repaired_on_resume_and_nothing_before_it_is_lost(tmp_
     repaired = final.events[4]
     assert repaired["kind"] == "journal_repaired" and repaired["payload"]["torn_bytes"] == len(report.torn_tail)
     assert (tmp_path / repaired["payload"]["moved_to"]).read_bytes() == report.torn_tail
-    assert resumed[-1] == repaired
+    assert resumed[-1].raw == repaired
 
 
 def test_resume_refuses_a_broken_chain(tmp_path: Path) -> None:
@@ -99,7 +100,7 @@ def test_resume_refuses_a_broken_chain(tmp_path: Path) -> None:
     write_journal(path)
     lines = path.read_text().splitlines(keepends=True)
     event = json.loads(lines[1])
-    event["payload"]["i"] = 99
+    event["payload"]["budget_s"] = 99
     lines[1] = json.dumps(event) + "\n"
     path.write_text("".join(lines))
     with pytest.raises(VerificationFailed, match="line 2: content does not match its hash"):
@@ -112,7 +113,7 @@ def test_concurrent_appends_keep_one_chain(tmp_path: Path) -> None:
 
     def writer(k: int) -> None:
         for i in range(50):
-            journal.append("w", task_id=f"t{k}", payload={"i": i})
+            journal.append(ev.AttemptStarted(task_id=f"t{k}", budget_s=i))
 
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
     for t in threads:
@@ -129,7 +130,7 @@ def test_full_disk_keeps_every_earlier_event(tmp_path: Path) -> None:
     failure (exit 3, resumable), not a harness error."""
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
-    journal.append("ok", payload={})
+    journal.append(ev.RunStarted())
     import os
 
     real_write = os.write
@@ -143,13 +144,13 @@ def test_full_disk_keeps_every_earlier_event(tmp_path: Path) -> None:
     os.write = failing_write  # type: ignore[assignment]
     try:
         with pytest.raises(StorageError, match="No space left on device"):
-            journal.append("lost", payload={"x": 1})
+            journal.append(ev.RunFinished(outcomes={"x": 1}))
     finally:
         os.write = real_write
-    journal.append("after", payload={})
+    journal.append(ev.RunResumed())
     journal.close()
     report = read_chain(path)
-    assert report.problems == [] and [e["kind"] for e in report.events] == ["ok", "after"]
+    assert report.problems == [] and [e["kind"] for e in report.events] == ["run_started", "run_resumed"]
 
 
 def test_group_commit_returns_only_after_an_fsync_covering_the_line(tmp_path: Path,
@@ -174,7 +175,7 @@ def test_group_commit_returns_only_after_an_fsync_covering_the_line(tmp_path: Pa
 
     def writer(k: int) -> None:
         for i in range(40):
-            event = journal.append("w", task_id=f"t{k}", payload={"i": i})
+            event = journal.append(ev.AttemptStarted(task_id=f"t{k}", budget_s=i))
             with lock:
                 seen.append((event["seq"], max(covered)))
 
@@ -197,7 +198,7 @@ def test_failed_fsync_stops_the_journal(tmp_path: Path, monkeypatch: pytest.Monk
 
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path)
-    journal.append("ok", payload={})
+    journal.append(ev.RunStarted())
     real_fsync = os.fsync
 
     def failing(fd: int) -> None:
@@ -205,9 +206,9 @@ def test_failed_fsync_stops_the_journal(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises(StorageError, match=r"fsync failed .*Input/output error"):
-        journal.append("unsure", payload={})
+        journal.append(ev.RunInterrupted())
     monkeypatch.setattr(os, "fsync", real_fsync)
     with pytest.raises(StorageError, match="fsync failed"):
-        journal.append("after", payload={})
+        journal.append(ev.RunResumed())
     journal.close()
-    assert [e["kind"] for e in read_chain(path).events] == ["ok", "unsure"]
+    assert [e["kind"] for e in read_chain(path).events] == ["run_started", "run_interrupted"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import make_contract, needs_bwrap
+from sealbench import events
 from sealbench.errors import HarnessError, RunRefusal, ScoreRefusal
 from sealbench.journal import Journal, read_chain
 from sealbench.lock import hold_reader, hold_writer
@@ -155,7 +156,7 @@ def test_journal_created_by_another_process_first_is_never_overwritten(tmp_path:
     """O_EXCL: of two runs creating one journal at once, the second is refused, not merged."""
     path = tmp_path / "journal.jsonl"
     first = Journal.create(path)
-    first.append("run_started", payload={})
+    first.append(events.RunStarted())
     with pytest.raises(RunRefusal, match="exists; resume it"):
         Journal.create(path)
     first.close()
@@ -167,8 +168,8 @@ def test_foreign_write_to_the_journal_stops_its_writer(tmp_path: Path, change: s
     """A line that this writer did not write (a second writer) is found before the next append."""
     path = tmp_path / "journal.jsonl"
     journal = Journal.create(path, fsync=False)
-    journal.append("a", payload={})
-    journal.append("b", payload={})
+    journal.append(events.RunStarted())
+    journal.append(events.RunResumed())
     if change == "append":
         with path.open("ab") as f:
             f.write(b'{"kind":"forged"}\n')
@@ -178,9 +179,9 @@ def test_foreign_write_to_the_journal_stops_its_writer(tmp_path: Path, change: s
         path.rename(tmp_path / "old.jsonl")
         path.write_bytes((tmp_path / "old.jsonl").read_bytes())
     with pytest.raises(HarnessError, match="Only one process may write a run"):
-        journal.append("c", payload={})
+        journal.append(events.RunInterrupted())
     with pytest.raises(HarnessError):
-        journal.append("d", payload={})  # stopped for good
+        journal.append(events.RunFinished())  # stopped for good
     journal.close()
 
 

@@ -95,11 +95,11 @@ def test_resume_counts_an_open_attempt_as_used(sealed_pack: Path, tmp_path: Path
     def stop_after_first_attempt_starts(journal: Any) -> None:
         original = journal.append
 
-        def append(kind: str, **kw: Any) -> dict[str, Any]:
-            event = original(kind, **kw)
-            if kind == "attempt_started":
+        def append(event: Any, **kw: Any) -> dict[str, Any]:
+            line = original(event, **kw)
+            if event.kind == "attempt_started":
                 raise Stop
-            return event
+            return line
 
         journal.append = append
 

@@ -52,11 +52,11 @@ def stopped_run(contract_file: Path, run_dir: Path) -> None:
     def stop_after_first_attempt_starts(journal: Any) -> None:
         original = journal.append
 
-        def append(kind: str, **kw: Any) -> dict[str, Any]:
-            event = original(kind, **kw)
-            if kind == "attempt_started":
+        def append(event: Any, **kw: Any) -> dict[str, Any]:
+            line = original(event, **kw)
+            if event.kind == "attempt_started":
                 raise Stop
-            return event
+            return line
 
         journal.append = append
 
@@ -114,13 +114,14 @@ import sys, time
 from pathlib import Path
 from sealbench.contract import load_contract
 from sealbench.errors import RunRefusal
+from sealbench.events import RunStarted
 from sealbench.runs_index import claim_run
 contract, run_dir, go = load_contract(Path(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3])
 Path(sys.argv[4]).touch()
 while not go.exists():
     time.sleep(0.001)
 try:
-    claim_run(contract, run_dir, {"run_nonce": run_dir.name})
+    claim_run(contract, run_dir, RunStarted(run_nonce=run_dir.name))
     print("claimed")
 except RunRefusal:
     print("refused")
@@ -238,11 +239,12 @@ def test_a_run_deleted_and_run_again_in_the_same_directory_is_refused(
 def test_a_start_stopped_before_its_journal_existed_may_start_again_in_place(
         cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
     from sealbench.contract import load_contract
+    from sealbench.events import RunStarted
     from sealbench.runs_index import claim_run
 
     c = contract(sealed_pack, tmp_path, "never-started")
     # What a run killed between recording itself and creating its journal leaves behind.
-    claim_run(load_contract(c), (tmp_path / "run").resolve(), {"run_nonce": "lost"})
+    claim_run(load_contract(c), (tmp_path / "run").resolve(), RunStarted(run_nonce="lost"))
     code, _out, err = cli("run", c, "--out", tmp_path / "run", "--no-progress")
     assert code == 0, err
     code, _out, err = cli("run", c, "--out", tmp_path / "elsewhere", "--no-progress")

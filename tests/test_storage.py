@@ -144,11 +144,11 @@ def test_harness_error_followed_by_a_kill_stays_a_harness_error(sealed_pack: Pat
         hidden.write_bytes(sealed + b"\n# changed under the run\n")  # the harness's fault, not the agent's
         original = journal.append
 
-        def append(kind: str, **kw: Any) -> dict[str, Any]:
-            event = original(kind, **kw)
-            if kind == "harness_error":
+        def append(event: Any, **kw: Any) -> dict[str, Any]:
+            line = original(event, **kw)
+            if event.kind == "harness_error":
                 raise Killed
-            return event
+            return line
 
         journal.append = append
 

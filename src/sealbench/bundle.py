@@ -47,6 +47,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import events as ev
 from .consistency import journal_contradictions
 from .contract import require_locked
 from .derive import (
@@ -64,9 +65,8 @@ from .derive import (
     newer_release,
     rules_for,
     seed_event,
+    typed_lines,
 )
-from .derive import dict_events as _dicts
-from .derive import payload_of as _payload
 from .derive import where_of as _where
 from .digest import DIGEST_RE, sha256_bytes
 from .errors import (
@@ -97,16 +97,11 @@ UNSIGNED_CAVEAT = (
     "with --pubkey"
 )
 
-# Where the runner's journal events name a blob (a file in blobs/ named by its sha256). Only
-# these fields: an agent's free-form "action" payload may hold digest-like strings, and it must
-# not be able to make a bundle demand blobs that were never stored.
-BLOB_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "agent_finished": (("stdout",), ("stderr",)),
-    "graded": (("oracle", "stdout"), ("oracle", "stderr")),
-    "feedback": (("visible_tests", "stdout"), ("visible_tests", "stderr")),
-    "patch_captured": (("patch_sha256",),),
-    "task_finished": (("patch_sha256",),),
-}
+# Where the runner's journal events name a blob (a file in blobs/ named by its sha256): the
+# fields each event model types as a blob (events.Blob). Only these: an agent's free-form
+# "action" may hold digest-like strings, and it must not be able to make a bundle demand
+# blobs that were never stored.
+BLOB_FIELDS = ev.BLOB_FIELDS
 _HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 _SUMS_LINE_RE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
 
@@ -131,44 +126,39 @@ def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, s
     """
     refs: dict[str, str] = {}
     problems: list[str] = []
-    for ev in _dicts(events):
-        for path in BLOB_FIELDS.get(str(ev.get("kind")), ()):
-            value: Any = _payload(ev)
-            for key in path:
-                value = value.get(key) if isinstance(value, dict) else None
-            if value is None:
+    for line in typed_lines(events, source):
+        for name, value in ev.blob_fields(line.event):
+            if not DIGEST_RE.match(value):
+                problems.append(f"{_where(source, line)}: {name} {value!r} is not a blob digest")
                 continue
-            if not isinstance(value, str) or not DIGEST_RE.match(value):
-                problems.append(f"{_where(source, ev)}: {'.'.join(path)} {value!r} is not a blob digest")
-                continue
-            refs.setdefault(value.removeprefix("sha256:"), _where(source, ev))
+            refs.setdefault(value.removeprefix("sha256:"), _where(source, line))
     return refs, problems
 
 
 def run_pins(contract: ScoringContract, events: Sequence[Any], source: str, *, probe: bool) -> list[str]:
     """Everything wrong with how a journal's start (and resume) events pin the contract."""
-    evs = _dicts(events)
+    evs = typed_lines(events, source)
     if not evs:
         return [f"{source}: no events"]
     problems: list[str] = []
-    if evs[0].get("kind") != "run_started":
-        problems.append(f"{source}: the first event is {evs[0].get('kind')!r}, not run_started")
+    if not isinstance(evs[0].event, ev.RunStarted):
+        problems.append(f"{source}: the first event is {evs[0].kind!r}, not {ev.RUN_STARTED}")
     pack_sha = contract.pack.sha256 if contract.pack else None
-    for ev in evs:
-        if ev.get("kind") not in ("run_started", "run_resumed"):
+    for line in evs:
+        p = line.event
+        if not isinstance(p, ev.RunHeader):
             continue
-        p = _payload(ev)
-        where = _where(source, ev)
-        if p.get("contract_sha256") != contract.contract_sha256:
+        where = _where(source, line)
+        if p.contract_sha256 != contract.contract_sha256:
             problems.append(
-                f"{where}: pins contract {p.get('contract_sha256')}, not {CONTRACT}'s {contract.contract_sha256}"
+                f"{where}: pins contract {p.contract_sha256}, not {CONTRACT}'s {contract.contract_sha256}"
             )
-        if p.get("pack_sha256") != pack_sha:
-            problems.append(f"{where}: pins pack {p.get('pack_sha256')}, not {CONTRACT}'s {pack_sha}")
-        if p.get("run_id") != contract.run_id:
-            problems.append(f"{where}: run_id {p.get('run_id')!r}, not {CONTRACT}'s {contract.run_id!r}")
-        if p.get("probe") is not probe:
-            problems.append(f"{where}: probe is {p.get('probe')!r} in the {'probe' if probe else 'run'} journal")
+        if p.pack_sha256 != pack_sha:
+            problems.append(f"{where}: pins pack {p.pack_sha256}, not {CONTRACT}'s {pack_sha}")
+        if p.run_id != contract.run_id:
+            problems.append(f"{where}: run_id {p.run_id!r}, not {CONTRACT}'s {contract.run_id!r}")
+        if p.probe is not probe:
+            problems.append(f"{where}: probe is {p.probe!r} in the {'probe' if probe else 'run'} journal")
     return problems
 
 
@@ -200,6 +190,9 @@ def rederive(
     problems: list[str] = []
     files: dict[str, bytes] = {}
     task_ids = list(contract.task_ids)
+    # Typed once: a line that is not an event this release reads is named by the chain check.
+    events = typed_lines(events, JOURNAL)
+    probe_events = typed_lines(probe_events, PROBE_JOURNAL) if probe_events is not None else None
     refs, bad = blob_refs(events, JOURNAL)
     problems += bad
     probe_refs: dict[str, str] = {}
@@ -227,7 +220,7 @@ def rederive(
                          blob_refs=all_refs, problems=problems)
     # A journal whose chain verifies can still be hand-made: a failure to derive is a finding.
     try:
-        derived = rules.derive(_dicts(events), task_ids)
+        derived = rules.derive(events, task_ids)
         files.update(derived.files)
         cards = derived.scorecards
     except Exception as e:
@@ -247,7 +240,7 @@ def rederive(
         problems.append(f"{JOURNAL}: patches cannot be derived ({type(e).__name__}: {e})")
     if probe_events is not None:
         try:
-            summary = rules.probe_summary(_dicts(probe_events), task_ids)
+            summary = rules.probe_summary(probe_events, task_ids)
             files[PROBE_SUMMARY] = rules.probe_bytes(summary)
         except Exception as e:
             problems.append(f"{PROBE_JOURNAL}: {PROBE_SUMMARY} cannot be derived ({type(e).__name__}: {e})")
@@ -357,7 +350,7 @@ def _json_or_none(data: bytes) -> Any:
 
 def _label(entry: Any) -> str:
     if isinstance(entry, dict):
-        for key in ("task_id", "kind"):
+        for key in (ev.TASK_ID, ev.KIND):
             if isinstance(entry.get(key), str):
                 seq = f" seq {entry['seq']}" if "seq" in entry else ""
                 return f" ({entry[key]}{seq})"
@@ -590,8 +583,9 @@ def check_bundle(
         return problems, None
     if pack is not None and pack.digest is not None and contract.pack is not None and pack.digest != contract.pack.sha256:
         problems.append(f"pack {pack.path}: digest {pack.digest} differs from {CONTRACT}'s {contract.pack.sha256}")
-    events = chain.events
-    probe_events = probe_chain.events if probe_chain is not None else None
+    # The typed lines: a line whose event this release does not read is among the chain's problems.
+    events = chain.lines
+    probe_events = probe_chain.lines if probe_chain is not None else None
     problems += run_pins(contract, events, JOURNAL, probe=False)
     # The chain shows the journal was not edited, unless every hash was recomputed: what the
     # events mean must agree too (see consistency's module docstring).
@@ -624,13 +618,13 @@ def check_bundle(
         problems.append(f"{rel}: not part of this bundle (nothing derives or references it)")
     if problems or r.rate is None:
         return problems, None
-    first = _dicts(events)[0]
-    nonce = _payload(first).get("run_nonce")
-    headers = [_payload(e) for e in _dicts(events) if e.get("kind") in ("run_started", "run_resumed")]
+    first = events[0]
+    headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
+    nonce = headers[0].run_nonce if headers and first.event is headers[0] else None
     facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
                    probe_sentence=r.probe.get("sentence") if r.probe else None,
-                   started_at=str(first.get("time")), signature=signature, pack=pack_note,
-                   isolation=isolation_of(headers), run_nonce=nonce if isinstance(nonce, str) else None)
+                   started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
+                   isolation=isolation_of(headers), run_nonce=nonce)
     return [], facts
 
 
@@ -801,12 +795,12 @@ def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None) -> Path:
         # The chains checked are those of the copies bundled, not of files that may still grow.
         journal_bytes = (run_dir / JOURNAL).read_bytes()
         _write(tmp / JOURNAL, journal_bytes)
-        events = _read_journal(tmp / JOURNAL, JOURNAL).events
-        probe: tuple[bytes, list[dict[str, Any]]] | None = None
+        events = _read_journal(tmp / JOURNAL, JOURNAL).lines
+        probe: tuple[bytes, list[ev.Line]] | None = None
         if (run_dir / PROBE_JOURNAL).is_file():
             probe_journal = (run_dir / PROBE_JOURNAL).read_bytes()
             _write(tmp / PROBE_JOURNAL, probe_journal)
-            probe = (probe_journal, _read_journal(tmp / PROBE_JOURNAL, PROBE_JOURNAL).events)
+            probe = (probe_journal, _read_journal(tmp / PROBE_JOURNAL, PROBE_JOURNAL).lines)
         files = bundle_files(contract_bytes, journal_bytes, events, probe, _run_blobs(run_dir, events, probe))
         derived = [rel for rel in files if rel not in (CONTRACT, JOURNAL, PROBE_JOURNAL, SUMS, COMMANDS, README)
                    and not rel.startswith("blobs/")]

@@ -30,13 +30,15 @@ open without such a line is charged the whole remaining budget (they wrote no he
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-SESSION_START = frozenset({"run_started", "run_resumed", "journal_repaired"})
+from . import events as ev
+
+SESSION_START = ev.SESSION_START
 # Lines a resuming process writes about an earlier session: not activity of the task.
-BOOKKEEPING = frozenset({"attempt_interrupted", "time_charged"})
+BOOKKEEPING = (ev.AttemptInterrupted, ev.TimeCharged)
 WHOLE = "whole remaining budget"
 
 
@@ -49,8 +51,10 @@ class Charge:
     charged_s: float
     basis: str
 
-    def payload(self) -> dict[str, Any]:
-        return {"session_seq": self.session_seq, "charged_s": self.charged_s, "basis": self.basis}
+    def event(self) -> ev.TimeCharged:
+        """The ``time_charged`` event that journals this charge."""
+        return ev.TimeCharged(task_id=self.task_id, session_seq=self.session_seq, charged_s=self.charged_s,
+                              basis=self.basis)
 
 
 @dataclass(frozen=True)
@@ -64,94 +68,104 @@ class TimeUsed:
 @dataclass
 class _Session:
     first_seq: int
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[ev.Line] = field(default_factory=list)
 
     @property
     def legacy(self) -> bool:
-        return all("mono_ms" not in ev for ev in self.events)
+        return not any(line.has_clock for line in self.events)
 
     def lease_ms(self) -> int | None:
-        for ev in self.events:
-            if ev["kind"] in ("run_started", "run_resumed"):
-                lease = ev["payload"].get("lease_ms")
-                return lease if type(lease) is int and lease > 0 else None
+        for line in self.events:
+            if isinstance(line.event, ev.HEADERS):
+                lease = line.event.lease_ms
+                return lease if lease is not None and lease > 0 else None
         return None
 
     def clock_problem(self) -> str | None:
         """Why this session's monotonic times cannot be compared, or None."""
-        boots = {ev.get("boot_id") for ev in self.events}
+        boots = {line.boot_id for line in self.events}
         if len(boots) != 1:
             return "its lines name more than one boot"
         last = -1
-        for ev in self.events:
-            mono = ev.get("mono_ms")
-            if type(mono) is not int:
-                return f"seq {ev['seq']} has no monotonic time"
+        for line in self.events:
+            mono = line.mono_ms
+            if mono is None:
+                return f"seq {line.seq} has no monotonic time"
             if mono < last:
-                return f"its monotonic time goes back at seq {ev['seq']}"
+                return f"its monotonic time goes back at seq {line.seq}"
             last = mono
         return None
 
 
-def sessions(events: Iterable[dict[str, Any]]) -> list[_Session]:
-    """The journal's events cut at every line a new runner process wrote first."""
+def sessions(events: Iterable[Any]) -> list[_Session]:
+    """The journal's events (typed lines, or lines as parsed) cut at every line a new runner
+    process wrote first.
+
+    Raises:
+        EventError: a line whose event this release does not read.
+    """
     out: list[_Session] = []
-    for ev in events:
-        if not out or ev["kind"] in SESSION_START:
-            out.append(_Session(ev["seq"]))
-        out[-1].events.append(ev)
+    for line in ev.lines(events):
+        if not out or isinstance(line.event, SESSION_START):
+            out.append(_Session(line.seq))
+        out[-1].events.append(line)
     return out
 
 
-def _quiet_after(ev: Mapping[str, Any], max_attempts: int | None, feedback_runs_code: bool) -> bool:
-    """True when nothing of the task ran after ``ev`` until its next line."""
-    kind = ev["kind"]
-    if kind in ("task_started", "feedback", "harness_error"):
+def _quiet_after(line: ev.Line, max_attempts: int | None, feedback_runs_code: bool) -> bool:
+    """True when nothing of the task ran after ``line`` until its next line."""
+    event = line.event
+    if isinstance(event, (ev.TaskStarted, ev.Feedback, ev.HarnessErrorEvent)):
         return True
-    if kind != "attempt_finished":
+    if not isinstance(event, ev.AttemptFinished):
         return False
-    if ev["payload"].get("result") != "fail":
+    if event.result != "fail":
         return True  # task_finished comes next
     # After a failed attempt only visible-test feedback runs code (the workspace's own tests).
-    return not feedback_runs_code or (max_attempts is not None and ev["attempt"] >= max_attempts)
+    return not feedback_runs_code or (max_attempts is not None and (event.attempt or 0) >= max_attempts)
 
 
-def time_used(events: Sequence[dict[str, Any]], *, boot_id: str | None, cap_s: float,
+def time_used(events: Sequence[Any], *, boot_id: str | None, cap_s: float,
               feedback_runs_code: bool) -> TimeUsed:
     """What each unfinished task of a journal has used, and the charges a resume must journal.
 
-    ``boot_id`` is the resuming process's boot; ``cap_s`` the task's wall-clock cap;
-    ``feedback_runs_code`` whether the budget's feedback runs visible tests between attempts.
+    ``events`` are typed lines (or lines as parsed); ``boot_id`` is the resuming process's
+    boot; ``cap_s`` the task's wall-clock cap; ``feedback_runs_code`` whether the budget's
+    feedback runs visible tests between attempts.
+
+    Raises:
+        EventError: a line whose event this release does not read.
     """
+    lines = list(ev.lines(events))
     # Whole milliseconds throughout, so that charges adding up to the cap never pass it.
     cap = round(cap_s * 1000)
-    finished = {ev["task_id"] for ev in events if ev["kind"] == "task_finished"}
-    journaled: dict[tuple[str, int], int] = {}
-    legacy_closed: set[tuple[str, int]] = set()
-    max_attempts: dict[str, int] = {}
-    for ev in events:
-        tid, payload = ev["task_id"], ev["payload"]
-        if ev["kind"] == "time_charged":
-            journaled[(tid, payload["session_seq"])] = _ms(payload["charged_s"])
-        elif ev["kind"] == "attempt_interrupted" and "charged_s" in payload:
-            legacy_closed.add((tid, ev["attempt"]))
-        elif ev["kind"] == "task_started":
-            max_attempts[tid] = payload["max_attempts"]
+    finished = {line.task_id for line in lines if isinstance(line.event, ev.TaskFinished)}
+    journaled: dict[tuple[str | None, int | None], int] = {}
+    legacy_closed: set[tuple[str | None, int | None]] = set()
+    max_attempts: dict[str | None, int | None] = {}
+    for line in lines:
+        event, tid = line.event, line.task_id
+        if isinstance(event, ev.TimeCharged):
+            journaled[(tid, event.session_seq)] = _ms(event.charged_s)
+        elif isinstance(event, ev.AttemptInterrupted) and event.charged_s is not None:
+            legacy_closed.add((tid, event.attempt))
+        elif isinstance(event, ev.TaskStarted):
+            max_attempts[tid] = event.max_attempts
     used: dict[str, int] = {}
     new: list[Charge] = []
-    for session in sessions(events):
-        by_task: dict[str, list[dict[str, Any]]] = {}
-        for ev in session.events:
-            tid = ev["task_id"]
+    for session in sessions(lines):
+        by_task: dict[str, list[ev.Line]] = {}
+        for line in session.events:
+            tid = line.task_id
             if tid is not None and tid not in finished:
-                by_task.setdefault(tid, []).append(ev)
+                by_task.setdefault(tid, []).append(line)
         for tid, task_events in by_task.items():
             if session.legacy:
                 used[tid] = used.get(tid, 0) + _legacy_used_ms(task_events)
                 opened = _left_open(task_events)
                 if opened is None or (tid, opened) in legacy_closed:
                     continue
-            elif not any(ev["kind"] not in BOOKKEEPING for ev in task_events):
+            elif all(isinstance(line.event, BOOKKEEPING) for line in task_events):
                 continue
             if (tid, session.first_seq) in journaled:
                 used[tid] = used.get(tid, 0) + journaled[(tid, session.first_seq)]
@@ -160,7 +174,7 @@ def time_used(events: Sequence[dict[str, Any]], *, boot_id: str | None, cap_s: f
             if session.legacy:
                 charged, basis = remaining, f"{WHOLE}: an older release wrote this session without heartbeats"
             else:
-                activity = [ev for ev in task_events if ev["kind"] not in BOOKKEEPING]
+                activity = [line for line in task_events if not isinstance(line.event, BOOKKEEPING)]
                 charged, basis = _charge(session, activity, remaining, boot_id, max_attempts.get(tid),
                                          feedback_runs_code)
             used[tid] = used.get(tid, 0) + charged
@@ -172,27 +186,27 @@ def _ms(seconds: Any) -> int:
     return round(float(seconds) * 1000)
 
 
-def _charge(session: _Session, activity: list[dict[str, Any]], remaining: int, boot_id: str | None,
+def _charge(session: _Session, activity: list[ev.Line], remaining: int, boot_id: str | None,
             max_attempts: int | None, feedback_runs_code: bool) -> tuple[int, str]:
     """Milliseconds to charge one task for ``session``, and why."""
     problem = session.clock_problem()
     if problem is not None:
         return remaining, f"{WHOLE}: the session's clock cannot be trusted ({problem})"
-    start = activity[0]["mono_ms"]
+    start = activity[0].mono_ms or 0
     last = activity[-1]
     if _quiet_after(last, max_attempts, feedback_runs_code):
-        spent = last["mono_ms"] - start
+        spent = (last.mono_ms or 0) - start
         basis = "the task's first to its last line of the session, monotonic clock (nothing ran after it)"
     else:
         lease = session.lease_ms()
-        session_boot = session.events[0].get("boot_id")
+        session_boot = session.events[0].boot_id
         if lease is None:
             return remaining, f"{WHOLE}: the session recorded no heartbeat lease"
         if session_boot is None or boot_id is None:
             return remaining, f"{WHOLE}: the boot could not be identified, so the session's last lines may be lost"
         if session_boot != boot_id:
             return remaining, f"{WHOLE}: the machine restarted since the session (another boot id): its last lines may be lost"
-        spent = session.events[-1]["mono_ms"] + lease - start
+        spent = (session.events[-1].mono_ms or 0) + lease - start
         basis = (f"the task's first line to the session's last line plus its {lease} ms heartbeat lease, "
                  f"monotonic clock (the runner ends itself before an agent can run longer)")
     if spent >= remaining:
@@ -200,22 +214,23 @@ def _charge(session: _Session, activity: list[dict[str, Any]], remaining: int, b
     return max(0, spent), basis
 
 
-def _legacy_used_ms(task_events: Sequence[dict[str, Any]]) -> int:
+def _legacy_used_ms(task_events: Sequence[ev.Line]) -> int:
     total = 0
-    for ev in task_events:
-        if ev["kind"] == "attempt_finished":
-            total += int(ev["payload"]["elapsed_ms"])
-        elif ev["kind"] == "attempt_interrupted":
-            total += _ms(ev["payload"].get("charged_s", 0.0))
+    for line in task_events:
+        event = line.event
+        if isinstance(event, ev.AttemptFinished):
+            total += int(event.elapsed_ms or 0)
+        elif isinstance(event, ev.AttemptInterrupted):
+            total += _ms(event.charged_s or 0.0)
     return total
 
 
-def _left_open(task_events: Sequence[dict[str, Any]]) -> int | None:
+def _left_open(task_events: Sequence[ev.Line]) -> int | None:
     """The attempt a version 1 session started and never finished, if any."""
     open_attempt: int | None = None
-    for ev in task_events:
-        if ev["kind"] == "attempt_started":
-            open_attempt = ev["attempt"]
-        elif ev["kind"] in ("attempt_finished", "attempt_interrupted") and ev["attempt"] == open_attempt:
+    for line in task_events:
+        if isinstance(line.event, ev.AttemptStarted):
+            open_attempt = line.attempt
+        elif isinstance(line.event, (ev.AttemptFinished, ev.AttemptInterrupted)) and line.attempt == open_attempt:
             open_attempt = None
     return open_attempt

@@ -46,6 +46,11 @@ def _print_json(value: Any) -> None:
 def cmd_schema(args: argparse.Namespace) -> int:
     from .formats import SCHEMAS
 
+    if args.name == "journal-events":
+        from .events import json_schema
+
+        _print_json(json_schema())
+        return EXIT_OK
     _print_json(SCHEMAS[args.name].model_json_schema())
     return EXIT_OK
 
@@ -342,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a format")
-    p.add_argument("name", choices=["task", "pack", "contract", "journal-event", "scorecard", "rate", "events"])
+    p.add_argument("name", choices=["task", "pack", "contract", "journal-event", "journal-events", "scorecard", "rate",
+                                    "events"])
     p.set_defaults(func=cmd_schema)
 
     pack = sub.add_parser("pack", help="seal or check a task pack").add_subparsers(

@@ -127,8 +127,10 @@ class Heartbeat:
                 thread.join(timeout=2 * self._interval)
 
     def _beat(self) -> None:
+        from . import events
         from .errors import HarnessError
 
+        beat = events.Heartbeat()
         journal = self._journal
         while not self._stop.is_set():
             wait = journal.last_written + self._interval - time.monotonic()
@@ -136,7 +138,7 @@ class Heartbeat:
                 self._stop.wait(wait)
                 continue
             try:
-                journal.append("heartbeat", durable=False)
+                journal.append(beat, durable=False)
             except HarnessError as e:
                 self._error = str(e)
                 self._stop.wait(self._interval)

@@ -27,8 +27,8 @@ forbidden path). The task's outcome is its last attempt's result; a failed or in
 last attempt ends the task as a fail once every attempt is used, and as a timeout when the
 time ran out first.
 
-Event kinds this module does not know are allowed between a task's start and its end (a
-newer runner may journal more), but never for an attempt that did not start.
+An event that is not one of the runner's (an unknown kind or field, a wrong type) is named
+as such (:mod:`sealbench.events`); any other event names an attempt only once it started.
 
 :func:`journal_contradictions` is pure (events in, sentences out) and never raises on
 hostile input.
@@ -36,15 +36,16 @@ hostile input.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import events
 from .formats import Outcome, ScoringContract
 
-_ATTEMPT_STEPS = ("agent_finished", "patch_captured", "graded", "attempt_finished")
+_ATTEMPT_STEPS = (events.AGENT_FINISHED, events.PATCH_CAPTURED, events.GRADED, events.ATTEMPT_FINISHED)
 # The step each step needs before it; attempt_finished may follow patch_captured directly.
-_NEEDS = {"patch_captured": "agent_finished", "graded": "patch_captured", "attempt_finished": "patch_captured"}
+_NEEDS = {events.PATCH_CAPTURED: events.AGENT_FINISHED, events.GRADED: events.PATCH_CAPTURED, events.ATTEMPT_FINISHED: events.PATCH_CAPTURED}
 _RESULTS = frozenset({"pass", "fail", "timeout", "abstain"})
 _PROBE_RESULTS = frozenset({"probe_pass", "probe_fail", "timeout"})
 _OUTCOMES = frozenset(o.value for o in Outcome)
@@ -54,45 +55,36 @@ _MISSING: Any = object()
 @dataclass
 class _Attempt:
     number: int
-    started: Mapping[str, Any]
-    steps: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    closed: Mapping[str, Any] | None = None
+    started: events.Line
+    steps: dict[str, events.Line] = field(default_factory=dict)
+    closed: events.Line | None = None
     """The attempt_finished or attempt_interrupted event that ended it."""
-    feedback: Mapping[str, Any] | None = None
+    feedback: events.Line | None = None
 
     @property
-    def result(self) -> Any:
-        if self.closed is None or self.closed.get("kind") != "attempt_finished":
+    def result(self) -> str | None:
+        if self.closed is None or not isinstance(self.closed.event, events.AttemptFinished):
             return None
-        return _payload(self.closed).get("result")
+        return self.closed.event.result
 
 
 @dataclass
 class _Task:
-    started: Mapping[str, Any] | None = None
+    started: events.Line | None = None
     attempts: dict[int, _Attempt] = field(default_factory=dict)
     order: list[_Attempt] = field(default_factory=list)
-    harness_error: Mapping[str, Any] | None = None
-    finished: Mapping[str, Any] | None = None
-    last_patch: Mapping[str, Any] | None = None
+    harness_error: events.Line | None = None
+    finished: events.Line | None = None
+    last_patch: events.Line | None = None
     """The task's last patch_captured event."""
 
 
-def _payload(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    payload = event.get("payload")
-    # Events are parsed JSON: a mapping is a dict (checked as such, which is fast).
-    return payload if isinstance(payload, dict) else {}
-
-
-def _number(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _at(event: Mapping[str, Any]) -> str:
+def _at(line: events.Line) -> str:
     """``kind N (seq S)`` for attempt events, ``kind (seq S)`` otherwise."""
-    attempt = _number(event.get("attempt"))
-    number = f" {attempt}" if attempt is not None and event.get("task_id") is not None else ""
-    return f"{event.get('kind')}{number} (seq {event.get('seq')})"
+    attempt = line.attempt
+    number = f" {attempt}" if attempt is not None and line.task_id is not None else ""
+    seq = line.raw.get("seq")
+    return f"{line.kind}{number} (seq {seq})"
 
 
 @dataclass
@@ -115,179 +107,180 @@ class _Reader:
 
     # ----------------------------------------------------------------------- run events
 
-    def run_event(self, index: int, ev: Mapping[str, Any]) -> None:
-        kind = ev.get("kind")
-        p = _payload(ev)
-        if kind == "run_started":
+    def run_event(self, index: int, line: events.Line) -> None:
+        event = line.event
+        if isinstance(event, events.RunStarted):
             if index != 0:
-                self.say(None, f"{_at(ev)}: a second run_started; a journal holds one run, started by its "
+                self.say(None, f"{_at(line)}: a second run_started; a journal holds one run, started by its "
                                f"first event (a resume journals run_resumed)")
             elif self.nonce is _MISSING:
-                self.nonce = p.get("run_nonce")
-        elif kind == "run_resumed":
+                self.nonce = event.run_nonce
+        elif isinstance(event, events.RunResumed):
             self.resumed = True
             # Journals written before run nonces existed carry none in either event.
-            if self.nonce is not _MISSING and p.get("run_nonce") != self.nonce:
-                self.say(None, f"{_at(ev)}: run_nonce {p.get('run_nonce')!r} differs from the run_started "
+            if self.nonce is not _MISSING and event.run_nonce != self.nonce:
+                self.say(None, f"{_at(line)}: run_nonce {event.run_nonce!r} differs from the run_started "
                                f"event's {self.nonce!r}: a resume continues the same run")
 
     # ---------------------------------------------------------------------- task events
 
-    def task_event(self, ev: Mapping[str, Any]) -> None:
-        tid = ev.get("task_id")
-        if not isinstance(tid, str):
-            self.say(None, f"{_at(ev)}: task_id {tid!r} is not a task id")
+    def task_event(self, line: events.Line) -> None:
+        tid = line.task_id
+        if tid is None:
             return
         if tid not in self.denominator:
             if tid not in self.strangers:
                 self.strangers.add(tid)
-                self.say(tid, f"{_at(ev)}: this task is not in the contract's denominator; the runner "
+                self.say(tid, f"{_at(line)}: this task is not in the contract's denominator; the runner "
                               f"runs only the locked task_ids")
             return
         task = self.tasks.get(tid)
         if task is None:
             task = self.tasks[tid] = _Task()
-        kind = ev.get("kind")
+        kind = line.kind
         if task.finished is not None:
-            self.say(tid, f"{_at(ev)} comes after the task's task_finished (seq {task.finished.get('seq')}); "
+            self.say(tid, f"{_at(line)} comes after the task's task_finished (seq {task.finished.raw.get('seq')}); "
                           f"nothing of a task is journaled after it ends")
             return
-        if kind == "task_started":
-            self.task_started(tid, task, ev)
+        event = line.event
+        if isinstance(event, events.TaskStarted):
+            self.task_started(tid, task, line, event)
             return
         if task.started is None:
-            self.say(tid, f"{_at(ev)} comes before the task's task_started")
-        if kind == "attempt_started":
-            self.attempt_started(tid, task, ev)
+            self.say(tid, f"{_at(line)} comes before the task's task_started")
+        if isinstance(event, events.AttemptStarted):
+            self.attempt_started(tid, task, line)
         elif kind in _ATTEMPT_STEPS:
-            self.attempt_step(tid, task, ev)
-        elif kind == "attempt_interrupted":
-            self.attempt_interrupted(tid, task, ev)
-        elif kind == "feedback":
-            self.feedback(tid, task, ev)
-        elif kind == "harness_error":
+            self.attempt_step(tid, task, line)
+        elif isinstance(event, events.AttemptInterrupted):
+            self.attempt_interrupted(tid, task, line)
+        elif isinstance(event, events.Feedback):
+            self.feedback(tid, task, line)
+        elif isinstance(event, events.HarnessErrorEvent):
             if task.harness_error is None:
-                task.harness_error = ev
-        elif kind == "task_finished":
-            task.finished = ev
-            self.task_finished(tid, task, ev)
+                task.harness_error = line
+        elif isinstance(event, events.TaskFinished):
+            task.finished = line
+            self.task_finished(tid, task, line, event)
         else:
-            attempt = _number(ev.get("attempt"))
+            attempt = line.attempt
             if attempt is not None and attempt not in task.attempts:
-                self.say(tid, f"{_at(ev)} names attempt {attempt}, which never started")
+                self.say(tid, f"{_at(line)} names attempt {attempt}, which never started")
 
-    def task_started(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:
+    def task_started(self, tid: str, task: _Task, line: events.Line, p: events.TaskStarted) -> None:
         if task.started is not None:
-            self.say(tid, f"{_at(ev)}: a second task_started (the first is seq {task.started.get('seq')})")
+            self.say(tid, f"{_at(line)}: a second task_started (the first is seq {task.started.raw.get('seq')})")
             return
-        task.started = ev
-        p = _payload(ev)
-        if self.cap is not None and p.get("max_attempts") != self.cap:
-            self.say(tid, f"{_at(ev)} says max_attempts {p.get('max_attempts')!r}, where the contract's budget "
+        task.started = line
+        if self.cap is not None and p.max_attempts != self.cap:
+            self.say(tid, f"{_at(line)} says max_attempts {p.max_attempts!r}, where the contract's budget "
                           f"allows {self.cap}")
-        if self.wall_clock_s is not None and p.get("wall_clock_s") != self.wall_clock_s:
-            self.say(tid, f"{_at(ev)} says wall_clock_s {p.get('wall_clock_s')!r}, where the contract's budget "
+        if self.wall_clock_s is not None and p.wall_clock_s != self.wall_clock_s:
+            self.say(tid, f"{_at(line)} says wall_clock_s {p.wall_clock_s!r}, where the contract's budget "
                           f"says {self.wall_clock_s:g}")
 
-    def attempt_started(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:
-        n = _number(ev.get("attempt"))
+    def attempt_started(self, tid: str, task: _Task, line: events.Line) -> None:
+        n = line.attempt
         if n is None:
-            self.say(tid, f"{_at(ev)} has no attempt number")
+            self.say(tid, f"{_at(line)} has no attempt number")
             return
         if n in task.attempts:
-            self.say(tid, f"{_at(ev)}: attempt {n} started twice (first at seq {task.attempts[n].started.get('seq')})")
+            self.say(tid, f"{_at(line)}: attempt {n} started twice (first at seq {task.attempts[n].started.raw.get('seq')})")
             return
         expected = len(task.order) + 1
         if n != expected:
-            self.say(tid, f"{_at(ev)} where attempt {expected} was next: attempts are numbered 1, 2, ... in order")
+            self.say(tid, f"{_at(line)} where attempt {expected} was next: attempts are numbered 1, 2, ... in order")
         if self.cap is not None and n > self.cap:
-            self.say(tid, f"{_at(ev)}: attempt {n} exceeds max_attempts {self.cap}")
+            self.say(tid, f"{_at(line)}: attempt {n} exceeds max_attempts {self.cap}")
         if task.order and task.order[-1].closed is None:
-            self.say(tid, f"{_at(ev)} while attempt {task.order[-1].number} was still open")
+            self.say(tid, f"{_at(line)} while attempt {task.order[-1].number} was still open")
         if task.harness_error is not None:
-            self.say(tid, f"{_at(ev)} after the task's harness_error (seq {task.harness_error.get('seq')}); "
+            self.say(tid, f"{_at(line)} after the task's harness_error (seq {task.harness_error.raw.get('seq')}); "
                           f"a harness error ends its task")
-        attempt = _Attempt(n, ev)
+        attempt = _Attempt(n, line)
         task.attempts[n] = attempt
         task.order.append(attempt)
 
-    def _attempt_of(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> _Attempt | None:
-        n = _number(ev.get("attempt"))
+    def _attempt_of(self, tid: str, task: _Task, line: events.Line) -> _Attempt | None:
+        n = line.attempt
         attempt = task.attempts.get(n) if n is not None else None
         if attempt is None:
-            self.say(tid, f"{_at(ev)} for an attempt that never started")
+            self.say(tid, f"{_at(line)} for an attempt that never started")
         return attempt
 
-    def attempt_step(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:
-        attempt = self._attempt_of(tid, task, ev)
+    def attempt_step(self, tid: str, task: _Task, line: events.Line) -> None:
+        attempt = self._attempt_of(tid, task, line)
         if attempt is None:
             return
-        kind = str(ev.get("kind"))
+        kind = line.kind
         if attempt.closed is not None:
-            self.say(tid, f"{_at(ev)} after the attempt ended ({_at(attempt.closed)})")
+            self.say(tid, f"{_at(line)} after the attempt ended ({_at(attempt.closed)})")
             return
         if kind in attempt.steps:
-            self.say(tid, f"{_at(ev)}: a second {kind} for the attempt (the first is seq "
-                          f"{attempt.steps[kind].get('seq')})")
+            self.say(tid, f"{_at(line)}: a second {kind} for the attempt (the first is seq "
+                          f"{attempt.steps[kind].raw.get('seq')})")
             return
         need = _NEEDS.get(kind)
         if need is not None and need not in attempt.steps:
-            self.say(tid, f"{_at(ev)} before the attempt's {need}")
-        attempt.steps[kind] = ev
-        if kind == "patch_captured":
-            task.last_patch = ev
-        elif kind == "graded" and self.probe:
-            self.say(tid, f"{_at(ev)}: the narration probe never grades")
-        elif kind == "attempt_finished":
-            attempt.closed = ev
-            self.attempt_result(tid, attempt, ev)
+            self.say(tid, f"{_at(line)} before the attempt's {need}")
+        attempt.steps[kind] = line
+        event = line.event
+        if isinstance(event, events.PatchCaptured):
+            task.last_patch = line
+        elif isinstance(event, events.Graded) and self.probe:
+            self.say(tid, f"{_at(line)}: the narration probe never grades")
+        elif isinstance(event, events.AttemptFinished):
+            attempt.closed = line
+            self.attempt_result(tid, attempt, line, event)
 
-    def attempt_interrupted(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:
-        attempt = self._attempt_of(tid, task, ev)
+    def attempt_interrupted(self, tid: str, task: _Task, line: events.Line) -> None:
+        attempt = self._attempt_of(tid, task, line)
         if attempt is None:
             return
         if attempt.closed is not None:
-            self.say(tid, f"{_at(ev)} for an attempt that had ended ({_at(attempt.closed)})")
+            self.say(tid, f"{_at(line)} for an attempt that had ended ({_at(attempt.closed)})")
             return
         # Recorded on resume for an attempt the crash left open, or by the run itself when it
         # stops attempts under way (a second interrupt, a storage failure): open either way.
-        attempt.closed = ev
+        attempt.closed = line
 
-    def feedback(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:
-        attempt = self._attempt_of(tid, task, ev)
+    def feedback(self, tid: str, task: _Task, line: events.Line) -> None:
+        attempt = self._attempt_of(tid, task, line)
         if attempt is None:
             return
         if attempt.result != "fail":
-            self.say(tid, f"{_at(ev)}: feedback follows a failed attempt, and attempt {attempt.number} "
+            self.say(tid, f"{_at(line)}: feedback follows a failed attempt, and attempt {attempt.number} "
                           f"{'ended ' + repr(attempt.result) if attempt.result is not None else 'had not failed'}")
         elif attempt is not task.order[-1]:
-            self.say(tid, f"{_at(ev)} after attempt {task.order[-1].number} had started")
+            self.say(tid, f"{_at(line)} after attempt {task.order[-1].number} had started")
         elif attempt.feedback is not None:
-            self.say(tid, f"{_at(ev)}: a second feedback for the attempt (the first is seq "
-                          f"{attempt.feedback.get('seq')})")
+            self.say(tid, f"{_at(line)}: a second feedback for the attempt (the first is seq "
+                          f"{attempt.feedback.raw.get('seq')})")
         elif self.cap is not None and attempt.number >= self.cap:
-            self.say(tid, f"{_at(ev)}: feedback after the last allowed attempt")
-        attempt.feedback = ev
+            self.say(tid, f"{_at(line)}: feedback after the last allowed attempt")
+        attempt.feedback = line
 
     # ------------------------------------------------------------------------- meaning
 
-    def attempt_result(self, tid: str, attempt: _Attempt, ev: Mapping[str, Any]) -> None:
+    def attempt_result(self, tid: str, attempt: _Attempt, line: events.Line, event: events.AttemptFinished) -> None:
         """Whether an attempt's result is what its agent, patch and grading say."""
-        result = _payload(ev).get("result")
+        result = event.result
         allowed = _PROBE_RESULTS if self.probe else _RESULTS
         if not isinstance(result, str) or result not in allowed:
-            self.say(tid, f"{_at(ev)} has result {result!r}, which the runner never writes here "
+            self.say(tid, f"{_at(line)} has result {result!r}, which the runner never writes here "
                           f"(one of {', '.join(sorted(allowed))})")
             return
-        agent_ev = attempt.steps.get("agent_finished")
-        patch_ev = attempt.steps.get("patch_captured")
-        graded_ev = attempt.steps.get("graded")
-        agent = _payload(agent_ev) if agent_ev is not None else {}
-        patch = _payload(patch_ev) if patch_ev is not None else {}
-        abstained = agent.get("exit_code") == 0 and patch.get("empty") is True
-        if agent.get("timed_out") is True:
+        agent_ev = attempt.steps.get(events.AGENT_FINISHED)
+        patch_ev = attempt.steps.get(events.PATCH_CAPTURED)
+        graded_ev = attempt.steps.get(events.GRADED)
+        agent = agent_ev.event if agent_ev is not None and isinstance(agent_ev.event, events.AgentFinished) \
+            else events.AgentFinished()
+        patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
+            else events.PatchCaptured()
+        abstained = agent.exit_code == 0 and patch.empty is True
+        if agent.timed_out is True:
             if result != "timeout":
-                self.say(tid, f"{_at(ev)} says {result!r}, but the agent timed out ({_at(agent_ev or ev)}): "
+                self.say(tid, f"{_at(line)} says {result!r}, but the agent timed out ({_at(agent_ev or line)}): "
                               f"the result of a timed-out attempt is timeout")
             if graded_ev is not None:
                 self.say(tid, f"{_at(graded_ev)}: a timed-out attempt is never graded")
@@ -296,66 +289,66 @@ class _Reader:
             self.graded(tid, graded_ev, result, abstained)
             return
         if result == "pass":
-            self.say(tid, f"{_at(ev)} says pass, but the attempt was never graded: only the hidden tests "
+            self.say(tid, f"{_at(line)} says pass, but the attempt was never graded: only the hidden tests "
                           f"decide a pass")
         elif result == "fail":
-            self.say(tid, f"{_at(ev)} says fail, but the attempt was never graded")
+            self.say(tid, f"{_at(line)} says fail, but the attempt was never graded")
         elif result == "abstain" and not abstained:
-            self.say(tid, f"{_at(ev)} says abstain, but the agent exited {agent.get('exit_code')!r} with "
-                          f"{'an empty' if patch.get('empty') is True else 'a non-empty'} patch "
+            self.say(tid, f"{_at(line)} says abstain, but the agent exited {agent.exit_code!r} with "
+                          f"{'an empty' if patch.empty is True else 'a non-empty'} patch "
                           f"(abstain is exit 0 with an empty patch)")
-        elif result in ("probe_pass", "probe_fail") and (patch.get("empty") is True) != (result == "probe_pass"):
-            self.say(tid, f"{_at(ev)} says {result}, but the patch captured was "
-                          f"{'empty' if patch.get('empty') is True else 'not empty'}")
+        elif result in ("probe_pass", "probe_fail") and (patch.empty is True) != (result == "probe_pass"):
+            self.say(tid, f"{_at(line)} says {result}, but the patch captured was "
+                          f"{'empty' if patch.empty is True else 'not empty'}")
 
-    def graded(self, tid: str, graded_ev: Mapping[str, Any], result: Any, abstained: bool) -> None:
-        g = _payload(graded_ev)
+    def graded(self, tid: str, graded_ev: events.Line, result: Any, abstained: bool) -> None:
+        g = graded_ev.event if isinstance(graded_ev.event, events.Graded) else events.Graded()
         if abstained:
             self.say(tid, f"{_at(graded_ev)}: the agent exited 0 with an empty patch, an abstain, which is "
                           f"never graded")
-        task_pass = g.get("task_pass") is True
+        task_pass = g.task_pass is True
         if task_pass:
             # task_pass = tests_green AND patch_applies_clean AND no_forbidden_path (DESIGN, metrics).
-            for key in ("tests_green", "patch_applies_clean", "no_forbidden_path"):
-                if g.get(key) is not True:
-                    self.say(tid, f"{_at(graded_ev)} says task_pass, but {key} is {g.get(key)!r}")
-            if g.get("forbidden"):
+            for key, value in (("tests_green", g.tests_green), ("patch_applies_clean", g.patch_applies_clean),
+                               ("no_forbidden_path", g.no_forbidden_path)):
+                if value is not True:
+                    self.say(tid, f"{_at(graded_ev)} says task_pass, but {key} is {value!r}")
+            if g.forbidden:
                 self.say(tid, f"{_at(graded_ev)} says task_pass, but the patch touched forbidden paths "
-                              f"{g.get('forbidden')!r}")
-        if g.get("tests_green") is True:
-            oracle = g.get("oracle")
-            oracle = oracle if isinstance(oracle, dict) else {}
-            if oracle.get("exit_code") != 0 or oracle.get("timed_out") is not False:
+                              f"{g.forbidden!r}")
+        if g.tests_green is True:
+            oracle = g.oracle or events.ProcessFacts()
+            if oracle.exit_code != 0 or oracle.timed_out is not False:
                 self.say(tid, f"{_at(graded_ev)} says tests_green, but the oracle exited "
-                              f"{oracle.get('exit_code')!r} (timed out: {oracle.get('timed_out')!r})")
-        expected = "pass" if task_pass else "timeout" if g.get("oracle_timed_out") is True else "fail"
+                              f"{oracle.exit_code!r} (timed out: {oracle.timed_out!r})")
+        expected = "pass" if task_pass else "timeout" if g.oracle_timed_out is True else "fail"
         if result != expected:
             why = "task_pass" if task_pass else ("the oracle timed out" if expected == "timeout"
                                                  else "task_pass is false")
-            self.say(tid, f"attempt_finished {_number(graded_ev.get('attempt'))} says {result!r}, but its "
+            self.say(tid, f"attempt_finished {graded_ev.attempt} says {result!r}, but its "
                           f"grading ({_at(graded_ev)}) says {why}: the runner writes {expected!r}")
 
-    def task_finished(self, tid: str, task: _Task, ev: Mapping[str, Any]) -> None:
+    def task_finished(self, tid: str, task: _Task, line: events.Line, p: events.TaskFinished) -> None:
         """Whether the task's outcome, attempts_used, first attempt and patch are its attempts'."""
-        p = _payload(ev)
-        where = _at(ev)
-        outcome = p.get("outcome")
+        where = _at(line)
+        outcome = p.outcome
         if not isinstance(outcome, str) or outcome not in _OUTCOMES:
             self.say(tid, f"{where} has outcome {outcome!r}, which is not an outcome")
             return
         used = len(task.order)
-        if p.get("attempts_used") != used:
-            self.say(tid, f"{where} says attempts_used {p.get('attempts_used')!r}, but {used} attempt(s) started")
+        if p.attempts_used != used:
+            self.say(tid, f"{where} says attempts_used {p.attempts_used!r}, but {used} attempt(s) started")
         first = task.attempts.get(1)
         first_passed = first is not None and first.result == "pass"
-        if p.get("first_attempt_passed") != first_passed:
-            self.say(tid, f"{where} says first_attempt_passed {p.get('first_attempt_passed')!r}, but attempt 1 "
+        if p.first_attempt_passed != first_passed:
+            self.say(tid, f"{where} says first_attempt_passed {p.first_attempt_passed!r}, but attempt 1 "
                           f"{_story(first)}")
-        patch = _payload(task.last_patch).get("patch_sha256") if task.last_patch is not None else None
-        if p.get("patch_sha256") != patch:
-            last = f"the last patch captured ({_at(task.last_patch)}) is {patch!r}" if task.last_patch is not None \
+        last = task.last_patch.event if task.last_patch is not None else None
+        patch = last.patch_sha256 if isinstance(last, events.PatchCaptured) else None
+        if p.patch_sha256 != patch:
+            said = f"the last patch captured ({_at(task.last_patch)}) is {patch!r}" if task.last_patch is not None \
                 else "no patch was captured"
-            self.say(tid, f"{where} names patch {p.get('patch_sha256')!r}, but {last}")
+            self.say(tid, f"{where} names patch {p.patch_sha256!r}, but {said}")
         if task.harness_error is not None:
             if outcome != Outcome.HARNESS_ERROR.value:
                 self.say(tid, f"{where} says outcome {outcome!r}, but a harness_error was journaled "
@@ -401,16 +394,18 @@ def _story(attempt: _Attempt | None) -> str:
     closed = attempt.closed
     if closed is None:
         return "never ended"
-    if closed.get("kind") == "attempt_interrupted":
+    if isinstance(closed.event, events.AttemptInterrupted):
         return f"was interrupted ({_at(closed)})"
     return f"ended {attempt.result!r} ({_at(closed)})"
 
 
 def journal_contradictions(
-    events: Sequence[Any], contract: ScoringContract, *, source: str = "journal.jsonl", probe: bool = False
+    items: Sequence[Any], contract: ScoringContract, *, source: str = "journal.jsonl", probe: bool = False
 ) -> list[str]:
     """Every place where a journal's events contradict each other or the contract, as sentences.
 
+    ``items`` are typed lines (:class:`events.Line`) or lines as parsed; a parsed line that is
+    not an event this release reads is named as such (typed lines were checked when read).
     Each sentence names the journal (``source``), the task and the events involved. An empty
     list means each task's events tell a story the runner could have written; it does not
     mean that the story happened (see the module docstring).
@@ -419,11 +414,9 @@ def journal_contradictions(
     cap = 1 if probe else (budget.max_attempts if budget is not None else None)
     reader = _Reader(source=source, denominator=frozenset(contract.task_ids), cap=cap,
                      wall_clock_s=budget.wall_clock_s if budget is not None else None, probe=probe)
-    for index, ev in enumerate(events):
-        if not isinstance(ev, dict):
-            continue  # the chain check reports lines that are not objects
-        if ev.get("task_id") is None:
-            reader.run_event(index, ev)
+    for index, line in enumerate(events.lines(items, source, reader.problems)):
+        if line.task_id is None:
+            reader.run_event(index, line)
         else:
-            reader.task_event(ev)
+            reader.task_event(line)
     return reader.problems

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from . import events as ev
 from .digest import canonical_json, is_real_digest, sha256_bytes
 from .formats import ForgingFlags, Outcome, Rate, Scorecard, ScoringContract, SeedEvent
 from .scorecard import REQUIRED_SCORE_KEYS
@@ -49,43 +50,32 @@ class Derived:
     files: dict[str, bytes]
 
 
-def trace_bytes(events: Sequence[dict[str, Any]]) -> bytes:
-    """The bytes of ``traces/<task_id>.json``: the task's events in journal order."""
-    return canonical_json(list(events)) + b"\n"
+def trace_bytes(events: Sequence[ev.Line]) -> bytes:
+    """The bytes of ``traces/<task_id>.json``: the task's lines in journal order, as written."""
+    return canonical_json([line.raw for line in events]) + b"\n"
 
 
-def group_by_task(events: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each task's events, in journal order."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for ev in events:
-        tid = ev.get("task_id")
-        if tid is not None:
-            out.setdefault(tid, []).append(ev)
-    return out
-
-
-def scorecard_for(task_events: Sequence[dict[str, Any]]) -> Scorecard | None:
+def scorecard_for(task_events: Sequence[ev.Line]) -> Scorecard | None:
     """The scorecard of one finished task, or None while it has not finished."""
-    started = next((e for e in task_events if e["kind"] == "task_started"), None)
-    finished = next((e for e in reversed(task_events) if e["kind"] == "task_finished"), None)
-    if started is None or finished is None:
+    s = next((e.event for e in task_events if isinstance(e.event, ev.TaskStarted)), None)
+    f = next((e.event for e in reversed(task_events) if isinstance(e.event, ev.TaskFinished)), None)
+    if s is None or f is None:
         return None
-    s, f = started["payload"], finished["payload"]
     trace_sha = sha256_bytes(trace_bytes(task_events))
     card: dict[str, Any] = {
-        "task_id": finished["task_id"],
-        "passed": f["outcome"] == Outcome.PASS.value,
-        "attempts_used": f["attempts_used"],
-        "max_attempts": s["max_attempts"],
-        "elapsed_ms": f["elapsed_ms"],
-        "wall_clock_s": s["wall_clock_s"],
-        "prompt_template_id": s["prompt_template_id"],
-        "hidden_tests_sha256": s["hidden_tests_sha256"],
+        "task_id": f.task_id,
+        "passed": f.outcome == Outcome.PASS.value,
+        "attempts_used": f.attempts_used,
+        "max_attempts": s.max_attempts,
+        "elapsed_ms": f.elapsed_ms,
+        "wall_clock_s": s.wall_clock_s,
+        "prompt_template_id": s.prompt_template_id,
+        "hidden_tests_sha256": s.hidden_tests_sha256,
         "tool_trace_sha256": trace_sha,
         "scorecard_complete": False,
-        "outcome": f["outcome"],
-        "first_attempt_passed": f["first_attempt_passed"],
-        "patch_sha256": f["patch_sha256"],
+        "outcome": f.outcome,
+        "first_attempt_passed": f.first_attempt_passed,
+        "patch_sha256": f.patch_sha256,
     }
     flags = forging_flags(task_events)
     if flags is not None:
@@ -100,19 +90,20 @@ def scorecard_for(task_events: Sequence[dict[str, Any]]) -> Scorecard | None:
     return Scorecard.model_validate(card)
 
 
-def forging_flags(task_events: Sequence[dict[str, Any]]) -> ForgingFlags | None:
+def forging_flags(task_events: Sequence[ev.Line]) -> ForgingFlags | None:
     """What the task's graded events flagged, or None when nothing was (the usual case: the
     scorecard then has no such field, and scorecards derived before it keep their bytes)."""
     flags: set[str] = set()
     attempts: list[int] = []
     not_counted: list[int] = []
-    for ev in task_events:
-        if ev["kind"] != "graded" or not ev["payload"].get("forging_flags"):
+    for line in task_events:
+        graded = line.event
+        if not isinstance(graded, ev.Graded) or not graded.forging_flags or graded.attempt is None:
             continue
-        flags.update(ev["payload"]["forging_flags"])
-        attempts.append(ev["attempt"])
-        if ev["payload"].get("flagged_pass") == "not_counted":
-            not_counted.append(ev["attempt"])
+        flags.update(graded.forging_flags)
+        attempts.append(graded.attempt)
+        if graded.flagged_pass == "not_counted":
+            not_counted.append(graded.attempt)
     if not flags:
         return None
     names = ", ".join(sorted(flags))
@@ -136,22 +127,26 @@ def seed_event(card: Scorecard) -> SeedEvent:
     )
 
 
-def derive_iter(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+def derive_iter(events: Iterable[Any], task_ids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
     """Stream the derived files: each trace as soon as its task finishes, then
     scorecards.jsonl and events.json.
 
-    Only the events of tasks still running are held, so a run's memory does not grow with
-    its length. Events of tasks outside ``task_ids`` are ignored.
+    ``events`` are typed lines (or lines as parsed). Only the events of tasks still running
+    are held, so a run's memory does not grow with its length. Events of tasks outside
+    ``task_ids`` are ignored.
+
+    Raises:
+        EventError: a parsed line whose event this release does not read.
     """
     wanted = set(task_ids)
-    pending: dict[str, list[dict[str, Any]]] = {}
+    pending: dict[str, list[ev.Line]] = {}
     cards: dict[str, Scorecard] = {}
-    for ev in events:
-        tid = ev.get("task_id")
+    for line in ev.lines(events):
+        tid = line.task_id
         if tid is None or tid not in wanted:
             continue
-        pending.setdefault(tid, []).append(ev)
-        if ev["kind"] == "task_finished":
+        pending.setdefault(tid, []).append(line)
+        if isinstance(line.event, ev.TaskFinished):
             task_events = pending.pop(tid)
             yield f"traces/{tid}.json", trace_bytes(task_events)
             card = scorecard_for(task_events)
@@ -168,7 +163,7 @@ def derive_iter(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> It
     yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def derive(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Derived:
+def derive(events: Iterable[Any], task_ids: Sequence[str]) -> Derived:
     """Derive scorecards.jsonl, events.json and traces/ from a journal's events.
 
     Tasks of the denominator that have not finished get no scorecard and no event, so
@@ -179,13 +174,17 @@ def derive(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> Derived
     return Derived(scorecards=cards, files=files)
 
 
-def probe_summary(events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> dict[str, Any]:
-    """narration_probe.json from the probe journal: per task, whether the patch was empty."""
-    per_task: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        if ev["kind"] == "patch_captured":
-            per_task[ev["task_id"]] = {"patch_empty": ev["payload"]["empty"],
-                                       "patch_sha256": ev["payload"]["patch_sha256"]}
+def probe_summary(events: Iterable[Any], task_ids: Sequence[str]) -> dict[str, Any]:
+    """narration_probe.json from the probe journal (typed lines, or lines as parsed): per
+    task, whether the patch was empty.
+
+    Raises:
+        EventError: a parsed line whose event this release does not read.
+    """
+    per_task: dict[str | None, dict[str, Any]] = {}
+    for line in ev.lines(events):
+        if isinstance(line.event, ev.PatchCaptured):
+            per_task[line.task_id] = {"patch_empty": line.event.empty, "patch_sha256": line.event.patch_sha256}
     tasks = []
     for tid in task_ids:
         entry = per_task.get(tid)
@@ -222,8 +221,8 @@ IN_PROCESS = "in-process"
 NOT_RECORDED = "not recorded"
 
 
-def isolation_of(headers: Iterable[Mapping[str, Any]]) -> str:
-    """How the agent under test was isolated, from a journal's run_started and run_resumed payloads.
+def isolation_of(headers: Iterable[ev.RunHeader]) -> str:
+    """How the agent under test was isolated, from a journal's run_started and run_resumed events.
 
     A sandbox kind (``bubblewrap``) when the agent ran in it; ``none`` when the run used
     ``--sandbox none`` (nothing isolated: the agent and the oracles ran on the host);
@@ -233,7 +232,7 @@ def isolation_of(headers: Iterable[Mapping[str, Any]]) -> str:
     """
     kinds: list[str] = []
     for header in headers:
-        sandbox, agent = header.get("sandbox"), header.get("agent")
+        sandbox, agent = header.sandbox, header.agent
         kind = sandbox.get("kind") if isinstance(sandbox, Mapping) else None
         sandboxed = agent.get("sandboxed") if isinstance(agent, Mapping) else None
         if kind == NO_SANDBOX:
@@ -261,29 +260,25 @@ def isolation_sentence(isolation: str) -> str:
 # --------------------------------------------------------------------------- bundle files
 
 
-def dict_events(events: Iterable[Any]) -> list[dict[str, Any]]:
-    # A hand-made journal can hold lines that are JSON but not objects; read_chain reports them.
-    return [e for e in events if isinstance(e, dict)]
+def typed_lines(events: Iterable[Any], source: str = JOURNAL) -> list[ev.Line]:
+    """The typed lines among ``events`` (lines as parsed, or typed): a line that is not an
+    event this release reads is left out here; the journal's reader names it
+    (:func:`journal.read_chain`)."""
+    return list(ev.lines(events, source, problems=[]))
 
 
-def payload_of(event: Mapping[str, Any]) -> dict[str, Any]:
-    payload = event.get("payload")
-    return payload if isinstance(payload, dict) else {}
-
-
-def where_of(source: str, event: Mapping[str, Any]) -> str:
-    return f"{source} seq {event.get('seq')} ({event.get('kind')})"
+def where_of(source: str, line: ev.Line) -> str:
+    return f"{source} seq {line.raw.get('seq')} ({line.kind})"
 
 
 def patch_files(events: Sequence[Any], task_ids: Sequence[str], blobs: Mapping[str, bytes]) -> dict[str, bytes]:
     """``patches/<task_id>.patch``: the blob the task's last task_finished event names."""
     last: dict[str, str] = {}
-    for ev in dict_events(events):
-        tid = ev.get("task_id")
-        digest = payload_of(ev).get("patch_sha256")
-        if ev.get("kind") == "task_finished" and isinstance(tid, str) and isinstance(digest, str):
-            last[tid] = digest
-        elif ev.get("kind") == "task_finished" and isinstance(tid, str):
+    for line in typed_lines(events):
+        tid, finished = line.task_id, line.event
+        if isinstance(finished, ev.TaskFinished) and tid is not None and finished.patch_sha256 is not None:
+            last[tid] = finished.patch_sha256
+        elif isinstance(finished, ev.TaskFinished) and tid is not None:
             last.pop(tid, None)
     out: dict[str, bytes] = {}
     for tid in task_ids:
@@ -355,29 +350,30 @@ def commands_bytes(
     saying it was not recorded.
     """
     lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted)."]
-    journals = [(JOURNAL, dict_events(events))]
+    journals = [(JOURNAL, typed_lines(events))]
     if probe_events is not None:
-        journals.append((PROBE_JOURNAL, dict_events(probe_events)))
+        journals.append((PROBE_JOURNAL, typed_lines(probe_events, PROBE_JOURNAL)))
     for source, evs in journals:
-        for ev in evs:
-            if ev.get("kind") not in ("run_started", "run_resumed"):
+        for line in evs:
+            header = line.event
+            if not isinstance(header, ev.RunHeader):
                 continue
-            p = payload_of(ev)
-            lines.append(f"# {where_of(source, ev)} at {ev.get('time')}:")
-            lines.append(_argv_line(p.get("argv")))
-            agent = p.get("agent")
+            lines.append(f"# {where_of(source, line)} at {line.raw.get('time')}:")
+            lines.append(_argv_line(header.argv))
+            agent = header.agent
             if isinstance(agent, dict) and isinstance(agent.get("command"), str):
                 lines.append(
                     "# agent command template, filled per attempt (the filled argv is not recorded): "
                     + _one_line(agent["command"])
                 )
-    started: dict[str, dict[str, Any]] = {}
-    for ev in dict_events(events):
-        if ev.get("kind") == "task_started" and ev.get("task_id") in task_ids:
-            started.setdefault(ev["task_id"], ev)
+    started: dict[str, ev.Line] = {}
+    for line in journals[0][1]:
+        tid = line.task_id
+        if isinstance(line.event, ev.TaskStarted) and tid is not None and tid in task_ids:
+            started.setdefault(tid, line)
     for tid in task_ids:
         first = started.get(tid)
-        cmd = payload_of(first).get("oracle_cmd") if first is not None else None
+        cmd = first.event.oracle_cmd if first is not None and isinstance(first.event, ev.TaskStarted) else None
         if first is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
             lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({where_of(JOURNAL, first)}):")
             lines.append(shlex.join(cmd))
@@ -393,9 +389,9 @@ def commands_bytes(
 class Rules:
     """One version's way of turning journals into bytes."""
 
-    derive: Callable[[Iterable[dict[str, Any]], Sequence[str]], Derived]
+    derive: Callable[[Iterable[Any], Sequence[str]], Derived]
     rate_bytes: Callable[[Rate], bytes]
-    probe_summary: Callable[[Iterable[dict[str, Any]], Sequence[str]], dict[str, Any]]
+    probe_summary: Callable[[Iterable[Any], Sequence[str]], dict[str, Any]]
     probe_bytes: Callable[[Mapping[str, Any]], bytes]
     patch_files: Callable[[Sequence[Any], Sequence[str], Mapping[str, bytes]], dict[str, bytes]]
     commands_bytes: Callable[[Sequence[Any], Sequence[Any] | None, Sequence[str]], bytes]
@@ -411,10 +407,9 @@ RULES: Final[Mapping[int, Rules]] = {
 def derivation_version(events: Iterable[Any]) -> int:
     """The derivation version a journal was written under: its run_started event's
     ``derivation_version``, or 1 for journals written before versions were recorded."""
-    for ev in events:
-        if isinstance(ev, dict) and ev.get("kind") == "run_started":
-            version = payload_of(ev).get("derivation_version", 1)
-            return version if type(version) is int else -1
+    for line in typed_lines(events):
+        if isinstance(line.event, ev.RunStarted):
+            return line.event.derivation()
     return 1
 
 
@@ -436,7 +431,10 @@ def newer_release(first_event: Any) -> str | None:
     if not isinstance(first_event, dict):
         return None
     journal_version = first_event.get("journal_version")
-    derivation = payload_of(first_event).get("derivation_version", 1) if first_event.get("kind") == "run_started" else 1
+    # Read as raw JSON: a newer release's first line need not be an event this one reads.
+    payload = first_event.get(ev.PAYLOAD)
+    derivation = (payload.get(ev.DERIVATION_VERSION, 1) if isinstance(payload, dict) else 1) \
+        if first_event.get(ev.KIND) == ev.RUN_STARTED else 1
     if type(journal_version) is int and journal_version > JOURNAL_VERSION:
         what = f"its journal is in format {journal_version}; sealbench {__version__} reads formats 1 to {JOURNAL_VERSION}"
     elif type(derivation) is int and derivation > max(RULES):

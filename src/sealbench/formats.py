@@ -362,12 +362,12 @@ class JournalEvent(Model):
                                 "charges are differences of it within one boot.")
     boot_id: str | None = Field(None, description="Version 2: the kernel's boot id (null where unknown); a resume "
                                 "on another boot charges a running task its whole remaining budget.")
-    kind: str = Field(description="run_started, task_started, attempt_started, agent_finished, patch_captured, "
-                      "graded, feedback, attempt_finished, attempt_interrupted, time_charged, harness_error, "
-                      "task_finished, heartbeat, run_interrupted, run_resumed, journal_repaired, run_finished.")
+    kind: str = Field(description="One of the journal event kinds listed below (sealbench.events); a kind this "
+                      "release does not know is refused, naming the line.")
     task_id: str | None = Field(None, description="The task, for task events.")
     attempt: int | None = Field(None, description="The attempt, for attempt events.")
-    payload: dict[str, Any] = Field(default_factory=dict, description="What happened; digests name stored outputs.")
+    payload: dict[str, Any] = Field(default_factory=dict, description="What happened: the fields of its kind "
+                                    "(below); a field its kind does not have is refused, naming the line.")
     prev: str | None = Field(description="Hash of the previous event; null for the first.")
     hash: str = Field(description="sha256 over the canonical bytes of every other field.")
 

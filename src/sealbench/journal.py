@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import events as ev
 from .clock import Clock
 from .digest import canonical_json, sha256_bytes
 from .errors import STORAGE_ERRNOS, HarnessError, RunRefusal, StorageError, VerificationFailed
 
 JOURNAL_VERSION = 2
-_FIELDS_V1 = ("journal_version", "seq", "time", "kind", "task_id", "attempt", "payload", "prev", "hash")
-_FIELDS = (*_FIELDS_V1, "mono_ms", "boot_id")
+_FIELDS_V1 = ev.FIELDS_V1
+_FIELDS = ev.FIELDS_V2
 # Each version's lines keep exactly the fields it was written with: a bundle made by an older
 # release verifies, and derives the same bytes, as it did then.
 _FIELDS_BY_VERSION: dict[int, frozenset[str]] = {1: frozenset(_FIELDS_V1), 2: frozenset(_FIELDS)}
@@ -44,16 +45,20 @@ def event_hash(event: dict[str, Any]) -> str:
 
 @dataclass
 class ChainReport:
-    """What reading a journal found."""
+    """What reading a journal found: every line that is a JSON object (``events``, as parsed),
+    the typed lines among them (``lines``: those whose event this release reads), and every
+    problem, naming its line."""
 
     events: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[ev.Line] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     torn_tail: bytes = b""
     good_bytes: int = 0
 
 
 def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str]:
-    """Everything wrong with one parsed event at line ``lineno`` given the chain so far."""
+    """Everything wrong with one parsed line at ``lineno`` given the chain so far (its event
+    is checked apart: :func:`typed_line`)."""
     where = f"journal.jsonl line {lineno}"
     if not isinstance(event, dict):
         return [f"{where}: not a JSON object"]
@@ -72,6 +77,22 @@ def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str
     if event["hash"] != event_hash(event):
         problems.append(f"{where}: content does not match its hash (edited)")
     return problems
+
+
+def _shaped(event: dict[str, Any]) -> bool:
+    """True when a line has exactly its version's fields (its event can be read)."""
+    version = event.get("journal_version")
+    fields = _FIELDS_BY_VERSION.get(version) if type(version) is int else None
+    return fields is not None and event.keys() == fields
+
+
+def typed_line(event: dict[str, Any], lineno: int) -> ev.Line:
+    """The typed line of a parsed line whose envelope :func:`check_event` accepted.
+
+    Raises:
+        EventError: a kind or a payload field this release does not read, named by its line.
+    """
+    return ev.line_of(event, lambda: f"journal.jsonl line {lineno}")
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
@@ -112,13 +133,22 @@ def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
         if not isinstance(event, dict):
             continue
         prev = event.get("hash")
+        line: ev.Line | None = None
+        if _shaped(event):
+            # Typed even when the chain is broken at this line: verify then says what it means too.
+            try:
+                line = typed_line(event, lineno)
+            except ev.EventError as e:
+                report.problems.append(str(e))
         if keep_events:
             report.events.append(event)
+            if line is not None:
+                report.lines.append(line)
     return report
 
 
-def iter_verified(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield a journal's events one by one, verifying the chain as it goes.
+def iter_verified(path: Path) -> Iterator[ev.Line]:
+    """Yield a journal's typed lines one by one, verifying the chain as it goes.
 
     Raises:
         VerificationFailed: at the first defect (a torn last line included).
@@ -134,8 +164,12 @@ def iter_verified(path: Path) -> Iterator[dict[str, Any]]:
         problems = check_event(event, lineno, seq, prev)
         if problems:
             raise VerificationFailed(problems)
+        try:
+            line = typed_line(event, lineno)
+        except ev.EventError as e:
+            raise VerificationFailed([str(e)]) from None
         prev = event["hash"]
-        yield event
+        yield line
 
 
 class Journal:
@@ -212,17 +246,8 @@ class Journal:
     def next_seq(self) -> int:
         return self._seq
 
-    def append(
-        self,
-        kind: str,
-        *,
-        task_id: str | None = None,
-        attempt: int | None = None,
-        payload: dict[str, Any] | None = None,
-        time: str | None = None,
-        durable: bool = True,
-    ) -> dict[str, Any]:
-        """Append one event and make it durable before returning it.
+    def append(self, event: ev.Event, *, time: str | None = None, durable: bool = True) -> dict[str, Any]:
+        """Append one event and make it durable before returning its line.
 
         ``durable=False`` only writes it (a heartbeat: the page cache keeps it past the death
         of this process; a later fsync covers it).
@@ -237,20 +262,10 @@ class Journal:
             self._raise_if_failed()
             self._check_sole_writer()
             mono = _time.monotonic()
-            event: dict[str, Any] = {
-                "journal_version": JOURNAL_VERSION,
-                "seq": self._seq,
-                "time": time or self._clock.wall(),
-                "mono_ms": int(mono * 1000),
-                "boot_id": self._clock.boot_id,
-                "kind": kind,
-                "task_id": task_id,
-                "attempt": attempt,
-                "payload": payload or {},
-                "prev": self._prev,
-            }
-            event["hash"] = event_hash(event)
-            line = canonical_json(event) + b"\n"
+            line_fields = ev.envelope(JOURNAL_VERSION, self._seq, time or self._clock.wall(), int(mono * 1000),
+                                      self._clock.boot_id, event, self._prev)
+            line_fields["hash"] = event_hash(line_fields)
+            line = canonical_json(line_fields) + b"\n"
             try:
                 written = os.write(self._fd, line)
                 if written != len(line):
@@ -265,12 +280,12 @@ class Journal:
                 raise HarnessError(message) from None
             self._size += len(line)
             self._seq += 1
-            self._prev = event["hash"]
+            self._prev = line_fields["hash"]
             self.last_written = mono
             end = self._size
         if self._fsync and durable:
             self._sync(end)
-        return event
+        return line_fields
 
     def _sync(self, end: int) -> None:
         """Return once the file is durable up to byte ``end`` (the end of the caller's line)."""
@@ -296,7 +311,7 @@ class Journal:
 
 
 def open_for_resume(path: Path, *, fsync: bool = True,
-                    clock: Clock | None = None) -> tuple[Journal, list[dict[str, Any]]]:
+                    clock: Clock | None = None) -> tuple[Journal, list[ev.Line]]:
     """Verify a journal, repair a torn last line, and reopen it for appending.
 
     The torn bytes are moved to ``journal.torn-<seq>`` beside the journal (nothing is
@@ -304,15 +319,16 @@ def open_for_resume(path: Path, *, fsync: bool = True,
 
     Raises:
         RunRefusal: no journal at ``path``.
-        VerificationFailed: the chain is broken anywhere but a torn last line.
+        VerificationFailed: the chain is broken anywhere but a torn last line, or a line holds an
+            event this release does not read (an unknown kind or field).
     """
     if not path.is_file():
         raise RunRefusal(f"{path}: no journal to resume")
     report = read_chain(path)
     if report.problems:
         raise VerificationFailed(report.problems)
-    events = report.events
-    prev = events[-1]["hash"] if events else None
+    events = report.lines
+    prev = events[-1].raw["hash"] if events else None
     torn = report.torn_tail
     if torn:
         aside = path.with_name(f"{path.name}.torn-{len(events)}")
@@ -323,10 +339,6 @@ def open_for_resume(path: Path, *, fsync: bool = True,
             os.fsync(f.fileno())
     journal = Journal(path, len(events), prev, fsync=fsync, clock=clock)
     if torn:
-        events.append(
-            journal.append(
-                "journal_repaired",
-                payload={"torn_bytes": len(torn), "torn_sha256": sha256_bytes(torn), "moved_to": aside.name},
-            )
-        )
+        repaired = ev.JournalRepaired(torn_bytes=len(torn), torn_sha256=sha256_bytes(torn), moved_to=aside.name)
+        events.append(typed_line(journal.append(repaired), len(events) + 1))
     return journal, events

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from . import events as ev
 from .contract import load_contract
 from .derive import derive
 from .document import Block, Bullets, Fields, Figure, Para, Section, Span, Table, spans
@@ -185,18 +186,18 @@ def contamination(view: RunView) -> str | None:
 # --------------------------------------------------------------------------- loading
 
 
-def _sandbox_facts(events: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+def _sandbox_facts(events: Sequence[ev.Line]) -> tuple[dict[str, Any], ...]:
     # A resumed run may have continued under another sandbox: every start and resume counts.
     out = []
-    for ev in events:
-        if ev["kind"] in ("run_started", "run_resumed"):
-            facts = ev["payload"].get("sandbox")
+    for line in events:
+        if isinstance(line.event, ev.RunHeader):
+            facts = line.event.sandbox
             out.append(dict(facts) if isinstance(facts, dict) else {})
     return tuple(out)
 
 
-def _provenance(header: dict[str, Any]) -> Provenance | None:
-    raw = header.get("provenance")
+def _provenance(header: ev.RunHeader) -> Provenance | None:
+    raw = header.provenance
     if raw is None:
         return None
     try:
@@ -271,7 +272,7 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
     except Refusal as e:
         refusal = str(e)
     # events_from has verified the chain and its contract; read it again for what it does not return.
-    events = read_chain(journal).events
+    events = read_chain(journal).lines
     derived = derive(events, contract.task_ids)
     problems = _rate_problems(run_dir, rate, refusal)
     for rel, data in sorted(derived.files.items()):
@@ -282,8 +283,9 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
             problems.append(f"{rel} differs from what the journal derives")
     if problems:
         raise VerificationFailed(problems)
-    header = events[0]["payload"] if events else {}
-    agent = header.get("agent")
+    first = events[0].event if events else None
+    header = first if isinstance(first, ev.RunHeader) else ev.RunStarted()
+    agent = header.agent
     tids = contract.task_ids
     rel_root = os.path.relpath(run_dir.resolve(), (out_dir if out_dir is not None else run_dir).resolve())
     return RunView(
@@ -293,7 +295,8 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
         refusal=refusal,
         sandboxes=_sandbox_facts(events),
         agent=dict(agent) if isinstance(agent, dict) else {},
-        harness={k: str(header[k]) for k in ("sealbench_version", "python", "platform") if k in header},
+        harness={k: str(v) for k, v in (("sealbench_version", header.sealbench_version), ("python", header.python),
+                                          ("platform", header.platform)) if v is not None},
         probe=_load_probe(run_dir / "narration_probe.json", tids),
         provenance=_provenance(header),
         traces=frozenset(t for t in tids if (run_dir / "traces" / f"{t}.json").is_file()),

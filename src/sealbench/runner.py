@@ -31,6 +31,7 @@ from typing import Any
 from xml.parsers import expat
 
 from . import __version__, pytest_oracle, runs_index
+from . import events as ev
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .charge import Charge, time_used
@@ -222,9 +223,9 @@ class _Ctx:
     storage_failed: list[str] = field(default_factory=list)
     """What failed, when the run's own storage did (first failure first)."""
 
-    def j(self, kind: str, task_id: str | None = None, attempt: int | None = None, **payload: Any) -> None:
+    def j(self, event: ev.Event) -> None:
         try:
-            self.journal.append(kind, task_id=task_id, attempt=attempt, payload=payload)
+            self.journal.append(event)
         except StorageError as e:
             self.storage_failure(f"storage failure: {e}")
             raise JournalStopped(e) from None
@@ -646,7 +647,7 @@ def _feedback(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, remaining:
     env = _env(ctx, task, tw.ws, attempt, None)
     res, facts = _sandboxed(ctx, cmd, tw.ws, env, min(remaining, 60.0))
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
-    ctx.j("feedback", task.task_id, attempt, policy=policy, visible_tests=facts)
+    ctx.j(ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts)))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}"
 
 
@@ -665,7 +666,7 @@ class _Prior:
     harness_error: str | None = None
 
 
-def _prior_state(events: Sequence[dict[str, Any]], budget: Budget,
+def _prior_state(events: Sequence[ev.Line], budget: Budget,
                  boot_id: str | None) -> tuple[dict[str, _Prior], list[Charge]]:
     """What each task had used when the run stopped, from the journal alone, and the time
     charges the resume must journal (:mod:`sealbench.charge`).
@@ -674,32 +675,31 @@ def _prior_state(events: Sequence[dict[str, Any]], budget: Budget,
     workspace is materialised afresh on resume. ``boot_id`` is this process's boot.
     """
     out: dict[str, _Prior] = {}
-    for ev in events:
-        tid = ev["task_id"]
+    for line in events:
+        event, tid = line.event, line.task_id
         if tid is None:
             continue
         p = out.setdefault(tid, _Prior())
-        kind, payload = ev["kind"], ev["payload"]
-        if kind == "task_started":
+        if isinstance(event, ev.TaskStarted):
             p.started = True
-        elif kind == "attempt_started":
-            p.attempts_started = max(p.attempts_started, ev["attempt"])
-            p.open_attempt = ev["attempt"]
-        elif kind == "attempt_finished":
+        elif isinstance(event, ev.AttemptStarted):
+            p.attempts_started = max(p.attempts_started, event.attempt or 0)
+            p.open_attempt = event.attempt
+        elif isinstance(event, ev.AttemptFinished):
             p.open_attempt = None
-            p.last_result = payload["result"]
-            if ev["attempt"] == 1:
-                p.first_attempt_passed = payload["result"] == Outcome.PASS.value
-        elif kind == "attempt_interrupted":
+            p.last_result = event.result
+            if event.attempt == 1:
+                p.first_attempt_passed = event.result == Outcome.PASS.value
+        elif isinstance(event, ev.AttemptInterrupted):
             p.open_attempt = None
             p.last_result = None
-            if ev["attempt"] == 1:
+            if event.attempt == 1:
                 p.first_attempt_passed = False
-        elif kind == "patch_captured":
-            p.last_patch = payload.get("patch_sha256")
-        elif kind == "harness_error":
-            p.harness_error = str(payload.get("error"))
-        elif kind == "task_finished":
+        elif isinstance(event, ev.PatchCaptured):
+            p.last_patch = event.patch_sha256
+        elif isinstance(event, ev.HarnessErrorEvent):
+            p.harness_error = str(event.error)
+        elif isinstance(event, ev.TaskFinished):
             p.finished = True
     for p in out.values():
         if p.open_attempt == 1:
@@ -776,18 +776,19 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
     budget = ctx.budget
     if not prior.started:
         # A pytest oracle_cmd of the form before sealbench-pytest runs as sealed; say so.
-        unguarded: dict[str, Any] = {"oracle_guard": "none"} if pytest_oracle.runs_pytest_unguarded(task.record.oracle_cmd) else {}
-        ctx.j("task_started", tid, max_attempts=max_attempts, wall_clock_s=budget.wall_clock_s,
-              prompt_template_id="narration-probe" if ctx.probe else task.record.prompt_template_id,
-              hidden_tests_sha256=task.record.hidden_tests_sha256,
-              oracle_cmd=list(task.record.oracle_cmd), **unguarded)
+        unguarded = "none" if pytest_oracle.runs_pytest_unguarded(task.record.oracle_cmd) else None
+        ctx.j(ev.TaskStarted(task_id=tid, max_attempts=max_attempts, wall_clock_s=budget.wall_clock_s,
+                             prompt_template_id="narration-probe" if ctx.probe else task.record.prompt_template_id,
+                             hidden_tests_sha256=task.record.hidden_tests_sha256,
+                             oracle_cmd=list(task.record.oracle_cmd), **ev.present(oracle_guard=unguarded)))
     t0 = time.monotonic()
     deadline = t0 + budget.wall_clock_s - prior.consumed_s
     first = prior.first_attempt_passed
     attempts_used = prior.attempts_started
     patch_digest = prior.last_patch
     outcome: Outcome | None = None
-    detail: dict[str, Any] = {}
+    probe_passed: bool | None = None
+    error: str | None = None
     open_attempt: tuple[int, float] | None = None
     try:
         if prior.harness_error is not None:
@@ -800,7 +801,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             # The run stopped between an attempt's end and the task's: its result stands.
             outcome = _final_outcome(prior.last_result)
             if ctx.probe:
-                detail["probe_passed"] = prior.last_result == "probe_pass"
+                probe_passed = prior.last_result == "probe_pass"
         feedback = ""
         gap_from: float | None = None
         for attempt in range(attempts_used + 1, max_attempts + 1):
@@ -812,7 +813,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             if remaining <= 0:
                 outcome = Outcome.TIMEOUT
                 break
-            ctx.j("attempt_started", tid, attempt, budget_s=round(remaining, 3))
+            ctx.j(ev.AttemptStarted(task_id=tid, attempt=attempt, budget_s=round(remaining, 3)))
             attempts_used = attempt
             a0 = time.monotonic()
             open_attempt = (attempt, a0)
@@ -828,24 +829,22 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                                "error": f"the workspace was replaced: {e.reason}"}
             _check_storage(ctx)  # an agent whose writes failed on a full disk is not judged on them
             gap_from = time.monotonic()
-            ctx.j("agent_finished", tid, attempt, prompt_sha256=sha256_bytes(prompt.encode()),
-                  **_transcript(ctx, tw), **agent_facts)
-            if agent_facts.get("workdir_rejected"):
+            agent = ev.AgentFinished(task_id=tid, attempt=attempt, prompt_sha256=sha256_bytes(prompt.encode()),
+                                     **_transcript(ctx, tw), **agent_facts)
+            ctx.j(agent)
+            if agent.workdir_rejected:
                 # The copy back of the quota'd workspace stopped at a cap: the agent's failure.
-                capture = _Capture([], b"", rejected=str(agent_facts["workdir_rejected"]))
+                capture = _Capture([], b"", rejected=agent.workdir_rejected)
             else:
                 capture = _capture(tw, deadline)
             patch = capture.patch
             patch_digest = _store_bytes(ctx.run_dir, patch) if patch else None
-            extra: dict[str, Any] = {}
-            if capture.rejected is not None:
-                extra["rejected"] = capture.rejected
-            if capture.timed_out:
-                extra["capture_timed_out"] = True
-            ctx.j("patch_captured", tid, attempt, patch_sha256=patch_digest, empty=not patch,
-                  changed=capture.changed[:200], changed_count=len(capture.changed), **extra)
+            ctx.j(ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest, empty=not patch,
+                                   changed=capture.changed[:200], changed_count=len(capture.changed),
+                                   **ev.present(rejected=capture.rejected,
+                                                capture_timed_out=True if capture.timed_out else None)))
             result: str
-            if agent_facts["timed_out"] or capture.timed_out:
+            if agent.timed_out or capture.timed_out:
                 result = Outcome.TIMEOUT.value
             elif capture.rejected is not None:
                 # What the workspace holds is the agent's doing: its failure, with the reason
@@ -853,7 +852,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 result = Outcome.FAIL.value
             elif ctx.probe:
                 result = "probe_pass" if not patch else "probe_fail"
-            elif agent_facts["exit_code"] == 0 and not patch:
+            elif agent.exit_code == 0 and not patch:
                 result = Outcome.ABSTAIN.value
             else:
                 remaining = deadline - time.monotonic()
@@ -866,20 +865,21 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                 if grade is None:
                     result = Outcome.TIMEOUT.value
                 else:
-                    ctx.j("graded", tid, attempt, **grade)
-                    if grade["task_pass"]:
+                    graded = ev.Graded(task_id=tid, attempt=attempt, **grade)
+                    ctx.j(graded)
+                    if graded.task_pass:
                         result = Outcome.PASS.value
-                    elif grade.get("oracle_timed_out"):
+                    elif graded.oracle_timed_out:
                         result = Outcome.TIMEOUT.value
                     else:
                         result = Outcome.FAIL.value
-            ctx.j("attempt_finished", tid, attempt, result=result,
-                  elapsed_ms=int((time.monotonic() - a0) * 1000))
+            ctx.j(ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
+                                     elapsed_ms=int((time.monotonic() - a0) * 1000)))
             open_attempt = None
             if attempt == 1:
                 first = result == Outcome.PASS.value
             if ctx.probe:
-                detail["probe_passed"] = result == "probe_pass"
+                probe_passed = result == "probe_pass"
             if ctx.probe or result != Outcome.FAIL.value:
                 outcome = _final_outcome(result)
                 break
@@ -896,7 +896,7 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
         raise
     except _Recorded as e:
         outcome = Outcome.HARNESS_ERROR
-        detail["error"] = str(e)
+        error = str(e)
     except Exception as e:
         stopped = _why_stopped(ctx, e)
         if stopped is not None:
@@ -904,9 +904,9 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             # decided. The attempt is used, as one a crash stopped (it is never given back).
             if open_attempt is not None:
                 try:
-                    ctx.j("attempt_interrupted", tid, open_attempt[0], reason=stopped,
-                          charged_s=round(time.monotonic() - open_attempt[1], 3),
-                          charged_basis="measured by the runner until it stopped the attempt")
+                    ctx.j(ev.AttemptInterrupted(task_id=tid, attempt=open_attempt[0], reason=stopped,
+                                                charged_s=round(time.monotonic() - open_attempt[1], 3),
+                                                charged_basis="measured by the runner until it stopped the attempt"))
                 except JournalStopped:
                     if not ctx.storage_failed:
                         raise
@@ -914,11 +914,12 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             return "interrupted"
         # The harness failed, not the agent: recorded, and the task stays in the denominator.
         outcome = Outcome.HARNESS_ERROR
-        detail["error"] = f"{type(e).__name__}: {e}"
-        ctx.j("harness_error", tid, attempts_used or None, error=detail["error"])
+        error = f"{type(e).__name__}: {e}"
+        ctx.j(ev.HarnessErrorEvent(task_id=tid, attempt=attempts_used or None, error=error))
     elapsed_ms = int((time.monotonic() - t0 + prior.consumed_s) * 1000)
-    ctx.j("task_finished", tid, outcome=outcome.value, attempts_used=attempts_used, elapsed_ms=elapsed_ms,
-          first_attempt_passed=bool(first), patch_sha256=patch_digest, **detail)
+    ctx.j(ev.TaskFinished(task_id=tid, outcome=outcome.value, attempts_used=attempts_used, elapsed_ms=elapsed_ms,
+                          first_attempt_passed=bool(first), patch_sha256=patch_digest,
+                          **ev.present(probe_passed=probe_passed, error=error)))
     if patch_digest and not ctx.probe:
         _write_patch(ctx, tid, patch_digest)
     return outcome.value
@@ -984,14 +985,21 @@ def _why_stopped(ctx: _Ctx, exc: BaseException) -> str | None:
     return ctx.abort_reason[0]
 
 
-def _host_facts(sandbox: Sandbox, agent: ResolvedAgent) -> dict[str, Any]:
-    return {
-        "sealbench_version": __version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(terse=True),
-        "sandbox": sandbox.describe(),
-        "agent": agent.describe(),
-    }
+def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] | None, probe: bool,
+            sandbox: Sandbox, agent: ResolvedAgent, *, workspace_quota: bool = True) -> ev.RunStarted:
+    """The run_started event of a new run (a resume journals it as run_resumed, with the run's nonce)."""
+    provenance = pack.manifest.provenance
+    return ev.RunStarted(
+        contract_sha256=contract.contract_sha256, pack_sha256=pack.sealed_digest,
+        argv=list(command_line) if command_line is not None else None,
+        provenance=provenance.model_dump(mode="json") if provenance else None,
+        run_id=contract.run_id, task_ids_count=len(contract.task_ids), probe=probe,
+        heartbeat_ms=HEARTBEAT_MS, lease_ms=LEASE_MS, run_nonce=secrets.token_hex(16),
+        derivation_version=DERIVATION_VERSION, sealbench_version=__version__,
+        python=platform.python_version(), platform=platform.platform(terse=True),
+        sandbox=sandbox.describe(), agent=agent.describe(),
+        # Absent (as before quotas) when on: only the opt-out is recorded.
+        **ev.present(workspace_quota=None if workspace_quota else False))
 
 
 class _Progress:
@@ -1035,7 +1043,7 @@ class _Progress:
             self._bar.stop()
 
 
-def write_derived(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> list[Scorecard]:
+def write_derived(run_dir: Path, events: Iterable[ev.Line], task_ids: Sequence[str]) -> list[Scorecard]:
     """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming.
 
     Returns the scorecards it wrote.
@@ -1099,7 +1107,7 @@ def _drive(ctx: _Ctx, todo: Sequence[Task], prior: dict[str, _Prior], progress: 
         ctx.stop.set()
         for fut in pending:
             fut.cancel()
-        ctx.j("run_interrupted", reason=reason, pending=len(todo) - len(outcomes))
+        ctx.j(ev.RunInterrupted(reason=reason, pending=len(todo) - len(outcomes)))
 
     def poll() -> None:
         nonlocal stopped_by, handled
@@ -1162,31 +1170,37 @@ def _drive(ctx: _Ctx, todo: Sequence[Task], prior: dict[str, _Prior], progress: 
     return None if stopped_by == "storage" else stopped_by
 
 
-def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, base: Path, header: dict[str, Any],
+def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, base: Path, header: ev.RunStarted,
                   contract_bytes: bytes, probe: bool, clock: Clock
-                  ) -> tuple[Journal, list[dict[str, Any]], dict[str, _Prior], list[Charge]]:
+                  ) -> tuple[Journal, list[ev.Line], dict[str, _Prior], list[Charge], ev.RunStarted]:
     """The journal to append to (created, or verified and reopened), what the tasks had used,
-    and the time charges a resume must journal."""
+    the time charges a resume must journal, and the header to journal (a resume's carries the
+    run's own nonce)."""
     assert contract.budget is not None
     jpath = base / "journal.jsonl"
     if opts.resume:
         journal, events = open_for_resume(jpath, fsync=opts.fsync, clock=clock)
         # A journal killed before its first event is resumed as a fresh start.
-        first = events[0]["payload"] if events else header
-        for key in ("contract_sha256", "pack_sha256"):
-            if first.get(key) != header[key]:
+        first = events[0].event if events else header
+        if not isinstance(first, ev.RunStarted):
+            journal.close()
+            raise RunRefusal(f"cannot resume: the journal's first event is {first.kind}, not the run's start")
+        for what, had, has in (("contract_sha256", first.contract_sha256, header.contract_sha256),
+                               ("pack_sha256", first.pack_sha256, header.pack_sha256)):
+            if had != has:
                 journal.close()
-                raise RunRefusal(f"cannot resume: the journal's {key} {first.get(key)} differs from {header[key]}")
-        if first.get("agent") != header["agent"]:
+                raise RunRefusal(f"cannot resume: the journal's {what} {had} differs from {has}")
+        if first.agent != header.agent:
             journal.close()
             raise RunRefusal("cannot resume with a different agent than the journal's")
-        started_under = first.get("derivation_version", 1)
+        started_under = first.derivation()
         if started_under != DERIVATION_VERSION:
             journal.close()
             raise RunRefusal(f"cannot resume: the run was started by a sealbench that derives its results under rules "
                              f"version {started_under!r}, and this one ({__version__}) derives under version "
                              f"{DERIVATION_VERSION}; resume it with the release that started it")
-        header["run_nonce"] = first.get("run_nonce")  # the run's own; None in journals made before nonces
+        # The run's own nonce; None in journals made before nonces.
+        header = header.model_copy(update=dict(run_nonce=first.run_nonce))
         try:
             if not probe:
                 runs_index.continue_run(contract, run_dir, header, data=opts.runs_index)
@@ -1194,12 +1208,12 @@ def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, ba
             journal.close()
             raise
         prior, charges = _prior_state(events, contract.budget, clock.boot_id)
-        return journal, events, prior, charges
+        return journal, events, prior, charges, header
     if jpath.exists():
         raise RunRefusal(f"{jpath} exists; resume it with --resume or choose a new --out")
     if not probe:
         write_atomic(base / "scoring_contract.json", contract_bytes)
-    return Journal.create(jpath, fsync=opts.fsync, clock=clock), [], {}, []
+    return Journal.create(jpath, fsync=opts.fsync, clock=clock), [], {}, [], header
 
 
 def _sweep_leftovers(run_dir: Path, base: Path, keep_work: bool) -> None:
@@ -1253,15 +1267,7 @@ def execute(
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps)
     base = run_dir / "probe" if probe else run_dir
-    header = {"contract_sha256": contract.contract_sha256, "pack_sha256": pack.sealed_digest,
-              "argv": list(command_line) if command_line is not None else None,
-              "provenance": pack.manifest.provenance.model_dump(mode="json") if pack.manifest.provenance else None,
-              "run_id": contract.run_id, "task_ids_count": len(contract.task_ids), "probe": probe,
-              "heartbeat_ms": HEARTBEAT_MS, "lease_ms": LEASE_MS, "run_nonce": secrets.token_hex(16),
-              "derivation_version": DERIVATION_VERSION,
-              **_host_facts(sandbox, agent),
-              # Absent (as before quotas) when on: only the opt-out is recorded.
-              **({} if opts.workspace_quota else {"workspace_quota": False})}
+    header = _header(contract, pack, command_line, probe, sandbox, agent, workspace_quota=opts.workspace_quota)
     if not (opts.resume or probe or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.
@@ -1279,15 +1285,15 @@ def execute(
 
 
 def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
-                    sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: dict[str, Any], *,
+                    sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted, *,
                     probe: bool, on_started: Callable[[Journal], None] | None) -> RunResult:
     assert contract.budget is not None
     jpath = base / "journal.jsonl"
     clock = opts.clock or Clock()
     for sub in ("blobs", "patches", "traces"):
         (base / sub).mkdir(exist_ok=True)
-    journal, events, prior, charges = _open_journal(opts, contract, run_dir, base, header,
-                                                    contract_file.read_bytes(), probe, clock)
+    journal, events, prior, charges, header = _open_journal(opts, contract, run_dir, base, header,
+                                                            contract_file.read_bytes(), probe, clock)
     template = None
     if probe:
         template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
@@ -1301,18 +1307,19 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     try:
         requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
         if opts.resume and events:
-            ctx.j("run_resumed", **header)
+            ctx.j(ev.RunResumed(**header.payload()))
             for tid, p in prior.items():
                 # Every attempt that had started is used; none is given back.
                 if p.open_attempt is not None and not p.finished:
-                    ctx.j("attempt_interrupted", tid, p.open_attempt, reason="the runner stopped mid-attempt")
+                    ctx.j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt,
+                                                reason="the runner stopped mid-attempt"))
             for charge in charges:
                 # Decided once, here, and journaled: later resumes read the charge, never redo it.
-                ctx.j("time_charged", charge.task_id, **charge.payload())
+                ctx.j(charge.event())
             if not probe:
                 _restore_patches(base, prior)
         else:
-            ctx.j("run_started", **header)
+            ctx.j(header)
             if not probe:
                 runs_index.journal_started(contract, run_dir, data=opts.runs_index)
         if on_started is not None:
@@ -1327,7 +1334,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         complete = (stopped_by is None and not ctx.storage_failed
                     and all(v != "interrupted" for v in outcomes.values()))
         if complete:
-            ctx.j("run_finished", outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())})
+            ctx.j(ev.RunFinished(outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())}))
     except JournalStopped as e:
         if ctx.storage_failed and not isinstance(e.error, StorageError):
             raise StorageError(_storage_message(ctx)) from None
@@ -1349,7 +1356,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
         cards = write_derived(base, iter_verified(jpath), contract.task_ids)
-    headers = [e["payload"] for e in events if e["kind"] in ("run_started", "run_resumed")]
+    headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
     result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
                        interrupted_by=stopped_by, contract_sha256=contract.contract_sha256, scorecards=cards,
                        isolation=isolation_of([*headers, header]))
@@ -1374,5 +1381,5 @@ def _restore_patches(base: Path, prior: dict[str, _Prior]) -> None:
                 write_atomic(path, blob.read_bytes(), durable=False)
 
 
-def write_probe_summary(run_dir: Path, events: Iterable[dict[str, Any]], task_ids: Sequence[str]) -> None:
+def write_probe_summary(run_dir: Path, events: Iterable[ev.Line], task_ids: Sequence[str]) -> None:
     write_atomic(run_dir / "narration_probe.json", probe_bytes(probe_summary(events, task_ids)), durable=False)

@@ -33,7 +33,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,6 +43,7 @@ from .errors import RunRefusal, RunsIndexError
 if TYPE_CHECKING:
     import sqlite3
 
+    from .events import RunHeader
     from .formats import Scorecard, ScoringContract
     from .runner import RunResult
 
@@ -294,6 +295,17 @@ def _first_event(journal: Path) -> dict[str, Any]:
     return event if isinstance(event, dict) else {}
 
 
+def _nonce_of(first: dict[str, Any]) -> str | None:
+    """The run_nonce of a journal's first line, read without verifying the journal."""
+    from .events import EventError, RunHeader, parse
+
+    try:
+        event = parse(first, "journal.jsonl line 1")
+    except EventError:
+        return None
+    return event.run_nonce if isinstance(event, RunHeader) else None
+
+
 def read_place(path: Path) -> Found:
     """What the run directory or bundle at ``path`` says about its run.
 
@@ -303,6 +315,7 @@ def read_place(path: Path) -> Found:
     from .bundle import parse_contract, verify_bundle
     from .derive import CONTRACT, JOURNAL, derive_iter, isolation_of
     from .errors import ContractError, SealbenchError, VerificationFailed
+    from .events import RUN_FINISHED, RUN_INTERRUPTED, Line, RunHeader
     from .formats import Scorecard
     from .journal import iter_verified
 
@@ -310,10 +323,7 @@ def read_place(path: Path) -> Found:
     if contract.run_id is None:
         raise ContractError(f"{path / CONTRACT}: unlocked contract")
     first = _first_event(path / JOURNAL)
-    header = first.get("payload") if isinstance(first.get("payload"), dict) else {}
-    assert isinstance(header, dict)
-    nonce = header.get("run_nonce")
-    base = RunRecord(run_id=str(contract.run_id), run_dir=str(path), run_nonce=nonce if isinstance(nonce, str) else None,
+    base = RunRecord(run_id=str(contract.run_id), run_dir=str(path), run_nonce=_nonce_of(first),
                      started_at=str(first.get("time", "")), state=STARTED, **contract_facts(contract))
     if (path / "SHA256SUMS").is_file():
         try:
@@ -327,16 +337,16 @@ def read_place(path: Path) -> Found:
                                      rate=f"{report.rate.sentence}; Wilson 95% [{report.rate.wilson_95.low:.3f}, "
                                           f"{report.rate.wilson_95.high:.3f}]"),
                      verify_status(report.signed, report.signature))
-    headers: list[dict[str, Any]] = []
+    headers: list[RunHeader] = []
     last_run_event = [""]
 
-    def events() -> Iterator[dict[str, Any]]:
-        for ev in iter_verified(path / JOURNAL):
-            if ev["task_id"] is None:
-                last_run_event[0] = ev["kind"]
-                if ev["kind"] in ("run_started", "run_resumed"):
-                    headers.append(ev["payload"])
-            yield ev
+    def events() -> Iterator[Line]:
+        for line in iter_verified(path / JOURNAL):
+            if line.task_id is None:
+                last_run_event[0] = line.kind
+                if isinstance(line.event, RunHeader):
+                    headers.append(line.event)
+            yield line
 
     try:
         files = dict(derive_iter(events(), contract.task_ids))
@@ -345,9 +355,9 @@ def read_place(path: Path) -> Found:
     except (KeyError, TypeError, ValueError) as e:
         return Found(RUN, replace(base, state=f"its journal cannot be read ({type(e).__name__}: {e})"), "")
     cards = [Scorecard.model_validate_json(line) for line in files["scorecards.jsonl"].splitlines() if line]
-    state = {"run_finished": FINISHED, "run_interrupted": INTERRUPTED}.get(last_run_event[0], STARTED)
-    if headers and headers[0].get("contract_sha256") != contract.contract_sha256:
-        state = f"its journal was made under contract {headers[0].get('contract_sha256')}, not this one"
+    state = {RUN_FINISHED: FINISHED, RUN_INTERRUPTED: INTERRUPTED}.get(last_run_event[0], STARTED)
+    if headers and headers[0].contract_sha256 != contract.contract_sha256:
+        state = f"its journal was made under contract {headers[0].contract_sha256}, not this one"
     return Found(RUN, replace(base, state=state, isolation=isolation_of(headers), rate=rate_text(contract, cards)), "")
 
 
@@ -646,11 +656,11 @@ def _refusal(run_id: str, first: RunRecord, index: Path) -> RunRefusal:
     )
 
 
-def claim_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any], *,
+def claim_run(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
               data: Path | None = None) -> None:
     """Record a new run of ``contract`` in ``run_dir`` before its journal is created.
 
-    ``header`` is the run_started payload about to be journaled (its run_nonce, sandbox and
+    ``header`` is the run_started event about to be journaled (its run_nonce, sandbox and
     agent). The run directory must not hold a journal (the caller has checked).
 
     Raises:
@@ -660,8 +670,7 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any
     from .derive import isolation_of
 
     run_id = str(contract.run_id)
-    nonce = header.get("run_nonce")
-    record = RunRecord(run_id=run_id, run_dir=str(run_dir), run_nonce=nonce if isinstance(nonce, str) else None,
+    record = RunRecord(run_id=run_id, run_dir=str(run_dir), run_nonce=header.run_nonce,
                        started_at=now(), state=CLAIMED, isolation=isolation_of([header]),
                        updated_at=now(), **contract_facts(contract))
 
@@ -698,9 +707,9 @@ def journal_started(contract: ScoringContract, run_dir: Path, *, data: Path | No
         print(f"sealbench: note: {e}", file=sys.stderr)
 
 
-def continue_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, Any], *,
+def continue_run(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
                  data: Path | None = None) -> None:
-    """Record that the run in ``run_dir`` resumes (``header`` is its run_resumed payload).
+    """Record that the run in ``run_dir`` resumes (``header`` is its run_resumed event).
 
     Raises:
         RunRefusal: this machine ran the run_id first in another directory, and the run here
@@ -710,8 +719,7 @@ def continue_run(contract: ScoringContract, run_dir: Path, header: Mapping[str, 
     from .derive import isolation_of
 
     run_id = str(contract.run_id)
-    nonce = header.get("run_nonce")
-    nonce = nonce if isinstance(nonce, str) else None
+    nonce = header.run_nonce
 
     def op(store: _Store, con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")
@@ -764,9 +772,7 @@ def record_bundle(bundle: Path, status: str, *, data: Path | None = None) -> Non
     if not isinstance(run_id, str):
         return
     first = _first_event(bundle / JOURNAL)
-    payload = first.get("payload") if isinstance(first.get("payload"), dict) else {}
-    assert isinstance(payload, dict)
-    nonce = payload.get("run_nonce") if isinstance(payload.get("run_nonce"), str) else None
+    nonce = _nonce_of(first)
     place = PlaceRecord(str(bundle.resolve()), run_id, BUNDLE, nonce, str(first.get("time", "")), status, now())
 
     def op(store: _Store, con: sqlite3.Connection) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from .derive import derive_iter, seed_event
 from .errors import ScoreRefusal, VerificationFailed
+from .events import Line, RunHeader
 from .files import read_text
 from .formats import Scorecard, ScoringContract, SeedEvent
 from .journal import iter_verified
@@ -38,16 +38,16 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
         raise ScoreRefusal(f"{source}: no journal.jsonl in this run directory")
     pinned: list[str | None] = []
 
-    def checked() -> Iterator[dict[str, Any]]:
+    def checked() -> Iterator[Line]:
         # Streamed: a long run's journal is never held in memory at once.
-        for event in iter_verified(journal):
+        for line in iter_verified(journal):
             if not pinned:
-                pinned.append(event["payload"].get("contract_sha256"))
+                pinned.append(line.event.contract_sha256 if isinstance(line.event, RunHeader) else None)
                 if pinned[0] != contract.contract_sha256:
                     raise VerificationFailed([
                         f"journal.jsonl: run was made under contract {pinned[0]}, "
                         f"not {contract.contract_sha256}"])
-            yield event
+            yield line
 
     files = dict(derive_iter(checked(), contract.task_ids))
     cards = files["scorecards.jsonl"].splitlines()
