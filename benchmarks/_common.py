@@ -148,11 +148,83 @@ def write_pack(root: Path, n: int, *, oracle: list[str], wall_clock_s: float = 6
     return root
 
 
-def lock_contract(pack: Path, contract: Path, run_id: str, agent: str, jobs_note: str = "") -> None:
-    check(measure([SEALBENCH, "contract", "new", str(pack), "-o", str(contract), "--host", "benchmark machine",
+def lock_contract(pack: Path, contract: Path, run_id: str, agent: str, jobs_note: str = "", *,
+                  exe: str = SEALBENCH) -> None:
+    check(measure([exe, "contract", "new", str(pack), "-o", str(contract), "--host", "benchmark machine",
                    "--agent-label", "bench", "--agent", agent, "--oracle-validity-unavailable",
                    "--no-narration-probe", "--force"]), "contract new")
-    check(measure([SEALBENCH, "contract", "lock", str(contract), "--run-id", run_id]), "contract lock")
+    check(measure([exe, "contract", "lock", str(contract), "--run-id", run_id]), "contract lock")
+
+
+AGAINST_TARGET = Target(1.05, "<= 1.05x", strict=False)
+"""``--against REV``: the current code may take at most 5% longer than REV on the same workload."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """A build of the code to time: ``label`` names it in the output, ``exe`` is its CLI."""
+
+    label: str
+    exe: str
+
+
+CURRENT = Build("current", SEALBENCH)
+
+
+def build_revision(rev: str) -> Build:
+    """REV of this repository, installed into a private virtualenv under ``.cache/against/``.
+
+    A ``git archive`` of REV is pip-installed without its dependencies: the virtualenv reads
+    them from this interpreter's own site-packages (a ``.pth`` line), so both builds run on
+    the same libraries and nothing but the build backend is fetched. Built once per commit.
+    """
+    try:
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit(f"--against {rev}: not a commit of this repository ({e})") from None
+    home = ROOT / ".cache" / "against" / sha
+    exe = home / "venv" / "bin" / "sealbench"
+    stamp = home / "installed"
+    if not stamp.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        archive = home / "src.tar.gz"
+        subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar.gz", "-o", str(archive), sha], check=True)
+        python = str(home / "venv" / "bin" / "python")
+        subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True)
+        site, ours = (subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                                     capture_output=True, text=True).stdout.strip() for py in (python, sys.executable))
+        # Appended after the virtualenv's own site-packages: REV's sealbench is found first,
+        # and this interpreter's editable install of the current code is never loaded there.
+        Path(site, "zz-dependencies.pth").write_text(ours + "\n")
+        proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
+                               "--disable-pip-version-check", str(archive)], capture_output=True, text=True)
+        if proc.returncode != 0 or not exe.exists():
+            sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+            raise SystemExit(f"--against {rev}: installing {sha[:12]} into {home} failed (exit {proc.returncode})")
+        stamp.write_text(sha + "\n")
+    return Build(rev, str(exe))
+
+
+def builds(against: str | None) -> list[Build]:
+    """The builds to time: the current code, and REV when ``--against REV`` was given."""
+    return [CURRENT] if against is None else [CURRENT, build_revision(against)]
+
+
+def alternate(run: int, items: Sequence[Build]) -> list[Build]:
+    """Builds in alternating order, run by run (current first, then REV first, ...), so neither
+    is always timed second, on a warmer cache or a busier machine."""
+    return list(items) if run % 2 == 0 else list(reversed(items))
+
+
+def against_lines(label: str, walls: dict[str, list[float]], rev: str, fmt: Callable[[float], str] = seconds) -> None:
+    """The wall time of each build and the ratio current/REV of each run, with its verdict."""
+    print(f"  {label}")
+    figure("    current", walls["current"], fmt)
+    figure(f"    {rev}", walls[rev], fmt)
+    ratios = [c / p for c, p in zip(walls["current"], walls[rev], strict=True)]
+    figure(f"    current / {rev}, each run", ratios, times, AGAINST_TARGET)
 
 
 def private_runs_index(root: Path) -> None:
