@@ -31,6 +31,8 @@ class Measured:
     peak_mb: float
     returncode: int
     stdout: bytes
+    cpu_seconds: float = 0.0
+    """User + system time of the command and every descendant it waited for."""
 
 
 def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> Measured:
@@ -41,7 +43,7 @@ def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str]
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
-    return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out)
+    return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out, usage.ru_utime + usage.ru_stime)
 
 
 def floor_seconds(tries: int = 5) -> float:
@@ -218,13 +220,16 @@ def alternate(run: int, items: Sequence[Build]) -> list[Build]:
     return list(items) if run % 2 == 0 else list(reversed(items))
 
 
-def against_lines(label: str, walls: dict[str, list[float]], rev: str, fmt: Callable[[float], str] = seconds) -> None:
-    """The wall time of each build and the ratio current/REV of each run, with its verdict."""
+def against_lines(label: str, rev: str, walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
+    """Wall-clock and CPU time of each build, and the ratio current/REV of each run with its
+    verdict. CPU time (user + system of the run and its sandboxes) is the figure that depends
+    least on what else the machine runs; wall-clock time is what a user waits."""
     print(f"  {label}")
-    figure("    current", walls["current"], fmt)
-    figure(f"    {rev}", walls[rev], fmt)
-    ratios = [c / p for c, p in zip(walls["current"], walls[rev], strict=True)]
-    figure(f"    current / {rev}, each run", ratios, times, AGAINST_TARGET)
+    for what, values in (("wall-clock", walls), ("CPU", cpus)):
+        figure(f"    {what} time, current", values["current"], seconds)
+        figure(f"    {what} time, {rev}", values[rev], seconds)
+        ratios = [c / p for c, p in zip(values["current"], values[rev], strict=True)]
+        figure(f"    {what} time, current / {rev}, each run", ratios, times, AGAINST_TARGET)
 
 
 def private_runs_index(root: Path) -> None:

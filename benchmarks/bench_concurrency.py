@@ -23,6 +23,7 @@ from pathlib import Path
 from _common import (
     SEALBENCH,
     Build,
+    Measured,
     Target,
     against_lines,
     alternate,
@@ -42,9 +43,13 @@ from _common import (
 
 
 def run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> tuple[float, float]:
-    m = check(measure([exe, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
-              "run")
+    m = timed_run(contract, out, jobs, exe)
     return m.seconds, m.peak_mb
+
+
+def timed_run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> Measured:
+    return check(measure([exe, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
+                 "run")
 
 
 def sealed(root: Path, n: int, exe: str = SEALBENCH) -> Path:
@@ -57,14 +62,15 @@ def against(root: Path, runs: int, rev: str, big_n: int | None) -> None:
     """The three workloads under the current code and REV, alternately, each on a pack it sealed."""
     both: list[Build] = builds(rev)
     print(f"bench_concurrency --against {rev}: {runs} runs of each line, the current code and {rev} alternately")
-    workloads = [("sleepy", 64, "sleep 0.5", 16, "64 tasks, agent sleeps 0.5 s, --jobs 16: wall time"),
-                 ("trivial", 200, "true", 1, "200 trivial tasks (agent `true`), --jobs 1: wall time"),
-                 ("trivial", 200, "true", 2, "200 trivial tasks (agent `true`), --jobs 2: wall time")]
+    workloads = [("sleepy", 64, "sleep 0.5", 16, "64 tasks, agent sleeps 0.5 s, --jobs 16"),
+                 ("trivial", 200, "true", 1, "200 trivial tasks (agent `true`), --jobs 1"),
+                 ("trivial", 200, "true", 2, "200 trivial tasks (agent `true`), --jobs 2")]
     if big_n is not None:
-        workloads.append(("big", big_n, "true", 8, f"{big_n} trivial tasks, --jobs 8: wall time"))
+        workloads.append(("big", big_n, "true", 8, f"{big_n} trivial tasks, --jobs 8"))
     packs: dict[tuple[str, str], Path] = {}
     for key, n, agent, jobs, label in workloads:
         walls: dict[str, list[float]] = {b.label: [] for b in both}
+        cpus: dict[str, list[float]] = {b.label: [] for b in both}
         peaks: dict[str, list[float]] = {b.label: [] for b in both}
         for b in both:
             if (key, b.label) not in packs:
@@ -73,10 +79,11 @@ def against(root: Path, runs: int, rev: str, big_n: int | None) -> None:
             for b in alternate(r, both):
                 name = f"{key}-j{jobs}-{r}-{b.label}"
                 lock_contract(packs[key, b.label], root / f"{name}.json", name, agent, exe=b.exe)
-                wall, peak = run(root / f"{name}.json", root / f"{name}-run", jobs, b.exe)
-                walls[b.label].append(wall)
-                peaks[b.label].append(peak)
-        against_lines(label, walls, rev)
+                m = timed_run(root / f"{name}.json", root / f"{name}-run", jobs, b.exe)
+                walls[b.label].append(m.seconds)
+                cpus[b.label].append(m.cpu_seconds)
+                peaks[b.label].append(m.peak_mb)
+        against_lines(label, rev, walls, cpus)
         if key == "big":
             for b in both:
                 figure(f"    runner peak memory, {b.label}", peaks[b.label], megabytes)

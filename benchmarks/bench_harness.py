@@ -46,8 +46,8 @@ AGENTS = {
 }
 
 
-def run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> float:
-    m = check(measure([exe, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
+def run(contract: Path, out: Path, jobs: int) -> float:
+    m = check(measure([SEALBENCH, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
               "run")
     return m.seconds
 
@@ -64,12 +64,16 @@ def against(root: Path, n: int, jobs_default: int, runs: int, rev: str) -> None:
     for key, (label, agent, _per_task) in AGENTS.items():
         for jobs in sorted({1, jobs_default}):
             walls: dict[str, list[float]] = {b.label: [] for b in both}
+            cpus: dict[str, list[float]] = {b.label: [] for b in both}
             for r in range(runs):
                 for b in alternate(r, both):
                     name = f"{key}-j{jobs}-{r}-{b.label}"
                     lock_contract(packs[b.label], root / f"{name}.json", f"bench-{name}", agent, exe=b.exe)
-                    walls[b.label].append(run(root / f"{name}.json", root / name, jobs, b.exe))
-            against_lines(f"{label}, --jobs {jobs}: wall time", walls, rev)
+                    m = check(measure([b.exe, "run", str(root / f"{name}.json"), "--out", str(root / name),
+                                       "--no-progress", "--jobs", str(jobs)]), f"run ({b.label})")
+                    walls[b.label].append(m.seconds)
+                    cpus[b.label].append(m.cpu_seconds)
+            against_lines(f"{label}, --jobs {jobs}", rev, walls, cpus)
 
 
 def main() -> None:
