@@ -201,6 +201,7 @@ def test_whole_group_killed_30_times_at_jobs_4_no_attempt_over_its_cap_nothing_l
     rng = random.Random(seed)
     env = {**os.environ, "SEALBENCH_SOAK_MARKER": marker}  # every process of the run inherits it
     kills, segments, pids = 0, 0, set()
+    proc: subprocess.Popen[bytes] | None = None
     t0 = time.monotonic()
     try:
         while True:
@@ -228,9 +229,9 @@ def test_whole_group_killed_30_times_at_jobs_4_no_attempt_over_its_cap_nothing_l
                 pytest.fail(f"the run completed after only {kills} kills; make the tasks longer")
     finally:
         stamps.close()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        if proc is not None and proc.poll() is None:  # a failed assertion above: stop this run's group
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     seconds = time.monotonic() - t0
 
     # Attempts: none started twice, none beyond the cap, one outcome per task; the derived
