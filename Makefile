@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow test-defences demo lint typecheck bench clean system-packages test-packages data docs
+.PHONY: setup test test-slow test-soak test-defences demo lint typecheck bench clean system-packages test-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -60,10 +60,14 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: setup test-packages lint typecheck
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow and not soak" $(PYTEST_ARGS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+# The kill soak: a run's whole process group killed 30 times at --jobs 4, twice (two seeds).
+test-soak: setup
+	$(BIN)/python -m pytest -q -s -m soak $(PYTEST_ARGS)
 
 # Each defence listed in tests/defences.toml removed from a copy of the source: its tests must fail.
 test-defences: setup

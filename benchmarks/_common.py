@@ -39,6 +39,8 @@ class Measured:
     peak_mb: float
     returncode: int
     stdout: bytes
+    cpu_seconds: float = 0.0
+    """User + system time of the command and every descendant it waited for."""
 
 
 def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> Measured:
@@ -49,7 +51,7 @@ def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str]
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
-    return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out)
+    return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out, usage.ru_utime + usage.ru_stime)
 
 
 def floor_seconds(tries: int = 5) -> float:
@@ -156,11 +158,98 @@ def write_pack(root: Path, n: int, *, oracle: list[str], wall_clock_s: float = 6
     return root
 
 
-def lock_contract(pack: Path, contract: Path, run_id: str, agent: str, jobs_note: str = "") -> None:
-    check(measure([SEALBENCH, "contract", "new", str(pack), "-o", str(contract), "--host", "benchmark machine",
+def lock_contract(pack: Path, contract: Path, run_id: str, agent: str, jobs_note: str = "", *,
+                  exe: str = SEALBENCH) -> None:
+    check(measure([exe, "contract", "new", str(pack), "-o", str(contract), "--host", "benchmark machine",
                    "--agent-label", "bench", "--agent", agent, "--oracle-validity-unavailable",
                    "--no-narration-probe", "--force"]), "contract new")
-    check(measure([SEALBENCH, "contract", "lock", str(contract), "--run-id", run_id]), "contract lock")
+    check(measure([exe, "contract", "lock", str(contract), "--run-id", run_id]), "contract lock")
+
+
+AGAINST_TARGET = Target(1.05, "<= 1.05x", strict=False)
+"""``--against REV``: the current code may take at most 5% longer than REV on the same workload."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """A build of the code to time: ``label`` names it in the output, ``exe`` is its CLI."""
+
+    label: str
+    exe: str
+
+
+CURRENT = Build("current", SEALBENCH)
+
+
+def build_revision(rev: str) -> Build:
+    """REV of this repository, installed into a private virtualenv under ``.cache/against/``.
+
+    A ``git archive`` of REV is pip-installed without its dependencies: the virtualenv reads
+    them from this interpreter's own site-packages (a ``.pth`` line), so both builds run on
+    the same libraries and nothing but the build backend is fetched. Built once per commit.
+    """
+    try:
+        sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit(f"--against {rev}: not a commit of this repository ({e})") from None
+    home = ROOT / ".cache" / "against" / sha
+    exe = home / "venv" / "bin" / "sealbench"
+    stamp = home / "installed"
+    if not stamp.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        archive = home / "src.tar.gz"
+        subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar.gz", "-o", str(archive), sha], check=True)
+        python = str(home / "venv" / "bin" / "python")
+        subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True)
+        site, ours = (subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                                     capture_output=True, text=True).stdout.strip() for py in (python, sys.executable))
+        # Appended after the virtualenv's own site-packages: REV's sealbench is found first,
+        # and this interpreter's editable install of the current code is never loaded there.
+        Path(site, "zz-dependencies.pth").write_text(ours + "\n")
+        proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
+                               "--disable-pip-version-check", str(archive)], capture_output=True, text=True)
+        if proc.returncode != 0 or not exe.exists():
+            sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+            raise SystemExit(f"--against {rev}: installing {sha[:12]} into {home} failed (exit {proc.returncode})")
+        stamp.write_text(sha + "\n")
+    return Build(rev, str(exe))
+
+
+def builds(against: str | None) -> list[Build]:
+    """The builds to time: the current code, and REV when ``--against REV`` was given.
+
+    pip byte-compiles what it installs, so REV's commands never compile their source; the
+    current code is an editable install whose bytecode Python may never have written (with
+    PYTHONDONTWRITEBYTECODE set, every command compiles about 30 modules, some 0.1 s of CPU).
+    Compiling it here first gives both builds the same start. Never the examples: a
+    ``__pycache__`` in the sample pack's folders would become part of every copy of it.
+    """
+    if against is None:
+        return [CURRENT]
+    previous = build_revision(against)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/",
+                    str(ROOT / "src" / "sealbench")], check=True)
+    return [CURRENT, previous]
+
+
+def alternate(run: int, items: Sequence[Build]) -> list[Build]:
+    """Builds in alternating order, run by run (current first, then REV first, ...), so neither
+    is always timed second, on a warmer cache or a busier machine."""
+    return list(items) if run % 2 == 0 else list(reversed(items))
+
+
+def against_lines(label: str, rev: str, walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
+    """Wall-clock and CPU time of each build, and the ratio current/REV of each run with its
+    verdict. CPU time (user + system of the run and its sandboxes) is the figure that depends
+    least on what else the machine runs; wall-clock time is what a user waits."""
+    print(f"  {label}")
+    for what, values in (("wall-clock", walls), ("CPU", cpus)):
+        figure(f"    {what} time, current", values["current"], seconds)
+        figure(f"    {what} time, {rev}", values[rev], seconds)
+        ratios = [c / p for c, p in zip(values["current"], values[rev], strict=True)]
+        figure(f"    {what} time, current / {rev}, each run", ratios, times, AGAINST_TARGET)
 
 
 def private_runs_index(root: Path) -> None:

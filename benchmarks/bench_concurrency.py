@@ -8,7 +8,10 @@
    streamed to the journal; nothing kept per task beyond its scorecard). Its floors, in each
    run: `pack check` of the same pack (memory) and 10,000 bare `true`, 8 at a time (time).
 Every line is measured --runs times, each run under a contract locked for it.
-Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big] [--runs R]
+With ``--against REV`` each of the three workloads runs under the current code and under REV
+(built into a private virtualenv under .cache/), alternately, and prints the ratio current/REV
+of every run against the 5% target of issue 16 (and the peak memory of both); no floors then.
+Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big] [--runs R] [--against REV]
 """
 
 from __future__ import annotations
@@ -19,8 +22,13 @@ from pathlib import Path
 
 from _common import (
     SEALBENCH,
+    Build,
+    Measured,
     Target,
+    against_lines,
+    alternate,
     bare_loop,
+    builds,
     check,
     figure,
     lock_contract,
@@ -34,16 +42,51 @@ from _common import (
 )
 
 
-def run(contract: Path, out: Path, jobs: int) -> tuple[float, float]:
-    m = check(measure([SEALBENCH, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
-              "run")
+def run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> tuple[float, float]:
+    m = timed_run(contract, out, jobs, exe)
     return m.seconds, m.peak_mb
 
 
-def sealed(root: Path, n: int) -> Path:
+def timed_run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> Measured:
+    return check(measure([exe, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
+                 "run")
+
+
+def sealed(root: Path, n: int, exe: str = SEALBENCH) -> Path:
     pack = write_pack(root, n, oracle=["true"])
-    check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
+    check(measure([exe, "pack", "seal", str(pack)]), "seal")
     return pack
+
+
+def against(root: Path, runs: int, rev: str, big_n: int | None) -> None:
+    """The three workloads under the current code and REV, alternately, each on a pack it sealed."""
+    both: list[Build] = builds(rev)
+    print(f"bench_concurrency --against {rev}: {runs} runs of each line, the current code and {rev} alternately")
+    workloads = [("sleepy", 64, "sleep 0.5", 16, "64 tasks, agent sleeps 0.5 s, --jobs 16"),
+                 ("trivial", 200, "true", 1, "200 trivial tasks (agent `true`), --jobs 1"),
+                 ("trivial", 200, "true", 2, "200 trivial tasks (agent `true`), --jobs 2")]
+    if big_n is not None:
+        workloads.append(("big", big_n, "true", 8, f"{big_n} trivial tasks, --jobs 8"))
+    packs: dict[tuple[str, str], Path] = {}
+    for key, n, agent, jobs, label in workloads:
+        walls: dict[str, list[float]] = {b.label: [] for b in both}
+        cpus: dict[str, list[float]] = {b.label: [] for b in both}
+        peaks: dict[str, list[float]] = {b.label: [] for b in both}
+        for b in both:
+            if (key, b.label) not in packs:
+                packs[key, b.label] = sealed(root / f"{key}-{b.label}", n, b.exe)
+        for r in range(runs):
+            for b in alternate(r, both):
+                name = f"{key}-j{jobs}-{r}-{b.label}"
+                lock_contract(packs[key, b.label], root / f"{name}.json", name, agent, exe=b.exe)
+                m = timed_run(root / f"{name}.json", root / f"{name}-run", jobs, b.exe)
+                walls[b.label].append(m.seconds)
+                cpus[b.label].append(m.cpu_seconds)
+                peaks[b.label].append(m.peak_mb)
+        against_lines(label, rev, walls, cpus)
+        if key == "big":
+            for b in both:
+                figure(f"    runner peak memory, {b.label}", peaks[b.label], megabytes)
 
 
 def sleepers(root: Path, runs: int) -> None:
@@ -101,10 +144,14 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=10_000)
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--runs", type=runs_argument, default=3)
+    ap.add_argument("--against", metavar="REV", help="time this revision too (e.g. the previous release)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         private_runs_index(root)
+        if args.against:
+            against(root, args.runs, args.against, None if args.skip_big else args.big)
+            return
         print(f"bench_concurrency: {args.runs} runs of each line")
         sleepers(root, args.runs)
         jobs_one_and_two(root, args.runs)

@@ -7,7 +7,10 @@ abstain and never runs the oracle; a second run uses an agent that edits a file 
 attempt is graded too (agent and oracle both in the sandbox), against a floor of two bare
 subprocesses per task. Every configuration runs --runs times, each time right after its own
 floor, under a contract locked for that run.
-Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J] [--runs R]
+With ``--against REV`` the same workloads run under the current code and under REV (built
+into a private virtualenv under .cache/), alternately, and each configuration prints the ratio
+current/REV of every run against the 5% target of issue 16; no floors are timed then.
+Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J] [--runs R] [--against REV]
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from pathlib import Path
 
 from _common import (
     SEALBENCH,
+    Build,
     Target,
+    against_lines,
+    alternate,
     bare_loop,
+    builds,
     check,
     figure,
     lock_contract,
@@ -45,11 +52,36 @@ def run(contract: Path, out: Path, jobs: int) -> float:
     return m.seconds
 
 
+def against(root: Path, n: int, jobs_default: int, runs: int, rev: str) -> None:
+    """Every configuration under the current code and REV, alternately, each on a pack it sealed."""
+    both: list[Build] = builds(rev)
+    packs = {}
+    for b in both:
+        packs[b.label] = write_pack(root / f"pack-{b.label}", n, oracle=["python", "-c", "pass"])
+        check(measure([b.exe, "pack", "seal", str(packs[b.label])]), f"seal ({b.label})")
+    print(f"bench_harness --against {rev}: {n} one-attempt tasks, oracle python -c pass, {runs} runs of each "
+          f"line, the current code and {rev} alternately")
+    for key, (label, agent, _per_task) in AGENTS.items():
+        for jobs in sorted({1, jobs_default}):
+            walls: dict[str, list[float]] = {b.label: [] for b in both}
+            cpus: dict[str, list[float]] = {b.label: [] for b in both}
+            for r in range(runs):
+                for b in alternate(r, both):
+                    name = f"{key}-j{jobs}-{r}-{b.label}"
+                    lock_contract(packs[b.label], root / f"{name}.json", f"bench-{name}", agent, exe=b.exe)
+                    m = check(measure([b.exe, "run", str(root / f"{name}.json"), "--out", str(root / name),
+                                       "--no-progress", "--jobs", str(jobs)]), f"run ({b.label})")
+                    walls[b.label].append(m.seconds)
+                    cpus[b.label].append(m.cpu_seconds)
+            against_lines(f"{label}, --jobs {jobs}", rev, walls, cpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=None, help="also measure at this --jobs (default: the CLI default)")
     ap.add_argument("--runs", type=runs_argument, default=3)
+    ap.add_argument("--against", metavar="REV", help="also time this revision (e.g. the previous release)")
     args = ap.parse_args()
     n = args.tasks
     from sealbench.runner import default_jobs
@@ -58,6 +90,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         private_runs_index(root)
+        if args.against:
+            against(root, n, jobs_default, args.runs, args.against)
+            return
         pack = write_pack(root / "pack", n, oracle=["python", "-c", "pass"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
         print(f"bench_harness: {n} one-attempt tasks, oracle python -c pass, {args.runs} runs of each line")

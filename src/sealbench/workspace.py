@@ -231,13 +231,12 @@ class TaskWorkspace:
         wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root, timeout_s=deadline - time.monotonic())
         # .sealbench (folder, file or link) is never part of a patch, and info/exclude alone can be
-        # negated by the agent's .gitignore. Not an exclude pathspec in the add: git fails when
-        # one names a path that a .gitignore ignores.
-        git([*wt, "rm", "-r", "--cached", "-q", "--ignore-unmatch", "--", f":(top){META_DIR}"], self.root,
-            ceiling=self.root, timeout_s=deadline - time.monotonic())
+        # negated by the agent's .gitignore. Excluded from the diff, not from the add (git add
+        # fails when an exclude pathspec names a path that a .gitignore ignores), and not by a
+        # `git rm --cached` between the two: one git process fewer on every captured attempt.
         return git_capped(
             [*wt, "diff", "--cached", "--binary", "--full-index", "--no-renames", "--no-ext-diff",
-             "--no-textconv", "--no-color", "HEAD"],
+             "--no-textconv", "--no-color", "HEAD", "--", ".", f":(top,exclude){META_DIR}"],
             self.root, ceiling=self.root, cap=self.caps.max_patch_bytes, timeout_s=deadline - time.monotonic(),
         )
 
