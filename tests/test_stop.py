@@ -9,9 +9,7 @@ more) must never start at all.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -22,7 +20,6 @@ import pytest
 
 from conftest import make_contract, needs_bwrap
 from sealbench.journal import read_chain
-from sealbench.pack import seal_pack
 from sealbench.runner import RunOptions, execute
 from test_resume import check_run
 
@@ -188,60 +185,3 @@ def test_unsandboxed_agent_and_its_children_die_with_their_runner(sealed_pack: P
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     assert_nothing_written_after_the_runner_died(run_dir)
-
-
-def many_task_pack(root: Path, n: int) -> Path:
-    """n tiny tasks, each graded by a real oracle in the sandbox (mod.VALUE must be i + 1)."""
-    (root / "prompts").mkdir(parents=True)
-    (root / "prompts" / "t.txt").write_text("{task_prompt}\n{feedback}\n")
-    (root / "pack.json").write_text(json.dumps({"pack_version": 1, "name": "many"}))
-    for i in range(n):
-        d = root / "tasks" / f"task-{i:03d}"
-        (d / "workspace").mkdir(parents=True)
-        (d / "hidden").mkdir()
-        (d / "solution").mkdir()
-        (d / "workspace" / "mod.py").write_text(f"VALUE = {i}\n")
-        (d / "solution" / "mod.py").write_text(f"VALUE = {i + 1}\n")
-        (d / "hidden" / "check_value.py").write_text(f"import mod\nassert mod.VALUE == {i + 1}\n")
-        (d / "prompt.md").write_text(f"Make VALUE in mod.py equal to {i + 1}.\n")
-        (d / "task.json").write_text(json.dumps({
-            "task_id": f"task-{i:03d}", "prompt_template_id": "t", "oracle_cmd": ["python", "check_value.py"],
-            "hidden_tests_sha256": "pending-local-hash", "max_attempts": 3, "wall_clock_s": 30,
-            "language": "python"}))
-    seal_pack(root)
-    return root
-
-
-@pytest.mark.slow
-@needs_bwrap
-@needs_exe
-def test_whole_group_killed_30_times_at_jobs_4_then_resumed(tmp_path: Path) -> None:
-    """SIGKILL to the runner's whole process group at random points, 30 times, at --jobs 4:
-    every attempt is started once, none beyond its cap, and no process of the run is left."""
-    pack = many_task_pack(tmp_path / "pack", 24)
-    ids = task_ids(pack)
-    # Every attempt changes mod.py and fails its oracle, so each task uses all 3 attempts.
-    agent = "sh -c 'sleep 0.4; echo \"VALUE = -$SEALBENCH_ATTEMPT\" > mod.py; date +%s%N >> ticks'"
-    contract = tmp_path / "c.json"
-    make_contract(pack, contract, task_ids=ids, command=agent, run_id="groupkill", max_attempts=3,
-                  wall_clock_s=30.0)
-    run_dir = tmp_path / "run"
-    rng = random.Random(20261201)
-    kills = 0
-    for i in range(30):
-        proc = start_run(contract, run_dir, "--jobs", "4", resume=(run_dir / "journal.jsonl").exists())
-        time.sleep(rng.uniform(0.5, 2.0))
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            kills += 1
-        proc.communicate()
-        assert proc.returncode in (0, -signal.SIGKILL), f"segment {i}: exit {proc.returncode}"
-        wait_until(f"every process of the runner killed in segment {i} gone",
-                   lambda: processes_of(run_dir) == [], 10.0)
-    proc = start_run(contract, run_dir, "--jobs", "4", resume=True)
-    _out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err
-    events = check_run(run_dir, max_attempts=3, ids=ids)
-    assert kills >= 20, kills
-    assert sum(e["kind"] == "run_resumed" for e in events) >= 10
-    assert processes_of(run_dir) == []
