@@ -31,9 +31,24 @@ def load() -> str:
     return ", ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
+def commit() -> str:
+    """The commit measured, with ``+changes`` when the tree differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "not a git checkout"
+    return f"commit {rev}{' +changes' if dirty else ''}"
+
+
 def header() -> str:
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"make bench: {when}; {os.cpu_count()} cores ({cpu_model()}); {platform.system()} "
+    return (f"make bench: {when}; {commit()}; {os.cpu_count()} cores ({cpu_model()}); {platform.system()} "
             f"{platform.release()}; Python {platform.python_version()}\n"
             f"load average (1, 5, 15 min) at the start: {load()}")
 
