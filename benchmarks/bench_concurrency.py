@@ -107,7 +107,9 @@ def sleepers(root: Path, runs: int) -> None:
 
 def jobs_one_and_two(root: Path, runs: int) -> None:
     pack = sealed(root / "trivial", 200)
-    floors, ones, twos = [], [], []
+    floors: list[float] = []
+    ones: list[float] = []
+    twos: list[float] = []
     for r in range(runs):
         floors.append(bare_loop(200, ["true"]))
         for jobs, into in ((1, ones), (2, twos)):

@@ -94,18 +94,19 @@ def main() -> None:
         check(measure([SEALBENCH, "import", "humaneval", str(args.data), "-o", str(root / "he")]), "import")
         packs = {"function-level oracle (separated)": root / "he",
                  "script oracle (in-process, earlier)": legacy_pack(root / "he", root / "he-script")}
-        contracts = {}
-        for i, (label, pack) in enumerate(packs.items()):
-            contracts[label] = root / f"contract-{i}.json"
-            lock_contract(pack, contracts[label], f"bench-oracle-{i}", "builtin:reference")
+        # A locked run_id runs once: every run gets its own contract (locked before the timing).
+        contracts = {(k, label): root / f"contract-{k}-{i}.json"
+                     for k in range(args.repeat) for i, label in enumerate(packs)}
+        for (k, label), contract in contracts.items():
+            lock_contract(packs[label], contract, f"bench-oracle-{k}-{list(packs).index(label)}", "builtin:reference")
         n = len(list((root / "he" / "tasks").iterdir()))
         print(f"bench_oracle: HumanEval, {n} tasks, reference agent, --jobs 1, {args.repeat} runs of each kind")
         wall: dict[str, list[float]] = {label: [] for label in packs}
         cpu: dict[str, list[float]] = {label: [] for label in packs}
         for k in range(args.repeat):
-            for i, (label, contract) in enumerate(contracts.items()):
+            for i, label in enumerate(packs):
                 out = root / f"run-{k}-{i}"
-                seconds, cpu_s = timed([SEALBENCH, "run", str(contract), "--out", str(out), "--no-progress",
+                seconds, cpu_s = timed([SEALBENCH, "run", str(contracts[k, label]), "--out", str(out), "--no-progress",
                                         "--jobs", "1"])
                 if passes(out) != n:
                     raise SystemExit(f"{label}: the reference passed {passes(out)} of {n}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from _common import SEALBENCH, check, measure, private_runs_index, row
 
+from sealbench.events import RunStarted
 from sealbench.formats import AccessClass, AgentSpec, Budget, Controls, PackRef, ScoringContract
 from sealbench.runner import RunResult
 from sealbench.runs_index import claim_run, journal_started, record_end
@@ -34,7 +35,7 @@ def one_run(root: Path, run_id: str) -> float:
     c = contract(run_id)
     run_dir = root / "runs" / run_id
     t0 = time.perf_counter()
-    claim_run(c, run_dir, {"run_nonce": run_id, "sandbox": {"kind": "bubblewrap"}})
+    claim_run(c, run_dir, RunStarted(run_nonce=run_id, sandbox={"kind": "bubblewrap"}))
     journal_started(c, run_dir)
     record_end(c, RunResult(run_dir=run_dir, outcomes={}, complete=True, scorecards=[]))
     return time.perf_counter() - t0

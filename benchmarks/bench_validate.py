@@ -44,7 +44,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=ROOT / ".cache" / "data" / "HumanEval.jsonl.gz")
     ap.add_argument("--runs", type=runs_argument, default=3)
     args = ap.parse_args()
-    floors, ones, threes = [], [], []
+    floors: list[float] = []
+    ones: list[float] = []
+    threes: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         check(measure([SEALBENCH, "import", "humaneval", str(args.data), "-o", str(root / "he")]), "import")
