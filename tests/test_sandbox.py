@@ -30,6 +30,7 @@ import pytest
 
 from conftest import needs_bwrap
 from sealbench import sandbox as sandbox_module
+from sealbench import sandboxes
 from sealbench.errors import HarnessError, RunRefusal, UsageError
 from sealbench.sandbox import (
     BubblewrapSandbox,
@@ -44,8 +45,10 @@ from sealbench.sandbox import (
 
 PY = sys.executable
 HAVE_BWRAP = shutil.which("bwrap") is not None
-ISOLATING = [pytest.param("bubblewrap", marks=needs_bwrap)]
-EVERY = [*ISOLATING, "none"]
+# Every registered backend: the conformance suite runs over each (needs_bwrap skips only
+# where bwrap is not installed, and never under CI).
+ISOLATING = [pytest.param(b.name, marks=needs_bwrap) for b in sandboxes.backends() if b.isolating]
+EVERY = [*ISOLATING, *(b.name for b in sandboxes.backends() if not b.isolating)]
 HAS_PIDS_CGROUP = process_limit_method().startswith("pids cgroup")
 PROMISED_KILL_S = 1.0  # README: killed within 1 s of the deadline, whatever it ignores
 
@@ -893,3 +896,40 @@ def test_a_start_whose_admission_fails_raises_instead_of_hanging(tmp_path: Path,
     assert len(raised) == 1 and isinstance(raised[0], HarnessError), raised
     assert "setting its rlimits failed" in str(raised[0])
     assert not (agent.workdir / "ran").exists()
+
+
+# --- the registry ------------------------------------------------------------------------
+
+
+def test_the_cli_offers_every_registered_backend_and_no_unshare() -> None:
+    from sealbench.cli import main
+
+    assert sandboxes.names() == ["auto", "bubblewrap", "none"]
+    with pytest.raises(SystemExit) as info:  # an invalid choice is a usage error (exit 2)
+        main(["run", "c.json", "--sandbox", "unshare"])
+    assert info.value.code == 2
+
+
+def test_a_registered_backend_is_opened_by_name_and_offered_by_the_cli(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from sealbench.cli import main
+
+    monkeypatch.setitem(sandboxes._REGISTRY, "plain",
+                        sandboxes.Backend("plain", "sealbench.sandbox:open_none", isolating=False, summary="test"))
+    assert isinstance(open_sandbox("plain"), NoSandbox)
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "{auto,bubblewrap,none,plain}" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="already registered"):
+        sandboxes.register(sandboxes.Backend("none", "x:y", isolating=False, summary=""))
+
+
+def test_auto_never_falls_back_to_a_backend_that_does_not_isolate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every isolating backend refusing here: auto refuses with each reason, never picks "none".
+    monkeypatch.setattr(sandboxes, "_REGISTRY", {
+        "bubblewrap": sandboxes.Backend("bubblewrap", "sealbench.sandbox:open_bubblewrap", isolating=True,
+                                        summary=""),
+        "none": sandboxes.Backend("none", "sealbench.sandbox:open_none", isolating=False, summary=""),
+    })
+    with pytest.raises(RunRefusal, match=r"no sandbox available \(bubblewrap .*\); install bubblewrap"):
+        open_sandbox("auto", bwrap_executable="/nonexistent/bwrap")

@@ -33,6 +33,13 @@ EPILOG = """exit codes:
 """
 
 
+def _sandbox_names() -> list[str]:
+    """``auto`` and every registered sandbox backend (the registry loads none of them)."""
+    from .sandboxes import names
+
+    return names()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -365,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pack")
     p.add_argument("--repeat", type=int, default=3, help="grades of each kind per task (default 3)")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto")
+    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_pack_validate)
 
@@ -428,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", action="store_true", help="continue a stopped probe")
         p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16, fewer where the "
                        "sandboxes' memory quotas would not fit)")
-        p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto",
+        p.add_argument("--sandbox", choices=_sandbox_names(), default="auto",
                        help="'none' runs agents unisolated; the run records it and reports say so")
         p.add_argument("--keep-work", action="store_true", help="keep workspaces and grading copies")
         p.add_argument("--no-workspace-quota", action="store_true",
@@ -439,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole flow on the embedded sample pack")
     p.add_argument("--dir", default="sealbench-demo", help="where the demo writes its pack, contracts and runs")
-    p.add_argument("--sandbox", choices=["auto", "bubblewrap", "unshare", "none"], default="auto")
+    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bundle", help="write OUT/<run_id>/ with SHA256SUMS: what a stranger needs to verify a run")

@@ -137,10 +137,13 @@ __all__ = [
     "Limits",
     "NoSandbox",
     "Prepared",
+    "PreparedProcess",
     "Sandbox",
     "SandboxResult",
     "SandboxSpec",
     "deferred_cgroup_removals",
+    "open_bubblewrap",
+    "open_none",
     "open_sandbox",
     "process_limit_method",
     "sweep_stale_cgroups",
@@ -309,6 +312,28 @@ class SandboxResult:
     stdout: bytes | None = None
     stderr: bytes | None = None
     workdir_rejected: str | None = None
+
+
+class Prepared(Protocol):
+    """One command set up in a sandbox, held before it runs: what a runner needs of any backend."""
+
+    def start(self, timeout_s: float | None = None) -> SandboxResult:
+        """Run the command to completion or its deadline (``timeout_s``, else the spec's),
+        counted from now; once.
+
+        Raises:
+            HarnessError: the sandbox could not run it or clean up after it.
+        """
+        ...
+
+    def kill(self) -> None:
+        """Stop the command from another thread; a :meth:`start` under way then returns."""
+        ...
+
+    def close(self) -> None:
+        """Kill what is left, a command that never started included, and free everything;
+        may be called twice."""
+        ...
 
 
 class Sandbox(Protocol):
@@ -953,15 +978,15 @@ class _ProcessSandbox:
         """At the deadline: SIGTERM to the command's process group (SIGKILL follows the grace)."""
         _signal_group(proc.pid, signal.SIGTERM)
 
-    def prepare(self, spec: SandboxSpec) -> Prepared:
-        """Set ``spec`` up and hold it just before the command runs; see :class:`Prepared`.
+    def prepare(self, spec: SandboxSpec) -> PreparedProcess:
+        """Set ``spec`` up and hold it just before the command runs; see :class:`PreparedProcess`.
 
         Raises:
             HarnessError: the spec points at missing host paths, or the sandbox could not be
                 set up (an error of bwrap's own setup surfaces at :meth:`Prepared.start`).
         """
         self._check_workdir(spec)
-        prepared = Prepared(self, spec)
+        prepared = PreparedProcess(self, spec)
         try:
             prepared._setup()
         except BaseException:
@@ -983,7 +1008,7 @@ class _ProcessSandbox:
             prepared.close()
 
 
-class Prepared:
+class PreparedProcess:
     """One command set up in its sandbox and held just before it runs.
 
     With a start gate (bubblewrap reading its ``--seccomp`` fd) the child is spawned, admitted
@@ -1268,7 +1293,7 @@ class Prepared:
                 self._cgroup.release()
                 self._cgroup = None
 
-    def __enter__(self) -> Prepared:
+    def __enter__(self) -> PreparedProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1510,7 +1535,7 @@ class BubblewrapSandbox(_ProcessSandbox):
             args += ["--ro-bind", path, path]
         if spec.workdir_caps is not None and self._sized_tmpfs:
             # A size-capped tmpfs, filled and emptied by the host through a descriptor (see
-            # Prepared._fill_workdir): the command's writes past the quota fail inside.
+            # PreparedProcess._fill_workdir): the command's writes past the quota fail inside.
             args += [*self._tmpfs(workdir, spec.workdir_caps.max_bytes), *home_last]
         else:
             args += ["--bind", workdir, workdir, *home_last]
@@ -1616,9 +1641,12 @@ class BubblewrapSandbox(_ProcessSandbox):
 
 # --- selection ---------------------------------------------------------------------------
 
-_BACKENDS: Final = ("auto", "bubblewrap", "unshare", "none")
 _opened: dict[tuple[str, str | None], Sandbox | RunRefusal] = {}
 _opened_lock = threading.Lock()
+_UNSHARE_REFUSAL: Final = (
+    "the unshare sandbox is not supported: it cannot hide the host filesystem (hidden tests "
+    "would be readable); install bubblewrap (apt-get install bubblewrap)"
+)
 
 
 def _open_bubblewrap(executable: str | None) -> Sandbox | RunRefusal:
@@ -1630,39 +1658,61 @@ def _open_bubblewrap(executable: str | None) -> Sandbox | RunRefusal:
     return sandbox
 
 
-def open_sandbox(requested: str = "auto", *, bwrap_executable: str | None = None) -> Sandbox:
-    """Return the sandbox to run agents in; the smoke test result is cached per process.
-
-    ``"auto"`` and ``"bubblewrap"`` need a ``bwrap`` that runs ``true`` inside the full
-    isolation; ``"none"`` returns :class:`NoSandbox`. ``"unshare"`` is refused (see the module
-    docstring). ``bwrap_executable`` overrides the ``bwrap`` found on PATH.
+def open_bubblewrap(bwrap_executable: str | None = None) -> Sandbox:
+    """The ``bubblewrap`` backend: a ``bwrap`` that runs ``true`` inside the full isolation,
+    smoke-tested once per process and executable.
 
     Raises:
-        RunRefusal: no sandbox of the requested kind works on this machine.
-        UsageError: ``requested`` is not one of auto, bubblewrap, unshare, none.
+        RunRefusal: bubblewrap is missing or does not work here.
     """
-    if requested not in _BACKENDS:
-        raise UsageError(f"unknown sandbox {requested!r}; choose one of {', '.join(_BACKENDS)}")
-    if requested != "unshare":
-        # Run cgroups left by runners killed with SIGKILL, and our own deferred removals.
-        sweep_stale_cgroups()
-    if requested == "none":
-        return NoSandbox()
-    if requested == "unshare":
-        raise RunRefusal(
-            "the unshare sandbox is not supported: it cannot hide the host filesystem (hidden tests "
-            "would be readable); install bubblewrap (apt-get install bubblewrap)"
-        )
     with _opened_lock:
         key = ("bubblewrap", bwrap_executable)
         if key not in _opened:
             _opened[key] = _open_bubblewrap(bwrap_executable)
         outcome = _opened[key]
     if isinstance(outcome, RunRefusal):
-        if requested == "auto":
-            raise RunRefusal(
-                f"no sandbox available ({outcome}); install bubblewrap (apt-get install bubblewrap) "
-                "or pass --sandbox none to run agents without isolation"
-            )
         raise RunRefusal(str(outcome))
     return outcome
+
+
+def open_none(**_options: object) -> Sandbox:
+    """The ``none`` backend: :class:`NoSandbox`."""
+    return NoSandbox()
+
+
+def open_sandbox(requested: str = "auto", *, bwrap_executable: str | None = None) -> Sandbox:
+    """Return the sandbox to run agents in, by its registered name (:mod:`sealbench.sandboxes`).
+
+    ``"auto"`` opens the first isolating backend that works here (bubblewrap); a backend's
+    smoke test result is cached per process. ``"unshare"`` is refused (see the module
+    docstring). ``bwrap_executable`` overrides the ``bwrap`` found on PATH.
+
+    Raises:
+        RunRefusal: no sandbox of the requested kind works on this machine.
+        UsageError: ``requested`` is not ``auto`` or a registered backend.
+    """
+    from . import sandboxes
+
+    if requested == "unshare":
+        raise RunRefusal(_UNSHARE_REFUSAL)
+    chosen = sandboxes.backend(requested)
+    if requested != sandboxes.AUTO and chosen is None:
+        raise UsageError(f"unknown sandbox {requested!r}; choose one of {', '.join(sandboxes.names())}")
+    # Run cgroups left by runners killed with SIGKILL, and our own deferred removals.
+    sweep_stale_cgroups()
+    options = {"bwrap_executable": bwrap_executable} if bwrap_executable is not None else {}
+    if chosen is not None:
+        return chosen.open(**(options if chosen.name == "bubblewrap" else {}))
+    refusals = []
+    for candidate in sandboxes.backends():
+        if not candidate.isolating:
+            continue
+        try:
+            return candidate.open(**(options if candidate.name == "bubblewrap" else {}))
+        except RunRefusal as outcome:
+            refusals.append(str(outcome))
+    # Nothing isolating works here: never a silent fall back to no sandbox.
+    raise RunRefusal(
+        f"no sandbox available ({'; '.join(refusals) or 'none is registered'}); install bubblewrap "
+        "(apt-get install bubblewrap) or pass --sandbox none to run agents without isolation"
+    )
