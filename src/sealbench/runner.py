@@ -34,6 +34,7 @@ from . import __version__, pytest_oracle, runs_index
 from . import events as ev
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
+from .attempt import PROBE_PASS, AgentEnd, Grading, classify, final_outcome, must_grade
 from .charge import Charge, time_used
 from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
 from .contract import flagged_pass_counts, load_contract, pack_path, require_locked
@@ -711,14 +712,6 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
     return out, used.new_charges
 
 
-def _final_outcome(result: str) -> Outcome:
-    if result == "probe_pass":
-        return Outcome.PASS
-    if result == "probe_fail":
-        return Outcome.FAIL
-    return Outcome(result)
-
-
 def _take_slot(ctx: _Ctx) -> bool:
     """Wait for one of the --jobs slots; False when the run is stopping."""
     while not ctx.slots.acquire(timeout=0.1):
@@ -799,9 +792,9 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
             raise setup_error
         if prior.last_result not in (None, Outcome.FAIL.value):
             # The run stopped between an attempt's end and the task's: its result stands.
-            outcome = _final_outcome(prior.last_result)
+            outcome = final_outcome(prior.last_result)
             if ctx.probe:
-                probe_passed = prior.last_result == "probe_pass"
+                probe_passed = prior.last_result == PROBE_PASS
         feedback = ""
         gap_from: float | None = None
         for attempt in range(attempts_used + 1, max_attempts + 1):
@@ -843,18 +836,10 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                                    changed=capture.changed[:200], changed_count=len(capture.changed),
                                    **ev.present(rejected=capture.rejected,
                                                 capture_timed_out=True if capture.timed_out else None)))
-            result: str
-            if agent.timed_out or capture.timed_out:
-                result = Outcome.TIMEOUT.value
-            elif capture.rejected is not None:
-                # What the workspace holds is the agent's doing: its failure, with the reason
-                # in patch_captured, never a harness error.
-                result = Outcome.FAIL.value
-            elif ctx.probe:
-                result = "probe_pass" if not patch else "probe_fail"
-            elif agent.exit_code == 0 and not patch:
-                result = Outcome.ABSTAIN.value
-            else:
+            end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=not patch,
+                           capture_timed_out=capture.timed_out, rejected=capture.rejected)
+            grading: Grading | None = None
+            if must_grade(end, probe=ctx.probe):
                 remaining = deadline - time.monotonic()
                 grade = None
                 if remaining > 0:
@@ -862,26 +847,21 @@ def _run_started_task(ctx: _Ctx, task: Task, prior: _Prior, tw: TaskWorkspace, m
                         grade = _grade(ctx, task, tw, attempt, patch, capture.changed, remaining)
                     except subprocess.TimeoutExpired:
                         grade = None
-                if grade is None:
-                    result = Outcome.TIMEOUT.value
-                else:
+                if grade is not None:
                     graded = ev.Graded(task_id=tid, attempt=attempt, **grade)
                     ctx.j(graded)
-                    if graded.task_pass:
-                        result = Outcome.PASS.value
-                    elif graded.oracle_timed_out:
-                        result = Outcome.TIMEOUT.value
-                    else:
-                        result = Outcome.FAIL.value
+                    grading = Grading(task_pass=bool(graded.task_pass), oracle_timed_out=bool(graded.oracle_timed_out))
+            result = classify(end, grading, probe=ctx.probe)
+            assert result is not None
             ctx.j(ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
                                      elapsed_ms=int((time.monotonic() - a0) * 1000)))
             open_attempt = None
             if attempt == 1:
                 first = result == Outcome.PASS.value
             if ctx.probe:
-                probe_passed = result == "probe_pass"
+                probe_passed = result == PROBE_PASS
             if ctx.probe or result != Outcome.FAIL.value:
-                outcome = _final_outcome(result)
+                outcome = final_outcome(result)
                 break
             if attempt < max_attempts:
                 if gap_from is not None and budget.attempt_gap_s is not None:
