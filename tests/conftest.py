@@ -159,3 +159,16 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str
 def write_json(path: Path, value: Any) -> Path:
     path.write_text(json.dumps(value, indent=2), encoding="utf-8")
     return path
+
+
+def rewrite_journal(journal: Path, events: list[dict[str, Any]]) -> None:
+    """Write ``events`` as ``journal`` with every ``prev`` and ``hash`` redone, as a writer that
+    recomputes the whole chain would (what a hash chain alone cannot tell from a true one)."""
+    from sealbench.journal import event_hash
+
+    prev = None
+    for ev in events:
+        ev["prev"] = prev
+        ev["hash"] = prev = event_hash(ev)
+    journal.write_bytes(b"".join(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+                                 for ev in events))

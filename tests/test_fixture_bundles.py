@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import rewrite_journal
 from sealbench.bundle import VerificationFailed, verify_bundle
 from sealbench.cli import main
 
@@ -70,7 +71,6 @@ def _rewrite_first_event(bundle: Path, **changes: object) -> None:
     import hashlib
     import json
 
-    from sealbench.journal import event_hash
 
     journal = bundle / "journal.jsonl"
     events = [json.loads(line) for line in journal.read_text().splitlines()]
@@ -79,12 +79,7 @@ def _rewrite_first_event(bundle: Path, **changes: object) -> None:
             events[0][key] = value
         else:
             events[0]["payload"][key] = value
-    prev = None
-    for ev in events:
-        ev["prev"] = prev
-        ev["hash"] = prev = event_hash(ev)
-    journal.write_bytes(b"".join(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-                                 for ev in events))
+    rewrite_journal(journal, events)
     sums = []
     for line in (bundle / "SHA256SUMS").read_text().splitlines():
         rel = line.split("  ", 1)[1]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import make_contract
+from conftest import make_contract, rewrite_journal
 from sealbench.consistency import journal_contradictions
 from sealbench.contract import load_contract
 from sealbench.derive import derive
@@ -179,7 +179,6 @@ def test_a_run_records_its_derivation_version_and_resumes_only_under_it(sealed_p
     # A run started by one release and resumed by a release deriving under other rules would
     # hold files derived by two sets of rules; it is refused, naming both versions.
     from sealbench.derive import DERIVATION_VERSION
-    from sealbench.journal import event_hash
 
     a = tmp_path / "a.json"
     make_contract(sealed_pack, a, task_ids=IDS[1:], command="builtin:noop", run_id="a")
@@ -189,12 +188,7 @@ def test_a_run_records_its_derivation_version_and_resumes_only_under_it(sealed_p
     events = read_chain(journal).events
     assert events[0]["kind"] == "run_started" and events[0]["payload"]["derivation_version"] == DERIVATION_VERSION
     events[0]["payload"]["derivation_version"] = DERIVATION_VERSION + 1
-    prev = None
-    for ev in events:
-        ev["prev"] = prev
-        ev["hash"] = prev = event_hash(ev)
-    journal.write_bytes(b"".join(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-                                 for ev in events))
+    rewrite_journal(journal, events)
     with pytest.raises(RunRefusal, match=f"rules version {DERIVATION_VERSION + 1}.*derives under version "
                                          f"{DERIVATION_VERSION}"):
         execute(a, run_dir, RunOptions(progress=False, resume=True))
