@@ -200,3 +200,41 @@ def test_foreign_append_during_a_run_stops_the_run(sealed_pack: Path, tmp_path: 
     # Nothing was written after the forged line: the chain shows where a second writer began.
     kinds = [e.get("kind") for e in read_chain(run_dir / "journal.jsonl").events]
     assert kinds == ["run_started", "task_finished"]
+
+
+def test_a_refusal_never_names_a_writer_that_has_ended(tmp_path: Path) -> None:
+    # The winner of two resumes takes the lock, then records itself: in between, the loser
+    # read the record of the killed run before them and named that dead pid as the writer.
+    import fcntl
+    import json
+    import os
+    import threading
+
+    from sealbench.errors import RunRefusal
+    from sealbench.lock import LOCK_NAME, hold_writer
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    lock = run_dir / LOCK_NAME
+    lock.write_text(json.dumps({"pid": ended.pid, "command": ["sealbench", "run", "killed"], "since": "then"}))
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the new writer holds the lock, its record not yet written
+        with pytest.raises(RunRefusal) as info:
+            hold_writer(run_dir, ["sealbench", "run", "second"])
+        assert str(ended.pid) not in str(info.value) and "being written by another process" in str(info.value)
+
+        def record_soon() -> None:
+            time.sleep(0.2)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "command": ["sealbench", "run", "winner"],
+                                      "since": "now"}).encode().ljust(200), 0)
+
+        writer = threading.Thread(target=record_soon)
+        writer.start()
+        with pytest.raises(RunRefusal, match=f"being written by pid {os.getpid()} "):
+            hold_writer(run_dir, ["sealbench", "run", "third"])
+        writer.join()
+    finally:
+        os.close(fd)

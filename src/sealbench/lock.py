@@ -20,15 +20,18 @@ import fcntl
 import json
 import os
 import shlex
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from . import scratch
 from .errors import Refusal, RunRefusal, ScoreRefusal
 
 LOCK_NAME: Final = "writer.lock"
+_RECORD_WAIT_S: Final = 1.0
 
 
 class DirLock:
@@ -60,11 +63,20 @@ def _describe_holder(fd: int) -> str:
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return "being read by another sealbench command (score, bundle or report)"
-    try:
-        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        pid = int(record["pid"])
-        command = record.get("command")
-    except (OSError, ValueError, KeyError, TypeError):
+    # The holder writes its record just after taking the lock: until then the file is empty or
+    # still names the previous holder, which has ended. Wait a moment for the live one.
+    deadline = time.monotonic() + _RECORD_WAIT_S
+    while True:
+        try:
+            record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            pid: int | None = int(record["pid"])
+            command = record.get("command")
+        except (OSError, ValueError, KeyError, TypeError):
+            record, pid, command = {}, None, None
+        if (pid is not None and scratch.pid_alive(pid)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    if pid is None or not scratch.pid_alive(pid):
         return "being written by another process"
     what = f"`{shlex.join(command)}`, " if isinstance(command, list) and all(isinstance(a, str) for a in command) else ""
     return f"being written by pid {pid} ({what}since {record.get('since', '?')})"
