@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from _common import (
@@ -42,14 +43,14 @@ from _common import (
 )
 
 
-def run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> tuple[float, float]:
-    m = timed_run(contract, out, jobs, exe)
+def run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH, extra: Sequence[str] = ()) -> tuple[float, float]:
+    m = timed_run(contract, out, jobs, exe, extra)
     return m.seconds, m.peak_mb
 
 
-def timed_run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH) -> Measured:
-    return check(measure([exe, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs)]),
-                 "run")
+def timed_run(contract: Path, out: Path, jobs: int, exe: str = SEALBENCH, extra: Sequence[str] = ()) -> Measured:
+    return check(measure([exe, "run", str(contract), "--out", str(out), "--no-progress", "--jobs", str(jobs),
+                          *extra]), "run")
 
 
 def sealed(root: Path, n: int, exe: str = SEALBENCH) -> Path:
@@ -97,8 +98,10 @@ def sleepers(root: Path, runs: int) -> None:
         floors.append(bare_loop(64, ["sleep", "0.5"], jobs=16))
         contract = root / f"sleepy-{r}.json"
         lock_contract(pack, contract, f"sleepy-{r}", "sleep 0.5")
-        walls.append(run(contract, root / f"sleepy-run-{r}", 16)[0])
-    print(f"  64 tasks, agent sleeps 0.5 s, --jobs 16 (the ideal is {ideal:.0f} s)")
+        # Sixteen 1 GiB workspace quotas (tmpfs, so memory) do not fit a 24 GiB machine; the
+        # sleepers write nothing, so their workspaces are bound from the host instead.
+        walls.append(run(contract, root / f"sleepy-run-{r}", 16, extra=["--no-workspace-quota"])[0])
+    print(f"  64 tasks, agent sleeps 0.5 s, --jobs 16 --no-workspace-quota (the ideal is {ideal:.0f} s)")
     figure("    floor: 64 bare `sleep 0.5`, 16 at a time", floors, seconds)
     figure("    wall time", walls, seconds)
     figure("    against the ideal", [w / ideal for w in walls], times, Target(1.3, "<= 1.3x", strict=False))

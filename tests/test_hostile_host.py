@@ -747,3 +747,20 @@ def test_deeply_nested_junit_report_does_not_blow_up_the_runners_memory(raw_pack
     # the runner built from that report took it to 733 MiB.
     assert usage.ru_maxrss < 450 * 1024, f"peak {usage.ru_maxrss // 1024} MiB"
     assert verdict["ok"] is False and "deeper" in verdict["why"]
+
+
+def test_jobs_without_workspace_quotas_are_charged_only_their_tmp_mounts(sealed_pack: Path, tmp_path: Path) -> None:
+    # --no-workspace-quota mounts no workspace tmpfs: refusing its --jobs for 1 GiB quotas it
+    # does not have refused a 64-sleeper run at --jobs 16 on a 24 GiB machine.
+    from sealbench.runner import PRIVATE_CAPS, Limits, memory_per_job
+
+    limits, caps = Limits(), TreeCaps()
+    assert memory_per_job(limits, caps) == caps.max_bytes + PRIVATE_CAPS.max_bytes + 2 * limits.tmp_bytes
+    assert memory_per_job(limits, caps, quota=False) == 2 * limits.tmp_bytes
+    total = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
+    fits_without = int(total * 0.75) // (2 * limits.tmp_bytes)
+    if fits_without * memory_per_job(limits, caps) <= total * 0.75:
+        pytest.skip("this machine fits as many quota'd tasks as unquota'd ones")
+    opts = RunOptions(progress=False, jobs=fits_without, workspace_quota=False)
+    _, _, cards = run(sealed_pack, tmp_path, sh(WRONG), options=opts, max_attempts=1)
+    assert cards[0]["outcome"] == "fail"

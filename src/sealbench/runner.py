@@ -116,14 +116,15 @@ MEMORY_SHARE = 0.75
 """The share of the machine's memory the running tasks' tmpfs mounts may hold at most."""
 
 
-def memory_per_job(limits: Limits, caps: TreeCaps) -> int:
+def memory_per_job(limits: Limits, caps: TreeCaps, *, quota: bool = True) -> int:
     """Bytes of memory one running task's sandbox can hold in tmpfs pages at most: its workspace
     (or grading copy) quota, the harness-private folder of a grading, /tmp and /dev/shm.
 
     tmpfs pages are memory (swap aside): an agent that fills its quota holds that much until its
     attempt ends; one that writes nothing costs nothing.
     """
-    return caps.max_bytes + PRIVATE_CAPS.max_bytes + 2 * limits.tmp_bytes
+    quotas = caps.max_bytes + PRIVATE_CAPS.max_bytes if quota else 0  # none with --no-workspace-quota
+    return quotas + 2 * limits.tmp_bytes
 
 
 def _memory_total() -> int | None:
@@ -137,7 +138,7 @@ def _memory_total() -> int | None:
     return None
 
 
-def check_memory(jobs: int, limits: Limits, caps: TreeCaps) -> None:
+def check_memory(jobs: int, limits: Limits, caps: TreeCaps, *, quota: bool = True) -> None:
     """Refuse a ``--jobs`` whose sandboxes could fill more than :data:`MEMORY_SHARE` of the
     machine's memory with their tmpfs quotas: hostile agents that all fill theirs would take
     the host down, not only their own runs.
@@ -146,7 +147,7 @@ def check_memory(jobs: int, limits: Limits, caps: TreeCaps) -> None:
         RunRefusal: the quotas of ``jobs`` tasks at once do not fit.
     """
     total = _memory_total()
-    per_job = memory_per_job(limits, caps)
+    per_job = memory_per_job(limits, caps, quota=quota)
     if total is None or jobs * per_job <= total * MEMORY_SHARE:
         return
     gib = 2**30
@@ -1245,7 +1246,7 @@ def execute(
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
-        check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps)
+        check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps, quota=opts.workspace_quota)
     base = run_dir / "probe" if probe else run_dir
     header = _header(contract, pack, command_line, probe, sandbox, agent, workspace_quota=opts.workspace_quota)
     if not (opts.resume or probe or (base / "journal.jsonl").exists()):
