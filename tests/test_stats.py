@@ -8,12 +8,13 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from sealbench.stats import (
     Interval,
     _betainc,
+    _betainc_pair,
     binomial_cdf,
     clopper_pearson_interval,
     holm_adjust,
@@ -479,10 +480,31 @@ def test_clopper_pearson_large_n_matches_scipy(scipy_stats: Any, x: int, n: int)
     st.floats(min_value=0.05, max_value=400),
     st.floats(min_value=0.0, max_value=1.0),
 )
+@example(0.5, 0.5, 1.0 - 2.0**-53)  # where scipy's betainc, not ours, lost 3e-9
 def test_incomplete_beta_matches_scipy(scipy_special: Any, a: float, b: float, x: float) -> None:
+    # Each side is checked against scipy's direct computation of the smaller tail, the one it
+    # (like us) carries with full relative accuracy: near x = 1, betainc(0.5, 0.5, 1 - 2**-53)
+    # is off by 3e-9 while betaincc, and (2/pi) asin(sqrt(1 - x)), agree with our 6.708e-9.
     special = scipy_special
-    expected = float(special.betainc(a, b, x))
-    assert _betainc(a, b, x) == pytest.approx(expected, rel=1e-9, abs=1e-13)
+    value, complement = _betainc_pair(a, b, x)
+    assert _betainc(a, b, x) == value
+    lower, upper = float(special.betainc(a, b, x)), float(special.betaincc(a, b, x))
+    if lower <= upper:
+        assert value == pytest.approx(lower, rel=1e-9, abs=1e-13)
+        assert complement == pytest.approx(1.0 - lower, rel=1e-9, abs=1e-13)
+    else:
+        assert complement == pytest.approx(upper, rel=1e-9, abs=1e-13)
+        assert value == pytest.approx(1.0 - upper, rel=1e-9, abs=1e-13)
+
+
+def test_incomplete_beta_near_one_keeps_its_small_tail() -> None:
+    # I_x(1/2, 1/2) = (2/pi) asin(sqrt(x)); its complement at x = 1 - 2**-53 is tiny and exact.
+    import math
+
+    x = 1.0 - 2.0**-53
+    value, complement = _betainc_pair(0.5, 0.5, x)
+    assert complement == pytest.approx(2 / math.pi * math.asin(math.sqrt(2.0**-53)), rel=1e-12)
+    assert value == pytest.approx(1.0 - complement, rel=1e-15)
 
 
 @settings(max_examples=200, deadline=None)
