@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from sealbench.schema_doc import splice
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -22,9 +20,6 @@ def test_readme_gives_the_two_commands_on_its_first_screen() -> None:
     assert "make demo" in first_screen and "make test" in first_screen
 
 
-@pytest.mark.xfail(strict=True, reason="the Figures block predates this round's benchmark scripts (bench_oracle, "
-                   "bench_pytest_guard, bench_runs_index): `make bench` regenerates it, and this test then "
-                   "passes, which strict xfail turns into a failure until this marker is removed")
 def test_readme_figures_are_the_output_of_make_bench() -> None:
     """The Figures block is what `make bench` printed: every script's output, whole, with the
     machine's load around it, and every target with its verdict."""
