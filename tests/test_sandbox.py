@@ -57,14 +57,15 @@ def marked_pids(mark: str) -> list[int]:
     """Pids of live (non-zombie) processes whose environment carries this test's mark."""
     needle = f"SEALBENCH_MARK={mark}".encode()
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                environ = Path("/proc", entry.name, "environ").read_bytes()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                found.append(int(entry.name))
+    with os.scandir("/proc") as listing:
+        for entry in listing:
+            if entry.name.isdigit():
+                try:
+                    environ = Path("/proc", entry.name, "environ").read_bytes()
+                except OSError:
+                    continue
+                if needle in environ.split(b"\0"):
+                    found.append(int(entry.name))
     return found
 
 
@@ -777,12 +778,13 @@ def test_prepared_command_runs_once(tmp_path: Path) -> None:
 def bwrap_pids_for(workdir: Path) -> list[int]:
     needle = str(workdir).encode()
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                argv = Path("/proc", entry.name, "cmdline").read_bytes().split(b"\0")
-                if argv and argv[0].endswith(b"bwrap") and needle in argv:
-                    found.append(int(entry.name))
+    with os.scandir("/proc") as listing:
+        for entry in listing:
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    argv = Path("/proc", entry.name, "cmdline").read_bytes().split(b"\0")
+                    if argv and argv[0].endswith(b"bwrap") and needle in argv:
+                        found.append(int(entry.name))
     return found
 
 

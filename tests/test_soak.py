@@ -146,16 +146,17 @@ def marked_processes(marker: str) -> list[str]:
     """Live processes whose command line or environment carries ``marker``."""
     needle = marker.encode()
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                state = Path("/proc", entry.name, "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state == "Z":
-                    continue
-                cmdline = Path("/proc", entry.name, "cmdline").read_bytes()
-                if needle in cmdline + Path("/proc", entry.name, "environ").read_bytes():
-                    shown = cmdline.replace(b"\0", b" ")[:200]
-                    found.append(f"{entry.name}: {shown!r}")
+    with os.scandir("/proc") as listing:
+        for entry in listing:
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                with contextlib.suppress(OSError):
+                    state = Path("/proc", entry.name, "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state == "Z":
+                        continue
+                    cmdline = Path("/proc", entry.name, "cmdline").read_bytes()
+                    if needle in cmdline + Path("/proc", entry.name, "environ").read_bytes():
+                        shown = cmdline.replace(b"\0", b" ")[:200]
+                        found.append(f"{entry.name}: {shown!r}")
     return found
 
 

@@ -55,12 +55,13 @@ def held_sandboxes(run_dir: Path) -> int:
     """bwrap monitors whose workdir is in this run: running and held ahead alike."""
     needle = str(run_dir / "work").encode()
     count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                argv = Path("/proc", entry.name, "cmdline").read_bytes().split(b"\0")
-                if argv[0].endswith(b"bwrap") and any(needle in a for a in argv):
-                    count += 1
+    with os.scandir("/proc") as listing:
+        for entry in listing:
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    argv = Path("/proc", entry.name, "cmdline").read_bytes().split(b"\0")
+                    if argv[0].endswith(b"bwrap") and any(needle in a for a in argv):
+                        count += 1
     return count
 
 
@@ -68,15 +69,16 @@ def processes_of(run_dir: Path) -> list[int]:
     """Live processes whose command line or environment names this run directory."""
     needle = str(run_dir).encode()
     found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                status = Path("/proc", entry.name, "stat").read_text().rsplit(")", 1)[1].split()
-                if status[0] == "Z":
-                    continue
-                blob = Path("/proc", entry.name, "cmdline").read_bytes() + Path("/proc", entry.name, "environ").read_bytes()
-                if needle in blob:
-                    found.append(int(entry.name))
+    with os.scandir("/proc") as listing:
+        for entry in listing:
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                with contextlib.suppress(OSError):
+                    status = Path("/proc", entry.name, "stat").read_text().rsplit(")", 1)[1].split()
+                    if status[0] == "Z":
+                        continue
+                    blob = Path("/proc", entry.name, "cmdline").read_bytes() + Path("/proc", entry.name, "environ").read_bytes()
+                    if needle in blob:
+                        found.append(int(entry.name))
     return found
 
 

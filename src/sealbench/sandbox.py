@@ -666,11 +666,12 @@ def _find_command(command: str, env: Mapping[str, str], cwd: str) -> bool:
 
 def _uid_tasks(uid: int) -> int:
     count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if entry.stat().st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+    with os.scandir("/proc") as listing:
+        for entry in listing:
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_uid == uid:
+                        count += len(os.listdir(f"/proc/{entry.name}/task"))
     return count
 
 

@@ -67,7 +67,8 @@ def sweep(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
     """
     removed: list[Path] = []
     try:
-        entries = list(os.scandir(directory))
+        with os.scandir(directory) as listing:
+            entries = list(listing)
     except OSError:
         return removed
     for entry in entries:
