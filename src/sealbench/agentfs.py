@@ -169,6 +169,23 @@ def _open_root(root: Path, what: str, below: tuple[str, ...] = ()) -> int:
         raise
 
 
+def _open_subdir(dir_fd: int, name: str, rel: str, depth: int, budget: _Budget) -> int | None:
+    """A descriptor of the directory ``name`` under ``dir_fd``, never through a link; None when
+    it is no longer a directory there (replaced, removed, unreadable).
+
+    Raises:
+        TreeRejected: it lies deeper than the caps allow.
+    """
+    if depth + 1 > budget.caps.max_depth:
+        raise TreeRejected(f"{budget.what} nests directories deeper than {budget.caps.max_depth}: {rel}")
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EACCES):
+            return None
+        raise
+
+
 def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
           skip: frozenset[str]) -> Iterator[tuple[str, str, str]]:
     """Yield (relative path, kind, digest) below ``dir_fd``; kind is f, x, l or s."""
@@ -192,15 +209,10 @@ def _walk(dir_fd: int, rel_dir: str, depth: int, budget: _Budget, strict: bool,
             text = _name(target, rel, strict)
             yield rel, "l", sha256_bytes(text.encode("utf-8"))
         elif stat.S_ISDIR(mode):
-            if depth + 1 > budget.caps.max_depth:
-                raise TreeRejected(f"{budget.what} nests directories deeper than {budget.caps.max_depth}: {rel}")
-            try:
-                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EACCES):
-                    yield rel, "s", ""
-                    continue
-                raise
+            sub = _open_subdir(dir_fd, entry.name, rel, depth, budget)
+            if sub is None:
+                yield rel, "s", ""
+                continue
             try:
                 yield from _walk(sub, rel, depth + 1, budget, strict, skip)
             finally:
@@ -553,14 +565,9 @@ def _copy_entries(src_fd: int, dst_fd: int, rel_dir: str, depth: int, budget: _B
         mode = entry.stat(follow_symlinks=False).st_mode
         old = olds.get(entry.name)
         if stat.S_ISDIR(mode):
-            if depth + 1 > budget.caps.max_depth:
-                raise TreeRejected(f"{budget.what} nests directories deeper than {budget.caps.max_depth}: {rel}")
-            try:
-                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=src_fd)
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EACCES):
-                    continue
-                raise
+            sub = _open_subdir(src_fd, entry.name, rel, depth, budget)
+            if sub is None:
+                continue
             try:
                 if old is not None and not stat.S_ISDIR(old.st_mode):
                     _remove_at(dst_fd, entry.name, old)
