@@ -46,6 +46,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"sealbench: error: {message}\n")
 
 
+def _show_outcomes() -> tuple[str, ...]:
+    # Kept here, not imported from .show: the parser is built on every start.
+    return ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
@@ -317,6 +322,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from .lock import hold_reader
+    from .show import read_run, table_lines, task_lines, to_json
+
+    where = Path(args.run)
+    # A run directory is read under its reader lock: never while a run writes it.
+    with hold_reader(where, "show") or contextlib.nullcontext():
+        shown = read_run(where)
+        outcomes = tuple(args.outcome or ())
+        if args.json:
+            sys.stdout.write(to_json(shown, args.task, args.attempt, outcomes, full=args.full) + "\n")
+        elif args.task is None:
+            for line in table_lines(shown, outcomes):
+                print(line)
+        else:
+            for line in task_lines(shown, args.task, args.attempt, full=args.full):
+                print(line)
+    return EXIT_OK
+
+
 def cmd_runs_list(args: argparse.Namespace) -> int:
     from .runs_index import list_runs
 
@@ -465,6 +490,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bundle", metavar="BUNDLE", help="a bundle (runs/<run_id>/) or a run directory")
     p.add_argument("--out", metavar="DIR", help="where to write (default: BUNDLE-report/ beside it; never inside a bundle)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("show", help="why each task ended as it did: a table of tasks, or one task's attempts in full")
+    p.add_argument("run", metavar="RUN_OR_BUNDLE", help="a run directory (run --out) or a bundle (runs/<run_id>/)")
+    p.add_argument("task", metavar="TASK", nargs="?", help="a task_id: its caps, attempts, outputs, patch, "
+                   "grading and outcome (default: one line per task)")
+    p.add_argument("--attempt", metavar="N", type=int, help="only attempt N of TASK (default: every attempt)")
+    p.add_argument("--outcome", action="append", choices=_show_outcomes(), metavar="OUTCOME",
+                   help="only tasks with this outcome, in the table (repeatable; one of %(choices)s; default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
+    p.add_argument("--full", action="store_true", help="every byte of each output and patch read (up to 4 MiB "
+                   "each; default: the last 4,000 characters of an output, the first of a patch)")
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles")
     p.add_argument("out_prefix", metavar="OUT_PREFIX", help="writes OUT_PREFIX.key (mode 0600) and OUT_PREFIX.pub")

@@ -85,8 +85,11 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
     if result is not None and result.contract_sha256 != contract.contract_sha256:
         raise VerificationFailed([f"{contract_file}: changed during the run (the run was made under contract "
                                   f"{result.contract_sha256}, not {contract.contract_sha256})"])
-    print_scorecards(cards if cards is not None else read_scorecards(run_dir), f"scorecards of {contract.run_id}",
-                     run_dir / "scorecards.jsonl")
+    shown = cards if cards is not None else read_scorecards(run_dir)
+    print_scorecards(shown, f"scorecards of {contract.run_id}", run_dir / "scorecards.jsonl")
+    missed = sum(1 for c in shown if c.outcome is not Outcome.PASS)
+    if missed:
+        print(f"why {missed} task(s) did not pass: sealbench show {run_dir}")
     if result is not None and result.isolation is not None and NO_SANDBOX in result.isolation.split("+"):
         print(f"isolation: {isolation_sentence(result.isolation)}")
     try:

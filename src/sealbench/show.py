@@ -1,0 +1,551 @@
+"""``sealbench show``: why each task ended as it did, read from a run directory or a bundle.
+
+Everything shown comes from the journal and the blobs it names: the attempts, the agent's
+exit and output, the patch, the grading, the feedback and the outcome. A bundle is verified
+before anything of it is shown (as :func:`sealbench.report.write_report` does); a run
+directory's journal must chain. Text written by the agent or by code under test is shown
+inert: control characters (terminal escape sequences included) are printed as escapes, never
+sent to the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import events as ev
+from .digest import sha256_bytes
+from .errors import ScoreRefusal, VerificationFailed
+
+SHOWN_CHARS = 4000
+"""Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
+where the error usually is."""
+FULL_CAP = 4 * 2**20
+"""Bytes of a blob read at most, even with ``--full``."""
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
+
+
+def inert(text: str) -> str:
+    """``text`` with every control character but newline and tab written as an escape, so that
+    output an agent wrote cannot move the cursor, recolour or retitle the reader's terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text.replace("\r\n", "\n"))
+
+
+@dataclass(frozen=True)
+class Blob:
+    """What one stored blob holds, as read: ``data`` (at most the cap), whether it was longer,
+    and whether its bytes match the digest that names it (unknown when not read whole)."""
+
+    data: bytes
+    truncated: bool
+    matches: bool | None
+
+    def text(self) -> str:
+        return inert(self.data.decode("utf-8", "replace"))
+
+
+class Blobs:
+    """The ``blobs/`` folder of a run directory or bundle, read without following links."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def read(self, digest: str | None, cap: int = FULL_CAP) -> Blob | None:
+        """The blob ``digest`` names, or None when there is none (no digest, a malformed one,
+        or no regular file of that name)."""
+        m = _DIGEST.fullmatch(digest or "")
+        if m is None:
+            return None
+        try:
+            dir_fd = os.open(self.root / "blobs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fd = os.open(m.group(1), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            return None
+        finally:
+            os.close(dir_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks: list[bytes] = []
+            size = 0
+            while size <= cap:
+                chunk = os.read(fd, min(1 << 20, cap + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if len(data) > cap:
+            return Blob(data[:cap], True, None)
+        return Blob(data, False, sha256_bytes(data) == digest)
+
+
+@dataclass
+class AttemptStory:
+    """One attempt's events, in the order the runner writes them."""
+
+    number: int
+    started: ev.AttemptStarted | None = None
+    agent: ev.AgentFinished | None = None
+    patch: ev.PatchCaptured | None = None
+    graded: ev.Graded | None = None
+    feedback: ev.Feedback | None = None
+    finished: ev.AttemptFinished | None = None
+    interrupted: ev.AttemptInterrupted | None = None
+    errors: list[ev.HarnessErrorEvent] = field(default_factory=list)
+
+    @property
+    def result(self) -> str:
+        if self.finished is not None and self.finished.result:
+            return self.finished.result
+        if self.interrupted is not None:
+            return "interrupted"
+        if self.errors:
+            return "harness_error"
+        return "unfinished"
+
+
+@dataclass
+class TaskStory:
+    """One task's events: its caps, each attempt, time charged after crashes, its outcome."""
+
+    task_id: str
+    started: ev.TaskStarted | None = None
+    attempts: dict[int, AttemptStory] = field(default_factory=dict)
+    errors: list[ev.HarnessErrorEvent] = field(default_factory=list)
+    charges: list[ev.TimeCharged] = field(default_factory=list)
+    finished: ev.TaskFinished | None = None
+
+    @property
+    def outcome(self) -> str:
+        return (self.finished.outcome if self.finished is not None and self.finished.outcome else "unfinished")
+
+    def attempt(self, number: int) -> AttemptStory:
+        return self.attempts.setdefault(number, AttemptStory(number))
+
+    def last_attempt(self) -> AttemptStory | None:
+        return self.attempts[max(self.attempts)] if self.attempts else None
+
+
+def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
+    """Each task's story, in denominator order (tasks with no event included, unfinished)."""
+    out = {tid: TaskStory(tid) for tid in task_ids}
+    for line in lines:
+        e = line.event
+        if e.task_id is None:
+            continue
+        task = out.setdefault(e.task_id, TaskStory(e.task_id))
+        n = e.attempt
+        if isinstance(e, ev.TaskStarted):
+            task.started = e
+        elif isinstance(e, ev.TaskFinished):
+            task.finished = e
+        elif isinstance(e, ev.TimeCharged):
+            task.charges.append(e)
+        elif isinstance(e, ev.HarnessErrorEvent):
+            (task.attempt(n).errors if n is not None else task.errors).append(e)
+        elif n is not None:
+            a = task.attempt(n)
+            if isinstance(e, ev.AttemptStarted):
+                a.started = e
+            elif isinstance(e, ev.AgentFinished):
+                a.agent = e
+            elif isinstance(e, ev.PatchCaptured):
+                a.patch = e
+            elif isinstance(e, ev.Graded):
+                a.graded = e
+            elif isinstance(e, ev.Feedback):
+                a.feedback = e
+            elif isinstance(e, ev.AttemptFinished):
+                a.finished = e
+            elif isinstance(e, ev.AttemptInterrupted):
+                a.interrupted = e
+    return out
+
+
+def _last_line(blob: Blob | None, limit: int = 160) -> str | None:
+    return None if blob is None else _last_text_line(blob.text(), limit)
+
+
+def _last_text_line(text: str, limit: int = 160) -> str | None:
+    lines = [ln.strip() for ln in inert(text).splitlines() if ln.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    return last if len(last) <= limit else last[: limit - 3] + "..."
+
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def failed_tests(output: Blob | None) -> list[str]:
+    """Test ids pytest's short summary names as failed (``FAILED x::y - ...``), in its order."""
+    if output is None:
+        return []
+    return [inert(m) for m in dict.fromkeys(_FAILED.findall(output.data.decode("utf-8", "replace")))]
+
+
+def _agent_words(a: ev.AgentFinished, blobs: Blobs) -> str:
+    if a.error:
+        return f"the agent failed to run: {inert(a.error)}"
+    if a.timed_out:
+        return "the agent was stopped at the task's wall-clock cap"
+    code = "killed" if a.exit_code is None else f"exit code {a.exit_code}"
+    if a.signal:
+        code += f" (signal {a.signal})"
+    tail = _last_line(blobs.read(a.stderr, 64 * 1024)) or _last_line(blobs.read(a.stdout, 64 * 1024))
+    return f"the agent ended with {code}" + (f"; its last output: {tail}" if tail else "")
+
+
+def _grading_words(g: ev.Graded, blobs: Blobs) -> str:
+    if g.forbidden:
+        return "the patch touched forbidden paths: " + ", ".join(inert(p) for p in g.forbidden[:5])
+    if g.patch_applies_clean is False:
+        why = _last_text_line(g.apply_message or "")
+        return "the patch did not apply to a pristine copy" + (f": {why}" if why else "")
+    if g.oracle_timed_out:
+        return "the hidden tests ran out of the task's time"
+    if g.flagged_pass == "not_counted":
+        return "the hidden tests passed while the test process was seen forging: " + ", ".join(g.forging_flags or [])
+    junit = g.junit or {}
+    if junit and not junit.get("ok", False):
+        names = failed_tests(blobs.read(g.oracle.stdout, FULL_CAP) if g.oracle is not None else None)
+        return (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
+                + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
+    oracle = g.oracle
+    if oracle is not None and oracle.exit_code not in (0, None):
+        tail = _last_line(blobs.read(oracle.stdout, 64 * 1024)) or _last_line(blobs.read(oracle.stderr, 64 * 1024))
+        return f"the hidden tests failed (oracle exit code {oracle.exit_code})" + (f": {tail}" if tail else "")
+    return "the hidden tests did not pass"
+
+
+def cause(task: TaskStory, blobs: Blobs) -> str:
+    """Why the task ended as it did, in plain words (one line)."""
+    outcome = task.outcome
+    last = task.last_attempt()
+    cap = task.started.max_attempts if task.started is not None else None
+    used = len(task.attempts)
+    tries = f"after {used} of {cap} attempts" if cap else f"after {used} attempts"
+    if outcome == "pass":
+        return f"passed on attempt {last.number if last else '?'}"
+    if outcome == "harness_error":
+        error = (task.finished.error if task.finished is not None else None) or next(
+            (e.error for e in [*task.errors, *(x for a in task.attempts.values() for x in a.errors)] if e.error), None)
+        return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
+    if outcome == "unfinished":
+        if last is not None and last.interrupted is not None:
+            return f"not finished: attempt {last.number} was interrupted ({inert(last.interrupted.reason or '')})"
+        return "not finished: the run stopped before this task ended (continue it with run --resume)"
+    if last is None:
+        return f"{outcome} without an attempt"
+    if outcome == "timeout":
+        if last.graded is not None and last.graded.oracle_timed_out:
+            return "the task's wall-clock cap ran out during grading"
+        if last.agent is not None and last.agent.timed_out:
+            return "the task's wall-clock cap ran out while the agent ran"
+        wall = task.started.wall_clock_s if task.started is not None else None
+        return f"the task's wall-clock cap{f' of {wall:g} s' if wall else ''} ran out"
+    parts: list[str] = []
+    if last.patch is not None and last.patch.rejected:
+        parts.append(f"the workspace was refused: {inert(last.patch.rejected)}")
+    elif last.agent is not None and last.agent.workdir_rejected:
+        parts.append(f"the workspace was refused: {inert(last.agent.workdir_rejected)}")
+    elif outcome == "abstain" or (last.patch is not None and last.patch.empty):
+        parts.append("the agent changed nothing")
+        if last.agent is not None:
+            parts.append(_agent_words(last.agent, blobs))
+    elif last.graded is not None:
+        parts.append(_grading_words(last.graded, blobs))
+        if last.agent is not None and (last.agent.exit_code not in (0, None) or last.agent.error):
+            parts.append(_agent_words(last.agent, blobs))
+    elif last.agent is not None:
+        parts.append(_agent_words(last.agent, blobs))
+    return "; ".join(parts) + f" ({tries})"
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A run directory or bundle, read and checked: its tasks' stories and its blobs."""
+
+    where: Path
+    run_id: str | None
+    tasks: dict[str, TaskStory]
+    blobs: Blobs
+    checked: str
+
+
+def read_run(where: Path) -> Shown:
+    """Read a run directory or bundle for :func:`table_lines` and :func:`task_lines`.
+
+    Raises:
+        ScoreRefusal: no journal.jsonl or scoring_contract.json there.
+        VerificationFailed: a bundle that does not verify; a journal whose chain is broken.
+        MadeByNewerRelease: a bundle made by a newer release of sealbench.
+    """
+    from .bundle import SUMS, verify_bundle
+    from .contract import load_contract
+    from .errors import ContractError
+    from .journal import read_chain
+
+    journal = where / "journal.jsonl"
+    if not journal.is_file():
+        raise ScoreRefusal(f"{where}: no journal.jsonl; give a run directory (run --out) or a bundle (runs/<run_id>/)")
+    try:
+        contract = load_contract(where / "scoring_contract.json")
+    except ContractError as e:
+        raise ScoreRefusal(f"{where}: {e}") from None
+    if (where / SUMS).is_file():
+        verify_bundle(where)
+        checked = "the bundle verifies (sums, chain, derived files); without a checked signature: internal consistency only"
+    else:
+        checked = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
+    chain = read_chain(journal)
+    if chain.problems:
+        raise VerificationFailed(chain.problems)
+    return Shown(where, contract.run_id, stories(chain.lines, contract.task_ids), Blobs(where), checked)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _seconds(ms: int | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f}s"
+
+
+def table_lines(shown: Shown, outcomes: Sequence[str] = ()) -> list[str]:
+    """One line per task (filtered by ``outcomes`` when given): outcome, attempts, time, why."""
+    rows = [t for t in shown.tasks.values() if not outcomes or t.outcome in outcomes]
+    width = max([len(t.task_id) for t in rows] + [7])
+    out = [f"{shown.run_id or shown.where}: {len(rows)} of {len(shown.tasks)} tasks"
+           + (f" with outcome {', '.join(outcomes)}" if outcomes else "") + f" ({shown.checked})"]
+    out.append(f"{'task_id':{width}}  {'outcome':13} {'attempts':8} {'elapsed':>8}  why")
+    for t in rows:
+        cap = t.started.max_attempts if t.started is not None else None
+        attempts = f"{len(t.attempts)}/{cap if cap else '?'}"
+        elapsed = t.finished.elapsed_ms if t.finished is not None else None
+        out.append(f"{inert(t.task_id):{width}}  {t.outcome:13} {attempts:8} {_seconds(elapsed):>8}  "
+                   f"{cause(t, shown.blobs)}")
+    return out
+
+
+def _output(label: str, blob_digest: str | None, size: int | None, blobs: Blobs, full: bool,
+            indent: str = "    ") -> list[str]:
+    if blob_digest is None:
+        return [f"{indent}{label}: (nothing)" if size in (None, 0) else f"{indent}{label}: {size} bytes, not stored"]
+    blob = blobs.read(blob_digest, FULL_CAP)
+    if blob is None:
+        return [f"{indent}{label}: {blob_digest} is missing from blobs/"]
+    if not blob.data:
+        return [f"{indent}{label}: (nothing)"]
+    text = blob.text()
+    head = f"{indent}{label}: {size if size is not None else len(blob.data)} bytes"
+    if blob.matches is False:
+        head += " (WARNING: these bytes do not match their digest)"
+    if not text.strip():
+        return [head + ", blank"]
+    if not full and len(text) > SHOWN_CHARS:
+        head += f", the last {SHOWN_CHARS} characters shown (--full for all)"
+        text = text[-SHOWN_CHARS:]
+    elif blob.truncated:
+        head += f", the first {FULL_CAP} bytes shown"
+    return [head + ":", *(f"{indent}  | {ln}" for ln in text.rstrip("\n").split("\n"))]
+
+
+def diffstat(patch: str) -> list[tuple[str, int, int]]:
+    """``(path, lines added, lines removed)`` per file of a unified diff, in its order."""
+    out: list[tuple[str, int, int]] = []
+    path: str | None = None
+    added = removed = 0
+    in_hunk = False
+    for ln in patch.split("\n"):
+        if ln.startswith("diff --git "):
+            if path is not None:
+                out.append((path, added, removed))
+            parts = ln[len("diff --git "):].split(" b/", 1)
+            path, added, removed, in_hunk = (parts[1] if len(parts) == 2 else parts[0]), 0, 0, False
+        elif ln.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and ln.startswith("+"):
+            added += 1
+        elif in_hunk and ln.startswith("-"):
+            removed += 1
+    if path is not None:
+        out.append((path, added, removed))
+    return out
+
+
+def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
+    out = [f"  attempt {a.number}: {a.result}"
+           + (f" in {_seconds(a.finished.elapsed_ms)}" if a.finished is not None else "")
+           + (f", {a.started.budget_s:g} s of the task's time left at its start"
+              if a.started is not None and a.started.budget_s is not None else "")]
+    ag = a.agent
+    if ag is not None:
+        out.append(f"    agent: {_agent_words(ag, blobs).removeprefix('the agent ')}"
+                   + (f", ran {_seconds(ag.elapsed_ms)}" if ag.elapsed_ms is not None else ""))
+        out += _output("stdout", ag.stdout, ag.stdout_bytes, blobs, full)
+        out += _output("stderr", ag.stderr, ag.stderr_bytes, blobs, full)
+        if ag.transcript:
+            out.append(f"    transcript: tree {ag.transcript}")
+        elif ag.transcript_rejected:
+            out.append(f"    transcript: not read ({inert(ag.transcript_rejected)})")
+    p = a.patch
+    if p is not None:
+        if p.rejected:
+            out.append(f"    patch: refused ({inert(p.rejected)})")
+        elif p.empty:
+            out.append("    patch: empty (nothing changed)")
+        else:
+            blob = blobs.read(p.patch_sha256)
+            out.append(f"    patch: {p.changed_count} path(s) changed, {p.patch_sha256}")
+            if blob is not None:
+                text = blob.text()
+                for path, plus, minus in diffstat(text):
+                    out.append(f"      {inert(path)} | +{plus} -{minus}")
+                shown = text if full or len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]
+                out += [f"      | {ln}" for ln in shown.rstrip("\n").split("\n")]
+                if shown is not text:
+                    out.append(f"      | ... ({len(text) - SHOWN_CHARS} more characters; --full shows them)")
+    g = a.graded
+    if g is not None:
+        verdict = "pass" if g.task_pass else "fail"
+        out.append(f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
+                   f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}")
+        if not g.task_pass:
+            out.append(f"      why: {_grading_words(g, blobs)}")
+        if g.junit:
+            j = g.junit
+            out.append(f"      JUnit: {j.get('ran', '?')} ran, {j.get('failed', '?')} failed"
+                       + (f", required tests not passed: {', '.join(map(str, j['missing_required'][:10]))}"
+                          if j.get("missing_required") else ""))
+        if g.oracle is not None:
+            o = g.oracle
+            out.append(f"      oracle: exit code {o.exit_code}" + (", timed out" if o.timed_out else "")
+                       + (f", {_seconds(o.elapsed_ms)}" if o.elapsed_ms is not None else ""))
+            out += _output("oracle stdout", o.stdout, o.stdout_bytes, blobs, full, "      ")
+            out += _output("oracle stderr", o.stderr, o.stderr_bytes, blobs, full, "      ")
+    f = a.feedback
+    if f is not None:
+        out.append(f"    feedback for the next attempt: policy {f.policy}")
+        if f.visible_tests is not None:
+            vt = f.visible_tests
+            out += _output(f"visible tests (exit code {vt.exit_code}) stdout", vt.stdout, vt.stdout_bytes, blobs, full,
+                           "      ")
+    if a.interrupted is not None:
+        i = a.interrupted
+        out.append(f"    interrupted: {inert(i.reason or '')}"
+                   + (f"; {i.charged_s:g} s charged ({inert(i.charged_basis or '')})" if i.charged_s is not None else ""))
+    for e in a.errors:
+        out.append(f"    harness error: {inert(e.error or '')}")
+    return out
+
+
+def _yes(v: bool | None) -> str:
+    return "?" if v is None else "yes" if v else "no"
+
+
+def task_lines(shown: Shown, task_id: str, attempt: int | None = None, *, full: bool = False) -> list[str]:
+    """One task's story: caps, each attempt (or only ``attempt``), charges and the outcome.
+
+    Raises:
+        ScoreRefusal: no such task, or no such attempt.
+    """
+    task = shown.tasks.get(task_id)
+    if task is None:
+        raise ScoreRefusal(f"no task {task_id!r} in {shown.where}; `sealbench show {shown.where}` lists them")
+    if attempt is not None and attempt not in task.attempts:
+        raise ScoreRefusal(f"task {task_id} has no attempt {attempt} (attempts made: "
+                           f"{', '.join(map(str, sorted(task.attempts))) or 'none'})")
+    s = task.started
+    out = [f"{inert(task_id)}: {task.outcome}: {cause(task, shown.blobs)}", f"  ({shown.checked})"]
+    if s is not None:
+        out.append(f"  caps: {s.max_attempts} attempt(s), {s.wall_clock_s:g} s of wall-clock time; prompt template "
+                   f"{s.prompt_template_id}; oracle {' '.join(s.oracle_cmd or [])}"
+                   + ("; the pytest oracle ran unguarded, as sealed" if s.oracle_guard == "none" else ""))
+    for number in sorted(task.attempts):
+        if attempt is None or number == attempt:
+            out += _attempt_lines(task.attempts[number], shown.blobs, full)
+    for c in task.charges:
+        out.append(f"  time charged after a crash: {c.charged_s:g} s ({inert(c.basis or '')})")
+    for e in task.errors:
+        out.append(f"  harness error: {inert(e.error or '')}")
+    fin = task.finished
+    if fin is not None:
+        out.append(f"  outcome: {fin.outcome} after {fin.attempts_used} attempt(s) in {_seconds(fin.elapsed_ms)}"
+                   + ("; attempt 1 passed" if fin.first_attempt_passed else ""))
+    return out
+
+
+def _blob_json(blobs: Blobs, digest: str | None, full: bool) -> dict[str, Any] | None:
+    blob = blobs.read(digest)
+    if blob is None:
+        return None
+    text = blob.data.decode("utf-8", "replace")
+    cut = not full and len(text) > SHOWN_CHARS
+    return {"digest": digest, "bytes_read": len(blob.data), "text": text[-SHOWN_CHARS:] if cut else text,
+            "shown": "last characters" if cut else ("first bytes" if blob.truncated else "whole"),
+            "matches_digest": blob.matches}
+
+
+def task_json(shown: Shown, task: TaskStory, *, full: bool = False) -> dict[str, Any]:
+    """One task's story for scripts: every event's payload as journaled, outputs as text (not
+    made inert: a script decides how to print them)."""
+    def dump(e: ev.Event | None) -> dict[str, Any] | None:
+        return None if e is None else e.model_dump(mode="json", exclude_unset=True)
+
+    attempts = []
+    for n in sorted(task.attempts):
+        a = task.attempts[n]
+        texts: dict[str, Any] = {}
+        for e in (a.agent, a.patch, a.graded, a.feedback):
+            if e is not None:
+                for name, digest in ev.blob_fields(e):
+                    texts[f"{e.kind}.{name}"] = _blob_json(shown.blobs, digest, full)
+        attempts.append({"attempt": n, "result": a.result, "started": dump(a.started), "agent": dump(a.agent),
+                         "patch": dump(a.patch), "graded": dump(a.graded), "feedback": dump(a.feedback),
+                         "finished": dump(a.finished), "interrupted": dump(a.interrupted),
+                         "harness_errors": [dump(e) for e in a.errors], "outputs": texts})
+    return {"task_id": task.task_id, "outcome": task.outcome, "cause": cause(task, shown.blobs),
+            "started": dump(task.started), "attempts": attempts, "time_charged": [dump(c) for c in task.charges],
+            "harness_errors": [dump(e) for e in task.errors], "finished": dump(task.finished)}
+
+
+def to_json(shown: Shown, task_id: str | None = None, attempt: int | None = None, outcomes: Sequence[str] = (),
+            *, full: bool = False) -> str:
+    """``show --json``: the task table, or one task's story.
+
+    Raises:
+        ScoreRefusal: no such task or attempt.
+    """
+    if task_id is not None:
+        task_lines(shown, task_id, attempt)  # the same refusals
+        doc = task_json(shown, shown.tasks[task_id], full=full)
+        if attempt is not None:
+            doc["attempts"] = [a for a in doc["attempts"] if a["attempt"] == attempt]
+        return json.dumps({"run_id": shown.run_id, "checked": shown.checked, "task": doc}, indent=2)
+    rows = [{"task_id": t.task_id, "outcome": t.outcome, "attempts": len(t.attempts),
+             "max_attempts": t.started.max_attempts if t.started is not None else None,
+             "elapsed_ms": t.finished.elapsed_ms if t.finished is not None else None,
+             "cause": cause(t, shown.blobs)}
+            for t in shown.tasks.values() if not outcomes or t.outcome in outcomes]
+    return json.dumps({"run_id": shown.run_id, "checked": shown.checked, "tasks": rows}, indent=2)
+
+
+
