@@ -25,6 +25,7 @@ from chromium import CHROMIUM, load_page
 from conftest import SAMPLE, SEED_IDS, make_contract
 from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.contract import load_contract
+from sealbench.document import SORT_SCRIPT, SORT_SCRIPT_SOURCE
 from sealbench.errors import RunRefusal, VerificationFailed
 from sealbench.files import model_json
 from sealbench.pack import seal_pack
@@ -189,9 +190,9 @@ def test_outcomes_pass_by_attempt_and_tasks_follow_the_journal(mixed: Reported) 
     assert "| pass | 2 of 4 |" in mixed.md and "| harness_error | 0 of 4 |" in mixed.md
     # Cumulative: one task passed on attempt 1, a second on attempt 2.
     assert "| 1 | 1 of 4 task_pass |" in mixed.md and "| 2 | 2 of 4 task_pass |" in mixed.md
-    assert "| `t_11_fix_off_by_one` | pass | 2 of 2 | no |" in mixed.md
-    assert "| `t_03_rename_helper` | pass | 1 of 2 | pass |" in mixed.md
-    assert "| `t_18_add_missing_test` | abstain | 1 of 2 | no |" in mixed.md
+    assert "| [`t_11_fix_off_by_one`](tasks/t_11_fix_off_by_one.html) | pass | 2 of 2 | no |" in mixed.md
+    assert "| [`t_03_rename_helper`](tasks/t_03_rename_helper.html) | pass | 1 of 2 | pass |" in mixed.md
+    assert "| [`t_18_add_missing_test`](tasks/t_18_add_missing_test.html) | abstain | 1 of 2 | no |" in mixed.md
 
 
 def test_probe_names_the_tasks_whose_patch_was_not_empty(mixed: Reported) -> None:
@@ -229,6 +230,27 @@ def test_links_to_traces_and_patches_are_relative_and_resolve(mixed: Reported) -
         assert (mixed.html_path.parent / href).resolve().is_file(), href
 
 
+def test_each_task_has_a_page_and_the_report_folder_works_sent_on_its_own(mixed: Reported, tmp_path: Path) -> None:
+    sent = tmp_path / "sent"
+    shutil.copytree(mixed.html_path.parent, sent)  # without the run directory beside it
+    for href in re.findall(r'href="([^"]+)"', mixed.html):
+        assert (sent / href).resolve().is_file(), href
+    for tid in SEED_IDS:
+        assert f'href="tasks/{tid}.html"' in mixed.html
+        page = (sent / "tasks" / f"{tid}.html").read_text(encoding="utf-8")
+        assert "default-src 'none'" in page and "<script" not in page.lower() and "<link" not in page.lower()
+        hrefs = re.findall(r'(?:href|src)="([^"]+)"', page)
+        assert "../report.html" in hrefs
+        for href in hrefs:
+            assert not re.match(r"^(?:[a-z]+:|/)", href), href
+            assert (sent / "tasks" / href).resolve().is_file(), href
+    failed = visible_text((sent / "tasks" / "t_22_reject_network_call.html").read_text(encoding="utf-8"))
+    assert "Attempt 1: fail" in failed and "Attempt 2: fail" in failed and "oracle stdout" in failed
+    assert "NOTES.md" in failed  # the diff stat and the diff
+    second = (sent / "tasks" / "t_11_fix_off_by_one.html").read_text(encoding="utf-8")
+    assert '<span class="add">+' in second and "Attempt 2: <span" in second
+
+
 def test_figures_are_written_beside_report_md(mixed: Reported) -> None:
     for name in FIGURE_FILES.values():
         svg = (mixed.md_path.parent / name).read_text(encoding="utf-8")
@@ -242,7 +264,11 @@ def test_figures_are_byte_identical_across_renders(mixed: Reported) -> None:
 
 def test_html_is_self_contained(mixed: Reported) -> None:
     html = mixed.html
-    assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
+    # One script, the table sorter, inline and allowed by its hash alone: nothing is loaded.
+    assert re.findall(r"<script[^>]*>(.*?)</script>", html, re.S | re.I) == [SORT_SCRIPT]
+    assert html.lower().count("<script") == 1 and "<script>" in html
+    assert f"script-src {SORT_SCRIPT_SOURCE}\"" in html
+    assert "<link" not in html.lower() and "@import" not in html
     assert re.findall(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I) == []
     assert re.findall(r"url\(", html) == []
     assert len(re.findall(r'<img src="data:image/svg\+xml;base64,', html)) == len(FIGURE_FILES)
@@ -271,7 +297,7 @@ def test_hostile_values_are_escaped(mixed: Reported) -> None:
     hostile = dataclasses.replace(view, contract=view.contract.model_copy(update={"agent": agent}))
     sections = build_sections(hostile)
     page = render_html(hostile, sections, render_figures(hostile, FIGURE_FILES))
-    assert "<script" not in page and '<img src="https' not in page and "&lt;script&gt;" in page
+    assert "<script>alert" not in page and '<img src="https' not in page and "&lt;script&gt;" in page
     row = next(line for line in render_markdown(hostile, sections).splitlines() if line.startswith("| agent |"))
     assert len(re.split(r"(?<!\\)\|", row)) == 4, row
 

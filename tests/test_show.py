@@ -17,6 +17,7 @@ import pytest
 from conftest import make_contract, needs_bwrap
 from sealbench import cli as cli_module
 from sealbench import show
+from sealbench.report import write_report
 from sealbench.runner import RunOptions, execute
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bundles" / "made-by-5b8050d" / "demo-two-attempts"
@@ -28,7 +29,7 @@ GIVES_UP = "sh -c 'echo starting; echo \"cannot reach the model: connection refu
 # An agent whose stderr tries to take over the reader's terminal: clear it, retitle it,
 # and hide a line by moving the cursor back over it.
 ESCAPES = ("sh -c 'printf \"\\033]0;pwned\\007\\033[2J\\033[1A\\rall tests passed\\n\" >&2; "
-           "echo x >> README.md; exit 0'")
+           "echo \"<script>alert(1)</script>\" >&2; echo x >> README.md; exit 0'")
 
 
 def _run(pack: Path, tmp_path: Path, command: str, name: str) -> Path:
@@ -66,6 +67,11 @@ def test_agent_output_with_terminal_escapes_is_shown_inert(
         assert code == 0
         assert "\x1b" not in out and "\x07" not in out and "\r" not in out
     assert "\\x1b]0;pwned\\x07\\x1b[2J\\x1b[1A\\x0dall tests passed" in out
+    # The report's page of the task: escaped for HTML and inert as well.
+    _, html_path = write_report(run_dir, tmp_path / "report")
+    page = (html_path.parent / "tasks" / f"{TASK}.html").read_text(encoding="utf-8")
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\x1b" not in page and "\\x1b]0;pwned" in page
 
 
 def test_fixture_bundle_shows_each_attempt_its_patch_and_the_failing_tests(

@@ -3,7 +3,8 @@
 A report is built once as :class:`Section` blocks and printed twice, so report.md and
 report.html cannot drift apart: they carry the same facts by construction.
 
-The HTML is self-contained: inline CSS, the viewer's system fonts, no script, figures as
+The HTML is self-contained: inline CSS, the viewer's system fonts, no script but the table
+sorter (allowed by its hash), figures as
 ``data:`` images, and a Content-Security-Policy that forbids every other load, so opening it
 never touches the network even if a value printed in it were hostile. Every value is
 escaped for its target (HTML entities; Markdown backslashes and code spans).
@@ -12,6 +13,7 @@ escaped for its target (HTML entities; Markdown backslashes and code spans).
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -75,10 +77,13 @@ class Fields:
 
 @dataclass(frozen=True)
 class Table:
-    """A table with a header row; each cell is inline content."""
+    """A table with a header row; each cell is inline content. A ``sortable`` table sorts by
+    a click on a column's header in HTML, and filters by its ``outcome`` column (the page's
+    one script, allowed by its hash in the Content-Security-Policy)."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[tuple[Span, ...], ...], ...]
+    sortable: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,31 @@ def render_markdown(title: str, sections: Sequence[Section], figure_files: Mappi
 # The page may load nothing but its own inline styles and data: images, whoever opens it.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
-_CSS = """
+SORT_SCRIPT = (
+    'document.querySelectorAll("table.sortable").forEach(function(t){'
+    'var body=t.tBodies[0],heads=t.tHead.rows[0].cells,each=Array.prototype.forEach;'
+    'each.call(heads,function(th,i){th.style.cursor="pointer";th.title="sort by this column";'
+    'th.addEventListener("click",function(){var asc=th.getAttribute("data-dir")!=="asc";'
+    'each.call(heads,function(h){h.removeAttribute("data-dir");});th.setAttribute("data-dir",asc?"asc":"desc");'
+    'var rows=Array.prototype.slice.call(body.rows);rows.sort(function(a,b){'
+    'var x=a.cells[i].textContent.trim(),y=b.cells[i].textContent.trim(),nx=parseFloat(x),ny=parseFloat(y);'
+    'var c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);return asc?c:-c;});'
+    'rows.forEach(function(r){body.appendChild(r);});});});'
+    'var col=-1;each.call(heads,function(h,i){if(h.textContent==="outcome")col=i;});if(col<0)return;'
+    'var seen={};each.call(body.rows,function(r){seen[r.cells[col].textContent.trim()]=1;});'
+    'var sel=document.createElement("select");["all"].concat(Object.keys(seen).sort()).forEach(function(o){'
+    'var e=document.createElement("option");e.textContent=o;sel.appendChild(e);});'
+    'sel.addEventListener("change",function(){each.call(body.rows,function(r){'
+    'r.hidden=sel.value!=="all"&&r.cells[col].textContent.trim()!==sel.value;});});'
+    'var label=document.createElement("label");label.textContent="show outcome: ";label.appendChild(sel);'
+    't.parentNode.insertBefore(label,t);});'
+)
+"""The one script a page may hold: sorts a sortable table by the clicked column, and filters it
+by outcome. It reads only the table's own text and loads nothing."""
+SORT_SCRIPT_SOURCE = "'sha256-" + base64.b64encode(hashlib.sha256(SORT_SCRIPT.encode()).digest()).decode() + "'"
+"""The script's hash as a CSP source: the page's policy allows this script and no other."""
+
+CSS = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --soft: #f6f8fa;
   --alert: #b42318; --alert-bg: #fef3f2; --warn: #7d5300; --warn-bg: #fff8c5; }
 * { box-sizing: border-box; }
@@ -240,8 +269,9 @@ def _html_inline(parts: Sequence[Span]) -> str:
     return "".join(out)
 
 
-def _html_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]], head: bool = True) -> str:
-    parts = ["<table>"]
+def _html_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]], head: bool = True,
+                sortable: bool = False) -> str:
+    parts = ['<table class="sortable">' if sortable else "<table>"]
     if head:
         parts.append("<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>")
     parts.append("<tbody>")
@@ -260,7 +290,7 @@ def _html_block(blk: Block, images: Mapping[str, tuple[str, bytes]]) -> str:
         cls = ' class="wide"' if blk.wide else ""
         return f"<section{cls}><h3>{html.escape(blk.title)}</h3>{table}</section>"
     if isinstance(blk, Table):
-        return _html_table(blk.header, blk.rows)
+        return _html_table(blk.header, blk.rows, sortable=blk.sortable)
     if isinstance(blk, Bullets):
         return "<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in blk.items) + "</ul>"
     mime, data = images[blk.name]
@@ -288,11 +318,15 @@ def render_html(title: str, sections: Sequence[Section], images: Mapping[str, tu
             body.extend(_html_block(b, images) for b in sec.blocks)
     if footer:
         body.append(f"<footer>{html.escape(footer)}</footer>")
+    csp = CSP
+    if any(isinstance(b, Table) and b.sortable for sec in sections for b in sec.blocks):
+        body.append(f"<script>{SORT_SCRIPT}</script>")
+        csp += f"; script-src {SORT_SCRIPT_SOURCE}"
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
         + "\n".join(body)
         + "\n</body>\n</html>\n"
     )

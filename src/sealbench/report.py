@@ -25,14 +25,15 @@ import json
 import os
 import statistics
 import urllib.parse
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
 from . import events as ev
+from .agentfs import read_regular
 from .contract import load_contract
 from .derive import derive
 from .document import Block, Bullets, Fields, Figure, Para, Section, Span, Table, spans
@@ -44,7 +45,9 @@ from .formats import Outcome, Provenance, Rate, Scorecard, ScoringContract
 from .journal import read_chain
 from .score import NOTE, score
 from .scoring_io import events_from
+from .show import Blobs, TaskStory, cause, stories
 from .stats import Interval, wilson_interval
+from .task_pages import page_name, write_task_pages
 
 __all__ = [
     "FIGURE_FILES",
@@ -69,6 +72,9 @@ FIGURE_FILES: dict[str, str] = {
     "elapsed": "report-elapsed.svg",
 }
 """The figure files written beside report.md, by figure name."""
+
+FILES_DIR = "files"
+"""Where the report keeps its copies of the run's traces/ and patches/ (links stay inside it)."""
 
 RUN_DIR_CHECKED = (
     "a run directory, not a bundle: its derived files were checked against its journal; "
@@ -131,7 +137,10 @@ class RunView:
     patches: frozenset[str]
     """Task ids whose ``patches/<id>.patch`` is present."""
     files_href: str = ""
-    """URL prefix from the report's folder to the run's folder; '' when they are the same."""
+    """URL prefix from the report's folder to the run's folder; '' when they are the same (kept
+    for library users: the report itself links only to copies inside its own folder)."""
+    stories: Mapping[str, TaskStory] = field(default_factory=dict)
+    """Each task's events (:mod:`sealbench.show`), for the why column and the task pages."""
     checked: str = RUN_DIR_CHECKED
     """What was verified before the report was made (a bundle is verified whole)."""
 
@@ -302,6 +311,7 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
         traces=frozenset(t for t in tids if (run_dir / "traces" / f"{t}.json").is_file()),
         patches=frozenset(t for t in tids if (run_dir / "patches" / f"{t}.patch").is_file()),
         files_href="" if rel_root == "." else urllib.parse.quote(Path(rel_root).as_posix()) + "/",
+        stories=stories(events, tids),
     )
 
 
@@ -483,31 +493,40 @@ def _tasks(view: RunView) -> Section:
     rows = []
     for tid in view.contract.task_ids:
         c = cards.get(tid)
-        trace = (Span("trace", href=f"{view.files_href}traces/{tid}.json") if tid in view.traces
+        trace = (Span("trace", href=f"{FILES_DIR}/traces/{tid}.json") if tid in view.traces
                  else Span("none"))
         if tid in view.patches:
-            patch = Span("patch", href=f"{view.files_href}patches/{tid}.patch")
+            patch = Span("patch", href=f"{FILES_DIR}/patches/{tid}.patch")
         else:
             patch = Span("empty" if c is not None and c.patch_sha256 is None else "none")
+        story = view.stories.get(tid)
+        # From the journal's facts alone (no stored output): the summary reads the same from a
+        # run directory and from a bundle-shaped copy without blobs/.
+        why = spans(cause(story, None) if story is not None else "-")
+        task = spans(Span(tid, code=True, href=page_name(tid)) if story is not None else Span(tid, code=True))
         if c is None:
-            rows.append((spans(Span(tid, code=True)), spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"),
-                         spans("-"), spans("-"), spans("no"), (trace,), (patch,)))
+            rows.append((task, spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"),
+                         spans("-"), spans("-"), spans("no"), why, (trace,), (patch,)))
             continue
         outcome = spans(Span(c.outcome.value, mark=c.outcome.value))
         if c.forging_flags is not None:
             outcome = (*outcome, Span(" (flagged)"))
         rows.append((
-            spans(Span(tid, code=True)),
+            task,
             outcome,
             spans(f"{c.attempts_used} of {c.max_attempts}"),
             spans("pass" if c.first_attempt_passed else "no"),
             spans(f"{c.elapsed_ms / 1000:.2f} s"),
             spans("yes" if c.scorecard_complete else "no"),
+            why,
             (trace,),
             (patch,),
         ))
-    header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete", "trace", "patch")
-    return Section("Tasks", (Table(header, tuple(rows)),))
+    header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete", "why", "trace",
+              "patch")
+    note = Para(spans("Each task's page (its link) tells its story: every attempt's exit, output, patch and "
+                      "grading. The trace and patch files are copies inside this report's folder."), tone="note")
+    return Section("Tasks", (note, Table(header, tuple(rows), sortable=True)))
 
 
 def _flags(view: RunView) -> Section | None:
@@ -672,7 +691,25 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     out.mkdir(parents=True, exist_ok=True)
     for name, data in svgs.items():
         write_atomic(out / FIGURE_FILES[name], data)
+    _copy_files(run_dir, out, view)
+    write_task_pages(out, str(view.contract.run_id), view.stories, Blobs(run_dir), report_footer(view))
     md_path, html_path = out / "report.md", out / "report.html"
     write_atomic(md_path, render_markdown(view, sections))
     write_atomic(html_path, render_html(view, sections, svgs))
     return md_path, html_path
+
+
+def _copy_files(run_dir: Path, out: Path, view: RunView) -> None:
+    """Copy the traces and patches the task table links to into ``out/files/``, so the report's
+    folder can be sent on its own. Only regular files are copied, never through a link."""
+    for sub, names in (("traces", (f"{t}.json" for t in sorted(view.traces))),
+                       ("patches", (f"{t}.patch" for t in sorted(view.patches)))):
+        for name in names:
+            data = read_regular(run_dir, f"{sub}/{name}", _FILE_CAP)
+            if data is not None:
+                dest = out / FILES_DIR / sub / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(dest, data, durable=False)
+
+
+_FILE_CAP = 64 * 2**20

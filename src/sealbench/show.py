@@ -199,7 +199,7 @@ def failed_tests(output: Blob | None) -> list[str]:
     return [inert(m) for m in dict.fromkeys(_FAILED.findall(output.data.decode("utf-8", "replace")))]
 
 
-def _agent_words(a: ev.AgentFinished, blobs: Blobs) -> str:
+def _agent_words(a: ev.AgentFinished, blobs: Blobs | None) -> str:
     if a.error:
         return f"the agent failed to run: {inert(a.error)}"
     if a.timed_out:
@@ -207,11 +207,12 @@ def _agent_words(a: ev.AgentFinished, blobs: Blobs) -> str:
     code = "killed" if a.exit_code is None else f"exit code {a.exit_code}"
     if a.signal:
         code += f" (signal {a.signal})"
-    tail = _last_line(blobs.read(a.stderr, 64 * 1024)) or _last_line(blobs.read(a.stdout, 64 * 1024))
+    tail = None if blobs is None else (_last_line(blobs.read(a.stderr, 64 * 1024))
+                                       or _last_line(blobs.read(a.stdout, 64 * 1024)))
     return f"the agent ended with {code}" + (f"; its last output: {tail}" if tail else "")
 
 
-def _grading_words(g: ev.Graded, blobs: Blobs) -> str:
+def _grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
     if g.forbidden:
         return "the patch touched forbidden paths: " + ", ".join(inert(p) for p in g.forbidden[:5])
     if g.patch_applies_clean is False:
@@ -223,18 +224,21 @@ def _grading_words(g: ev.Graded, blobs: Blobs) -> str:
         return "the hidden tests passed while the test process was seen forging: " + ", ".join(g.forging_flags or [])
     junit = g.junit or {}
     if junit and not junit.get("ok", False):
-        names = failed_tests(blobs.read(g.oracle.stdout, FULL_CAP) if g.oracle is not None else None)
+        names = failed_tests(blobs.read(g.oracle.stdout, FULL_CAP) if g.oracle is not None and blobs else None)
         return (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
                 + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
     oracle = g.oracle
     if oracle is not None and oracle.exit_code not in (0, None):
-        tail = _last_line(blobs.read(oracle.stdout, 64 * 1024)) or _last_line(blobs.read(oracle.stderr, 64 * 1024))
+        tail = None if blobs is None else (_last_line(blobs.read(oracle.stdout, 64 * 1024))
+                                           or _last_line(blobs.read(oracle.stderr, 64 * 1024)))
         return f"the hidden tests failed (oracle exit code {oracle.exit_code})" + (f": {tail}" if tail else "")
     return "the hidden tests did not pass"
 
 
-def cause(task: TaskStory, blobs: Blobs) -> str:
-    """Why the task ended as it did, in plain words (one line)."""
+def cause(task: TaskStory, blobs: Blobs | None) -> str:
+    """Why the task ended as it did, in plain words (one line). With ``blobs`` the words quote
+    stored output (the agent's last line, the failed tests pytest named); without, only the
+    journal's facts."""
     outcome = task.outcome
     last = task.last_attempt()
     cap = task.started.max_attempts if task.started is not None else None
@@ -265,9 +269,12 @@ def cause(task: TaskStory, blobs: Blobs) -> str:
     elif last.agent is not None and last.agent.workdir_rejected:
         parts.append(f"the workspace was refused: {inert(last.agent.workdir_rejected)}")
     elif outcome == "abstain" or (last.patch is not None and last.patch.empty):
-        parts.append("the agent changed nothing")
-        if last.agent is not None:
-            parts.append(_agent_words(last.agent, blobs))
+        words = _agent_words(last.agent, blobs) if last.agent is not None else None
+        if words is not None and words.startswith("the agent ended with exit code 0"):
+            parts.append("the agent exited 0 without changing anything"
+                         + words.removeprefix("the agent ended with exit code 0"))
+        else:
+            parts += ["the agent changed nothing", *([words] if words else [])]
     elif last.graded is not None:
         parts.append(_grading_words(last.graded, blobs))
         if last.agent is not None and (last.agent.exit_code not in (0, None) or last.agent.error):

@@ -1,0 +1,189 @@
+"""The report's page per task (``tasks/<task_id>.html``): what ``sealbench show TASK`` prints,
+as HTML, from Jinja2 templates with autoescaping on.
+
+Each page stands alone inside the report's folder: outputs and the diff are printed in it,
+links are relative (back to ``../report.html``), and the same Content-Security-Policy as the
+summary page forbids every load. Text from the agent or the code under test is made inert
+(:func:`sealbench.show.inert`) and then escaped, so it can neither run nor restyle the page.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import events as ev
+from .document import CSP, CSS
+from .files import write_atomic
+from .show import (
+    AttemptStory,
+    Blobs,
+    TaskStory,
+    _agent_words,
+    _grading_words,
+    cause,
+    diffstat,
+    failed_tests,
+    inert,
+)
+
+PAGE_CHARS = 64_000
+"""Characters of one output printed on a page (its end), and of a diff (its start)."""
+TASKS_DIR = "tasks"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def page_name(task_id: str) -> str:
+    """The page of a task, relative to the report's folder. Task ids are safe path segments
+    (the pack refuses others); anything else is refused here too, never written."""
+    if not _SAFE_NAME.fullmatch(task_id) or task_id in (".", ".."):
+        raise ValueError(f"task id {task_id!r} is not a safe file name")
+    return f"{TASKS_DIR}/{task_id}.html"
+
+
+@dataclass(frozen=True)
+class _Output:
+    label: str
+    summary: str
+    text: str
+    open: bool
+
+
+@dataclass(frozen=True)
+class _DiffLine:
+    cls: str
+    text: str
+
+
+def _output(label: str, digest: str | None, size: int | None, blobs: Blobs, *, open_: bool = False) -> _Output:
+    if digest is None:
+        return _Output(label, "nothing" if size in (None, 0) else f"{size} bytes, not stored", "", False)
+    blob = blobs.read(digest)
+    if blob is None:
+        return _Output(label, f"{digest} is missing from this run's blobs/", "", False)
+    if not blob.data:
+        return _Output(label, "nothing", "", False)
+    text = blob.text()
+    summary = f"{size if size is not None else len(blob.data)} bytes"
+    if blob.matches is False:
+        summary += " (these bytes do not match their digest)"
+    if len(text) > PAGE_CHARS:
+        summary += f", the last {PAGE_CHARS} characters"
+        text = text[-PAGE_CHARS:]
+    return _Output(label, summary, text, open_ and bool(text.strip()))
+
+
+def _process_outputs(prefix: str, facts: ev.ProcessFacts | None, blobs: Blobs, *, open_: bool) -> list[_Output]:
+    if facts is None:
+        return []
+    return [_output(f"{prefix}stdout", facts.stdout, facts.stdout_bytes, blobs, open_=open_),
+            _output(f"{prefix}stderr", facts.stderr, facts.stderr_bytes, blobs, open_=open_)]
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---", "diff --git", "index ", "new file", "deleted file", "similarity", "rename ")):
+        return "meta"
+    if line.startswith("@@"):
+        return "hunk"
+    if line.startswith("+"):
+        return "add"
+    if line.startswith("-"):
+        return "del"
+    return "ctx"
+
+
+def _attempt(a: AttemptStory, blobs: Blobs) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "number": a.number, "result": a.result, "started": a.started, "agent": a.agent, "patch": a.patch,
+        "graded": a.graded, "feedback": a.feedback, "finished": a.finished, "interrupted": a.interrupted,
+        "errors": a.errors, "agent_words": "", "agent_outputs": [], "diffstat": [], "diff": None,
+        "diff_cut": False, "diff_shown": 0, "diff_total": 0, "failed_tests": [], "grading_words": "",
+        "oracle_outputs": [], "feedback_outputs": [],
+    }
+    if a.agent is not None:
+        failed = a.agent.exit_code not in (0, None) or bool(a.agent.error)
+        view["agent_words"] = _agent_words(a.agent, blobs)
+        view["agent_outputs"] = _process_outputs("", a.agent, blobs, open_=failed)
+    if a.patch is not None and not a.patch.empty and not a.patch.rejected:
+        blob = blobs.read(a.patch.patch_sha256)
+        if blob is not None:
+            text = blob.text()
+            view["diffstat"] = diffstat(text)
+            shown = text[:PAGE_CHARS]
+            view.update(diff=[_DiffLine(_diff_class(ln), ln) for ln in shown.rstrip("\n").split("\n")],
+                        diff_cut=len(shown) < len(text), diff_shown=len(shown), diff_total=len(text))
+    if a.graded is not None:
+        g = a.graded
+        view["grading_words"] = _grading_words(g, blobs)
+        view["oracle_outputs"] = _process_outputs("oracle ", g.oracle, blobs, open_=not g.task_pass)
+        if g.oracle is not None:
+            view["failed_tests"] = failed_tests(blobs.read(g.oracle.stdout))
+    if a.feedback is not None and a.feedback.visible_tests is not None:
+        view["feedback_outputs"] = _process_outputs("visible tests ", a.feedback.visible_tests, blobs, open_=False)
+    return view
+
+
+def _yes(value: bool | None) -> str:
+    return "?" if value is None else "yes" if value else "no"
+
+
+def _environment() -> Any:
+    import jinja2
+    import markupsafe
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("sealbench", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        # Every value printed is made inert before it is escaped: a control character from the
+        # agent (a bidirectional override, an escape) cannot reorder or hide what the page says.
+        finalize=lambda value: (inert(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup)
+                                else value),
+    )
+
+
+def render_task_page(run_id: str, task: TaskStory, blobs: Blobs, footer: str) -> str:
+    """One task's page (see the module docstring)."""
+    import markupsafe
+
+    template = _environment().get_template("task.html.j2")
+    page: str = template.render(
+        csp=markupsafe.Markup(CSP), css=markupsafe.Markup(CSS + _PAGE_CSS), run_id=run_id, task=task, cause=cause(task, blobs),
+        attempts=[_attempt(task.attempts[n], blobs) for n in sorted(task.attempts)], yes=_yes, footer=footer,
+    )
+    return page
+
+
+def write_task_pages(out: Path, run_id: str, tasks: Mapping[str, TaskStory], blobs: Blobs, footer: str) -> list[Path]:
+    """Write ``tasks/<task_id>.html`` under ``out`` for every task; returns the paths."""
+    written = []
+    for tid, task in tasks.items():
+        path = out / page_name(tid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, render_task_page(run_id, task, blobs, footer), durable=False)
+        written.append(path)
+    return written
+
+
+_PAGE_CSS = """
+.nav{margin:0 0 .5rem}
+.lead{font-size:1.1rem}
+dl.caps{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}
+dl.caps dt{font-weight:600}
+dl.caps dd{margin:0}
+section.attempt{border-top:1px solid #ccc;margin-top:1.5rem}
+pre{background:#f6f6f6;padding:.5rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+pre.diff span{display:block}
+pre.diff .add{background:#e6ffed}
+pre.diff .del{background:#ffeef0}
+pre.diff .hunk{color:#6f42c1}
+pre.diff .meta{color:#666}
+td.add{color:#22863a}
+td.del{color:#b31d28}
+p.alert{color:#b31d28}
+p.note{color:#555}
+"""
