@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 from dataclasses import replace
 from fractions import Fraction
@@ -26,6 +27,7 @@ from sealbench.compare import (
     compare,
     compare_sides,
     decide,
+    discordant_needed,
     judge,
     paired_results,
 )
@@ -34,6 +36,7 @@ from sealbench.formats import Metrics, TieRule
 from sealbench.pack import seal_pack
 from sealbench.runner import RunOptions, execute
 from sealbench.signing import keygen
+from sealbench.stats import mcnemar_exact
 
 needs_runs = needs_bwrap
 ALL = ("csv-split-001", "t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_missing_test",
@@ -118,6 +121,43 @@ def test_holm_adjusts_every_pair_of_three_bundles(bundles: Bundles) -> None:
         ("cmp-noop", "cmp-shell", 0, 0, 1.0, 1.0, TIE),
     ]
     assert "Holm-adjusted across the pairs" in report.lines()[0]
+
+
+@needs_runs
+def test_html_page_shows_the_verdicts_the_disagreements_and_links_each_run_s_task_page(
+        bundles: Bundles, tmp_path: Path, cli: Any) -> None:
+    out = tmp_path / "cmp"
+    code, text, _ = cli("compare", bundles.reference, bundles.noop, "--html", out)
+    assert code == 0 and f"wrote {out / 'compare.html'}" in text
+    page = (out / "compare.html").read_text(encoding="utf-8")
+    assert "<strong>tie: no detectable difference on this slice</strong>" in page
+    assert "a split like 5 to 0 is declared a difference from about 6 discordant tasks (6 to 0)" in page
+    assert "Tasks where the runs disagree (5)" in page and page.count('<tr class="discordant">') == 10
+    assert "default-src 'none'" in page and "<script" not in page
+    sent = tmp_path / "sent"
+    shutil.copytree(out, sent)  # the folder works on its own
+    hrefs = re.findall(r'href="([^"]+)"', page)
+    assert len(hrefs) == 2 * 2 * len(ALL)  # both tables, both runs
+    for href in hrefs:
+        assert not re.match(r"^(?:[a-z]+:|/)", href) and (sent / href).is_file(), href
+        task_page = (sent / href).read_text(encoding="utf-8")
+        assert 'href="../../../compare.html"' in task_page
+    noop_page = (sent / "runs" / "cmp-noop" / "tasks" / f"{ALL[0]}.html").read_text(encoding="utf-8")
+    assert "abstain" in noop_page
+
+
+def test_a_tie_says_how_many_discordant_tasks_would_separate_the_runs() -> None:
+    assert discordant_needed(5, 0, 0.05) == (6, 0)
+    assert discordant_needed(7, 1, 0.05) == (8, 1)
+    assert discordant_needed(4, 4, 0.05) is None
+    assert discordant_needed(51, 49, 0.05, limit=1000) is None
+    hi, lo = discordant_needed(3, 1, 0.05) or (0, 0)
+    assert mcnemar_exact(hi, lo) <= 0.05 and abs(hi / (hi + lo) - 0.75) < 0.05
+    assert judge(5, 0, 0.05).missing() == (
+        "a split like 5 to 0 is declared a difference from about 6 discordant tasks (6 to 0); this slice has 5")
+    assert "evenly" in (judge(2, 2, 0.05).missing() or "")
+    assert judge(20, 2, 0.05).missing() is None  # not a tie
+    assert judge(20, 2, 0.05).to_json()["discordant_needed"] is None
 
 
 @needs_runs

@@ -301,8 +301,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare
 
-    report = compare([Path(b) for b in (args.a, *args.others)], allow_mixed_isolation=args.allow_mixed_isolation,
+    bundles = [Path(b) for b in (args.a, *args.others)]
+    report = compare(bundles, allow_mixed_isolation=args.allow_mixed_isolation,
                      require_signed=args.require_signed, pubkeys=[Path(k) for k in args.pubkey])
+    if args.html:
+        from .compare_page import write_compare_page
+
+        page = write_compare_page(bundles, report, Path(args.html))
+        print(f"wrote {page}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         _print_json(report.to_json())
     else:
@@ -518,6 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse bundles not signed by a --pubkey key (unsigned: internal consistency only)")
     p.add_argument("--pubkey", metavar="KEY", action="append", default=[],
                    help="a public key the bundles may be signed by (repeat it)")
+    p.add_argument("--html", metavar="DIR", help="also write DIR/compare.html: the verdicts, the tasks where the runs "
+                   "disagree and every task's outcome per run, each linked to that run's page of the task")
     p.set_defaults(func=cmd_compare)
 
     runs = sub.add_parser("runs", help="the local index of runs made on this machine (one run per run_id)")

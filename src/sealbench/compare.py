@@ -45,6 +45,39 @@ def decide(b: int, c: int, p: float, alpha: float, names: tuple[str, str] = ("A"
     return TIE
 
 
+NEEDED_LIMIT = 20_000
+"""Most discordant tasks :func:`discordant_needed` considers."""
+
+
+def discordant_needed(b: int, c: int, alpha: float, limit: int = NEEDED_LIMIT) -> tuple[int, int] | None:
+    """About how many discordant tasks, split as ``b`` to ``c`` is, the exact McNemar test would
+    need to declare a difference at ``alpha``: the smallest such split found (the larger count
+    first), or None when ``b == c`` (no difference to declare) or more than ``limit`` would be
+    needed. "About": the split is rounded to whole tasks, so the p-value is not strictly
+    monotone in the count; the search doubles, then bisects.
+    """
+    if b == c or b < 0 or c < 0:
+        return None
+    share = max(b, c) / (b + c)
+
+    def split(n: int) -> tuple[int, int]:
+        hi = max(round(n * share), n // 2 + 1)
+        return hi, n - hi
+
+    def declared(n: int) -> bool:
+        return mcnemar_exact(*split(n)) <= alpha
+
+    low, high = b + c, b + c
+    while not declared(high):
+        if high >= limit:
+            return None
+        low, high = high, min(limit, high * 2)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if declared(mid) else (mid, high)
+    return split(high)
+
+
 @dataclass(frozen=True)
 class PairResult:
     """One paired comparison on a shared slice."""
@@ -62,13 +95,41 @@ class PairResult:
     verdict: str
 
     def sentence(self) -> str:
-        """The comparison as one evidence sentence, counts first."""
+        """The comparison as one evidence sentence, counts first; a tie says how much evidence
+        is missing."""
         adjusted = f", Holm-adjusted {self.p_adjusted:.4g}" if self.p_adjusted is not None else ""
+        missing = self.missing()
         return (
             f"{self.name_a} vs {self.name_b} on {self.n} task(s): {self.name_a} passed {self.b} that "
             f"{self.name_b} failed, {self.name_b} passed {self.c} that {self.name_a} failed; exact McNemar "
             f"p = {self.p_value:.4g}{adjusted}; {self.verdict} (alpha {self.alpha:g})"
+            + (f"; {missing}" if missing else "")
         )
+
+    def needed(self) -> tuple[int, int] | None:
+        """For a tie with unequal discordant counts: about how many discordant tasks, split as
+        these are, would be declared a difference (see :func:`discordant_needed`; unadjusted)."""
+        if self.verdict != TIE or self.b == self.c:
+            return None
+        return discordant_needed(self.b, self.c, self.alpha)
+
+    def missing(self) -> str | None:
+        """The size of the evidence a tie lacks, in words; None when there is nothing to say."""
+        if self.verdict != TIE:
+            return None
+        if self.b == self.c:
+            return "the runs split the discordant tasks evenly: no number of tasks would separate them"
+        needed = self.needed()
+        if needed is None:
+            return (f"a split of {max(self.b, self.c)} to {min(self.b, self.c)} would need more than "
+                    f"{NEEDED_LIMIT:,} discordant tasks to be declared a difference")
+        hi, lo = needed
+        if hi + lo <= self.b + self.c:
+            return ("unadjusted, this split would be declared a difference; the Holm adjustment across the pairs "
+                    "makes it a tie")
+        adjusted = " (before any Holm adjustment)" if self.p_adjusted is not None else ""
+        return (f"a split like {max(self.b, self.c)} to {min(self.b, self.c)} is declared a difference from about "
+                f"{hi + lo} discordant tasks ({hi} to {lo}){adjusted}; this slice has {self.b + self.c}")
 
     def to_json(self) -> dict[str, Any]:
         """The pair as plain JSON values."""
@@ -76,6 +137,7 @@ class PairResult:
             "run_a": self.name_a, "run_b": self.name_b, "n": self.n, "both_pass": self.both_pass,
             "b": self.b, "c": self.c, "both_fail": self.both_fail, "p_value": self.p_value,
             "p_adjusted": self.p_adjusted, "alpha": self.alpha, "verdict": self.verdict,
+            "discordant_needed": list(needed) if (needed := self.needed()) is not None else None,
             "sentence": self.sentence(),
         }
 

@@ -36,12 +36,21 @@ TASKS_DIR = "tasks"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def safe_name(name: str, what: str = "task id") -> str:
+    """``name`` when it is a safe path segment (task ids and run_ids are: their formats refuse
+    others); anything else is refused here too, never written.
+
+    Raises:
+        ValueError: not a safe file name.
+    """
+    if not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(f"{what} {name!r} is not a safe file name")
+    return name
+
+
 def page_name(task_id: str) -> str:
-    """The page of a task, relative to the report's folder. Task ids are safe path segments
-    (the pack refuses others); anything else is refused here too, never written."""
-    if not _SAFE_NAME.fullmatch(task_id) or task_id in (".", ".."):
-        raise ValueError(f"task id {task_id!r} is not a safe file name")
-    return f"{TASKS_DIR}/{task_id}.html"
+    """The page of a task, relative to the report's folder (see :func:`safe_name`)."""
+    return f"{TASKS_DIR}/{safe_name(task_id)}.html"
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,8 @@ def _yes(value: bool | None) -> str:
     return "?" if value is None else "yes" if value else "no"
 
 
-def _environment() -> Any:
+def environment() -> Any:
+    """The Jinja2 environment of the report's templates (autoescaping, every value made inert)."""
     import jinja2
     import markupsafe
 
@@ -146,25 +156,28 @@ def _environment() -> Any:
     )
 
 
-def render_task_page(run_id: str, task: TaskStory, blobs: Blobs, footer: str) -> str:
-    """One task's page (see the module docstring)."""
+def render_task_page(run_id: str, task: TaskStory, blobs: Blobs, footer: str, *,
+                     back: tuple[str, str] = ("../report.html", "")) -> str:
+    """One task's page (see the module docstring); ``back`` is the link up (href, label)."""
     import markupsafe
 
-    template = _environment().get_template("task.html.j2")
+    template = environment().get_template("task.html.j2")
     page: str = template.render(
         csp=markupsafe.Markup(CSP), css=markupsafe.Markup(CSS + _PAGE_CSS), run_id=run_id, task=task, cause=cause(task, blobs),
         attempts=[_attempt(task.attempts[n], blobs) for n in sorted(task.attempts)], yes=_yes, footer=footer,
+        back_href=back[0], back_label=back[1] or f"all tasks of {run_id}",
     )
     return page
 
 
-def write_task_pages(out: Path, run_id: str, tasks: Mapping[str, TaskStory], blobs: Blobs, footer: str) -> list[Path]:
+def write_task_pages(out: Path, run_id: str, tasks: Mapping[str, TaskStory], blobs: Blobs, footer: str, *,
+                     back: tuple[str, str] = ("../report.html", "")) -> list[Path]:
     """Write ``tasks/<task_id>.html`` under ``out`` for every task; returns the paths."""
     written = []
     for tid, task in tasks.items():
         path = out / page_name(tid)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, render_task_page(run_id, task, blobs, footer), durable=False)
+        write_atomic(path, render_task_page(run_id, task, blobs, footer, back=back), durable=False)
         written.append(path)
     return written
 
