@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,35 @@ def test_a_reader_that_leaves_early_gets_exit_141_and_no_traceback(tmp_path: Pat
         os.close(write)
     assert done.returncode == 141, done.stderr
     assert "Traceback" not in done.stderr and "unexpected" not in done.stderr and "Exception" not in done.stderr
+
+
+def _actions(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("sealbench",)) -> Iterator[
+        tuple[tuple[str, ...], argparse.Action]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, (*path, name))
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, action
+
+
+def test_every_option_and_argument_of_every_command_has_help_and_shows_its_default() -> None:
+    from sealbench.cli import build_parser
+
+    missing, no_default = [], []
+    for path, action in _actions(build_parser()):
+        name = " ".join([*path, *(action.option_strings[-1:] or [action.dest])])
+        if not action.help:
+            missing.append(name)
+        elif action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in action.help:
+            no_default.append(f"{name} (default {action.default!r})")
+    assert missing == [], "options and arguments without help text"
+    assert no_default == [], "options whose help does not show their default"
+
+
+def test_help_lists_every_exit_code() -> None:
+    from sealbench.cli import build_parser
+
+    out = build_parser().format_help()
+    for exit_code in ("0", "1", "2", "3", "4", "130", "141", "143"):
+        assert re.search(rf"^  {exit_code} +\S", out, re.M), exit_code

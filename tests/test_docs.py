@@ -35,3 +35,28 @@ def test_readme_figures_are_the_output_of_make_bench() -> None:
     targets = [line for line in lines if "; target " in line]
     assert len(targets) >= 10
     assert all(re.search(r"; target [^:]+: (met|MISSED) \(\d+ of \d+ runs within\)$", line) for line in targets)
+
+
+def test_user_facing_text_names_concepts_not_origin_documents() -> None:
+    import argparse
+    import json
+
+    from sealbench.cli import build_parser
+    from sealbench.events import json_schema
+    from sealbench.formats import SCHEMAS
+
+    texts = {"README.md": README.read_text(encoding="utf-8")}
+
+    def helps(parser: argparse.ArgumentParser, path: str) -> None:
+        texts[path] = parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    helps(sub, f"{path} {name}")
+
+    helps(build_parser(), "sealbench --help")
+    for name, model in SCHEMAS.items():
+        texts[f"schema {name}"] = json.dumps(model.model_json_schema())
+    texts["schema journal-events"] = json.dumps(json_schema())
+    found = [where for where, text in texts.items() if re.search(r"\bseeds?[ -]?0\d\d\b", text, re.I)]
+    assert found == []

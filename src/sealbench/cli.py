@@ -386,25 +386,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the JSON Schema of a format")
     p.add_argument("name", choices=["task", "pack", "contract", "journal-event", "journal-events", "scorecard", "rate",
-                                    "events"])
+                                    "events"], help="the format: one of %(choices)s")
     p.set_defaults(func=cmd_schema)
 
     pack = sub.add_parser("pack", help="seal or check a task pack").add_subparsers(
         dest="pack_command", parser_class=_Parser, required=True
     )
     p = pack.add_parser("seal", help="compute digests, fill placeholders, write the seal")
-    p.add_argument("pack")
+    p.add_argument("pack", help="the pack directory (pack.json, prompts/, tasks/)")
     p.set_defaults(func=cmd_pack_seal)
     p = pack.add_parser("check", help="verify a sealed pack without writing")
-    p.add_argument("pack")
+    p.add_argument("pack", help="the sealed pack directory")
     p.set_defaults(func=cmd_pack_check)
     p = pack.add_parser("validate", help="prove each oracle discriminates: reference passes, empty change "
                         "and trivial solutions fail")
-    p.add_argument("pack")
+    p.add_argument("pack", help="the sealed pack directory; the evidence is written into it")
     p.add_argument("--repeat", type=int, default=3, help="grades of each kind per task (default 3)")
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--jobs", type=int, default=2, help="tasks validated at once (default 2)")
+    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto",
+                   help="where the oracles run (default: auto, the first sandbox that isolates and starts here; never none)")
+    p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     p.set_defaults(func=cmd_pack_validate)
 
     p = sub.add_parser("import", help="import a public task set (HumanEval, MBPP, Exercism, SWE-bench, ...) as a sealed pack")
@@ -422,8 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="contract_command", parser_class=_Parser, required=True
     )
     p = con.add_parser("new", help="write an unlocked contract over an explicit denominator")
-    p.add_argument("pack")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("pack", help="the sealed pack the contract measures")
+    p.add_argument("-o", "--output", required=True, metavar="CONTRACT", help="the contract file to write")
     p.add_argument("--task", action="append", help="a task id of the denominator (repeat); default: every valid task")
     p.add_argument("--host", help="where the run happens (required before lock)")
     p.add_argument("--model-access", help="how the model is reached")
@@ -431,9 +432,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-label", help="name and version of the agent under test")
     p.add_argument("--agent", help="command template, or builtin:reference / builtin:noop")
     p.add_argument("--agent-mount", action="append", default=[], help="host path the agent needs, read-only")
-    p.add_argument("--max-attempts", type=int)
-    p.add_argument("--wall-clock-s", type=float)
-    p.add_argument("--feedback", choices=["none", "pass_fail", "visible_tests"], default="none")
+    p.add_argument("--max-attempts", type=int, metavar="N",
+                   help="the retry cap per task (default: the tasks' own, when they agree)")
+    p.add_argument("--wall-clock-s", type=float, metavar="S",
+                   help="the wall-clock cap per task, grading included (default: the tasks' own, when they agree)")
+    p.add_argument("--feedback", choices=["none", "pass_fail", "visible_tests"], default="none",
+                   help="what the agent sees between attempts; never hidden-test output (default: none)")
     p.add_argument("--attempt-gap-s", type=float, metavar="SECONDS",
                    help="start each retry only at a whole multiple of SECONDS after the previous attempt "
                         "ended, so grading time does not reach the agent (counts against the wall clock)")
@@ -442,23 +446,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lock without oracle-validity evidence (every report says so)")
     p.add_argument("--count-flagged-passes", action="store_true",
                    help="count a pass whose test process raised a forging flag (by default it fails)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
+    p.add_argument("--force", action="store_true", help="overwrite CONTRACT if it exists (default: refuse)")
     p.set_defaults(func=cmd_contract_new)
     p = con.add_parser("lock", help="lock a contract: run_id, locked_at, contract sha256")
-    p.add_argument("contract")
-    p.add_argument("--run-id", required=True)
+    p.add_argument("contract", help="the unlocked contract file; locked in place")
+    p.add_argument("--run-id", required=True, help="a new id for this study (a run_id is run once per machine)")
     p.set_defaults(func=cmd_contract_lock)
 
     p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
-    p.add_argument("contract")
-    p.add_argument("events")
+    p.add_argument("contract", help="the locked contract")
+    p.add_argument("events", help="events.json, or a run directory (its journal is scored)")
     p.set_defaults(func=cmd_score)
 
     for name, func, help_text in (("run", cmd_run, "run a locked contract's agent over its denominator"),
                                   ("probe", cmd_probe, "run the narration probe (summary only, no changes)")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("contract")
+        p.add_argument("contract", help="the locked contract")
         p.add_argument("--out", required=name == "probe", help="run directory (the probe writes into RUN_DIR/probe/)")
         if name == "run":
             p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run; no attempt is given back")
@@ -467,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16, fewer where the "
                        "sandboxes' memory quotas would not fit)")
         p.add_argument("--sandbox", choices=_sandbox_names(), default="auto",
-                       help="'none' runs agents unisolated; the run records it and reports say so")
+                       help="'none' runs agents unisolated; the run records it and reports say so "
+                       "(default: auto, the first sandbox that isolates and starts here; never none)")
         p.add_argument("--keep-work", action="store_true", help="keep workspaces and grading copies")
         p.add_argument("--no-workspace-quota", action="store_true",
                        help="bind workspaces from the host (their files can be watched while the agent runs) "
@@ -476,18 +481,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
 
     p = sub.add_parser("demo", help="the whole flow on the embedded sample pack")
-    p.add_argument("--dir", default="sealbench-demo", help="where the demo writes its pack, contracts and runs")
-    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto")
+    p.add_argument("--dir", default="sealbench-demo",
+                   help="where the demo writes its pack, contracts and runs (default: sealbench-demo)")
+    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto", help="where the agents run (default: auto, the first sandbox that isolates and starts here; never none)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bundle", help="write OUT/<run_id>/ with SHA256SUMS: what a stranger needs to verify a run")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a finished run directory (run --out)")
     p.add_argument("--out", default="runs", help="where the bundle directory is created (default: runs/)")
     p.add_argument("--sign", metavar="KEY", help="Ed25519 private key (sealbench keygen): also write SHA256SUMS.sig")
     p.set_defaults(func=cmd_bundle)
 
     p = sub.add_parser("verify", help="check a bundle: sums, signature, journal chain, lock; re-derive everything")
-    p.add_argument("bundle")
+    p.add_argument("bundle", help="a bundle directory (runs/<run_id>/)")
     p.add_argument("--pubkey", metavar="KEY", help="public key that must have signed SHA256SUMS")
     p.add_argument("--pack", help="the sealed pack: check its digest against the contract too")
     p.set_defaults(func=cmd_verify)
@@ -533,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = runs_sub.add_parser("list", help="every run the index knows, by start time (not a ranking)")
     p.set_defaults(func=cmd_runs_list)
     p = runs_sub.add_parser("show", help="what the index knows of one run_id")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="a run_id (runs list shows them)")
     p.set_defaults(func=cmd_runs_show)
     p = runs_sub.add_parser("rebuild", help="recreate the index from run directories and bundles (the files win)")
     p.add_argument("dirs", metavar="DIR", nargs="*",

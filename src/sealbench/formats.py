@@ -61,7 +61,7 @@ class Provenance(Model):
 
 
 class TaskRecord(Model):
-    """``tasks/<task_id>/task.json``: seed 000's task record plus what a runner needs."""
+    """``tasks/<task_id>/task.json``: the task record the scorecard rules require, plus what a runner needs."""
 
     schema_version: Literal[1] = Field(1, description="Format version of this record.")
     task_id: Id = Field(description="Unique id; must equal the task's folder name.")
@@ -148,7 +148,7 @@ class PackManifest(Model):
 
 
 class Metrics(Model):
-    """Seed 004's metric definitions, fixed before the run."""
+    """The contract's metric definitions, fixed before the run."""
 
     primary: Literal["task_pass"] = Field("task_pass", description="The metric in the numerator.")
     task_pass: str = Field("tests_green AND patch_applies_clean AND no_forbidden_path",
@@ -233,7 +233,7 @@ class TieRule(Model):
 
 
 class ScoringContract(Model):
-    """The scoring contract (seed 004), locked before the run and immutable after."""
+    """The scoring contract, locked before the run and immutable after."""
 
     contract_version: Literal[1] = Field(1, description="Format version of the contract.")
     run_id: Id | None = Field(None, description="Null until lock; a new study needs a new run_id.")
@@ -274,7 +274,7 @@ LooseOutcome = Annotated[Outcome, Field(strict=False)]
 
 
 class SeedEvent(Model):
-    """One entry of ``events.json`` in seed 004's shape (one per task in the denominator)."""
+    """One entry of ``events.json``, the scoring contract's event shape (one per task in the denominator)."""
 
     task_id: str = Field(description="A task of the locked denominator.")
     task_pass: bool = Field(description="The primary metric for this task.")
@@ -296,7 +296,7 @@ class ForgingFlags(Model):
 
 
 class Scorecard(Model):
-    """One task's scorecard: seed 000's ten fields plus outcome, first attempt and patch."""
+    """One task's scorecard: the ten fields the scorecard rules require, plus outcome, first attempt and patch."""
 
     task_id: str = Field(description="The task.")
     passed: bool = Field(description="Hidden tests green, patch applied clean, no forbidden path.")
@@ -348,7 +348,7 @@ class Rate(Model):
     budget: Budget | None = Field(description="The caps every task had.")
     access_class: AccessClass = Field(description="Where the run happened.")
     controls: Controls | None = Field(description="Controls reported beside the rate.")
-    note: str = Field("valid only for this slice, metric, and access class", description="Seed 004's caveat.")
+    note: str = Field("valid only for this slice, metric, and access class", description="The caveat every rate carries.")
 
 
 class JournalEvent(Model):
