@@ -146,6 +146,45 @@ def test_seal_refuses_real_digest_that_does_not_match(raw_pack: Path) -> None:
         seal_pack(raw_pack)
 
 
+def test_seal_refuses_a_task_without_hidden_tests(raw_pack: Path) -> None:
+    for child in (raw_pack / "tasks" / TASK / "hidden").iterdir():
+        child.unlink()
+    with pytest.raises(PackError, match=rf"1 task\(s\) without hidden tests \({TASK}\): nothing would decide"):
+        seal_pack(raw_pack)
+    (raw_pack / "tasks" / TASK / "hidden").rmdir()
+    with pytest.raises(PackError, match="without hidden tests"):
+        seal_pack(raw_pack)
+
+
+def test_seal_update_takes_an_edited_hidden_test_and_says_what_changed(raw_pack: Path, cli: Any) -> None:
+    seal_pack(raw_pack)
+    hidden = next((raw_pack / "tasks" / TASK / "hidden").iterdir())
+    hidden.write_text(hidden.read_text() + "\n# one more line\n")
+    (raw_pack / "tasks" / TASK / "prompt.md").write_text("A clearer prompt.\n")
+    code, _, err = cli("pack", "seal", raw_pack)
+    assert code == 3 and "the hidden tests changed since the seal" in err and "pack seal --update" in err
+    code, out, _ = cli("pack", "seal", raw_pack, "--update")
+    assert code == 0, out
+    assert f"  {TASK}: task.json, prompt.md, hidden/ changed" in out
+    pack = check_pack(raw_pack)
+    assert pack.tasks[TASK].record.hidden_tests_sha256 == tree_digest(pack.tasks[TASK].hidden, pack.root)
+    code, out, _ = cli("pack", "seal", raw_pack, "--update")
+    assert code == 0 and "nothing changed since the last seal" in out
+
+
+def test_seal_update_is_refused_on_a_validated_pack(raw_pack: Path) -> None:
+    from sealbench.files import model_json
+    from sealbench.formats import Validity
+
+    pack = seal_pack(raw_pack)
+    assert pack.sealed_digest is not None
+    validity = Validity(pack_sha256=pack.sealed_digest, repeat=1, sandbox="bubblewrap", tasks={})
+    manifest = pack.manifest.model_copy(update={"validity": validity})
+    (raw_pack / "pack.json").write_text(model_json(manifest))
+    with pytest.raises(PackError, match="the pack was validated as sealed"):
+        seal_pack(raw_pack, update=True)
+
+
 def test_check_refuses_unsealed_pack(raw_pack: Path) -> None:
     with pytest.raises(PackError, match="not sealed"):
         check_pack(raw_pack)

@@ -100,7 +100,7 @@ def test_json_carries_every_attempt_and_the_outputs_as_text(cli: Callable[..., t
     code, out, _ = cli("show", FIXTURE, CSV, "--json")
     doc = json.loads(out)["task"]
     first = doc["attempts"][0]
-    assert first["result"] == "fail" and first["graded"]["task_pass"] is False
+    assert first["result"] == "fail" and first["grading"]["task_pass"] is False
     oracle_out = first["outputs"]["graded.oracle.stdout"]
     assert oracle_out["matches_digest"] is True and "2 failed, 2 passed" in oracle_out["text"]
     assert first["outputs"]["patch_captured.patch_sha256"]["text"].startswith("diff --git a/csvsplit.py")

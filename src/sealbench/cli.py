@@ -70,7 +70,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_pack_seal(args: argparse.Namespace) -> int:
     from .pack import seal_pack
 
-    pack = seal_pack(Path(args.pack))
+    changes: list[str] = []
+    pack = seal_pack(Path(args.pack), update=args.update, changes=changes)
+    if args.update or len(changes) != len(pack.tasks):
+        for line in changes or ["nothing changed since the last seal"]:
+            print(f"  {line}")
     print(f"sealed {len(pack.tasks)} task(s) in {pack.root.name}: {pack.sealed_digest}")
     return EXIT_OK
 
@@ -394,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = pack.add_parser("seal", help="compute digests, fill placeholders, write the seal")
     p.add_argument("pack", help="the pack directory (pack.json, prompts/, tasks/)")
+    p.add_argument("--update", action="store_true",
+                   help="take edited hidden tests as they are now and print what changed since the last seal "
+                        "(refused on a pack already validated; default: refuse hidden tests that changed)")
     p.set_defaults(func=cmd_pack_seal)
     p = pack.add_parser("check", help="verify a sealed pack without writing")
     p.add_argument("pack", help="the sealed pack directory")

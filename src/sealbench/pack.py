@@ -286,17 +286,61 @@ def _refuse_leaks(pack: Pack, tasks: Iterable[Task]) -> None:
         )
 
 
-def seal_pack(root: Path) -> Pack:
+_PARTS = {"record": "task.json", "prompt": "prompt.md", "template": "its prompt template", "workspace": "workspace/",
+          "hidden_tests": "hidden/", "solution": "solution/"}
+
+
+def seal_changes(old: Seal | None, new: Seal) -> list[str]:
+    """What differs between two seals, one line per task (added, removed, or the parts edited)."""
+    if old is None:
+        return [f"{tid}: sealed" for tid in new.tasks]
+    lines = [f"{tid}: removed" for tid in old.tasks if tid not in new.tasks]
+    for tid, digests in new.tasks.items():
+        before = old.tasks.get(tid)
+        if before is None:
+            lines.append(f"{tid}: added")
+            continue
+        edited = [label for name, label in _PARTS.items() if getattr(before, name) != getattr(digests, name)]
+        if edited:
+            lines.append(f"{tid}: {', '.join(edited)} changed")
+    return lines
+
+
+def _has_hidden_tests(task: Task) -> bool:
+    try:
+        with os.scandir(task.hidden) as listing:
+            return any(True for _ in listing)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def seal_pack(root: Path, *, update: bool = False, changes: list[str] | None = None) -> Pack:
     """Seal a pack in place: fill placeholder hidden-test digests, write the seal.
 
+    ``update`` takes edited hidden tests as they are now (their recorded digest is redigested)
+    on a pack without validity evidence for its current seal; ``changes``, when given, gets
+    one line per task that differs from the previous seal (:func:`seal_changes`).
+
     Raises:
-        PackError: a load refusal, a real hidden_tests_sha256 that does not match, or
+        PackError: a load refusal; a task without hidden tests; hidden tests whose recorded
+            digest does not match (without ``update``); ``update`` on a validated pack; or
             hidden tests visible to the agent.
     """
     # What a killed seal left half-written beside pack.json and the task records.
     tasks_dir = root / "tasks"
     sweep_temp_files(root, *(tasks_dir.iterdir() if tasks_dir.is_dir() else ()))
     pack = load_pack(root)
+    bare = [tid for tid, task in pack.tasks.items() if not _has_hidden_tests(task)]
+    if bare:
+        raise PackError(f"{len(bare)} task(s) without hidden tests ({', '.join(bare[:5])}"
+                        f"{', ...' if len(bare) > 5 else ''}): nothing would decide them; put the tests that decide "
+                        f"each task in its hidden/ folder (for example {pack.tasks[bare[0]].hidden})")
+    old_seal = pack.manifest.seal
+    if update and pack.manifest.validity is not None and old_seal is not None \
+            and pack.manifest.validity.pack_sha256 == old_seal.pack_sha256:
+        raise PackError(f"{pack.root / 'pack.json'}: the pack was validated as sealed ({old_seal.pack_sha256}); "
+                        f"--update would make its evidence describe a different pack. Edit a copy (a new pack "
+                        f"folder), seal and validate that")
     _refuse_leaks(pack, pack.tasks.values())
     digests: dict[str, TaskDigests] = {}
     rewrites: list[tuple[Path, TaskRecord]] = []
@@ -305,10 +349,15 @@ def seal_pack(root: Path) -> Pack:
         recorded = task.record.hidden_tests_sha256
         record = task.record
         if is_real_digest(recorded):
-            if not same_digest(recorded, hidden):
+            if not same_digest(recorded, hidden) and update:
+                record = record.model_copy(update={"hidden_tests_sha256": hidden})
+                rewrites.append((task.dir / "task.json", record))
+            elif not same_digest(recorded, hidden):
                 raise PackError(
                     f"{task.dir / 'task.json'}: hidden_tests_sha256: recorded {recorded} "
-                    f"but hidden/ digests to {hidden}"
+                    f"but hidden/ digests to {hidden}: the hidden tests changed since the seal. If you "
+                    f"edited them, `sealbench pack seal --update {pack.root}` takes them as they are now "
+                    f"(on a pack not yet validated)"
                 )
             if recorded != hidden:
                 record = record.model_copy(update={"hidden_tests_sha256": hidden})
@@ -318,6 +367,8 @@ def seal_pack(root: Path) -> Pack:
             rewrites.append((task.dir / "task.json", record))
         digests[tid] = task_digests(task, pack.root, record)
     seal = Seal(pack_sha256=pack_digest(pack.manifest.name, digests), tasks=digests)
+    if changes is not None:
+        changes += seal_changes(old_seal, seal)
     for path, record in rewrites:
         write_atomic(path, model_json(record))
     # A new seal invalidates validity evidence bound to an older digest.

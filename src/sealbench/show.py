@@ -526,11 +526,11 @@ def task_json(shown: Shown, task: TaskStory, *, full: bool = False) -> dict[str,
                 for name, digest in ev.blob_fields(e):
                     texts[f"{e.kind}.{name}"] = _blob_json(shown.blobs, digest, full)
         attempts.append({"attempt": n, "result": a.result, "started": dump(a.started), "agent": dump(a.agent),
-                         "patch": dump(a.patch), "graded": dump(a.graded), "feedback": dump(a.feedback),
+                         "patch": dump(a.patch), "grading": dump(a.graded), "feedback": dump(a.feedback),
                          "finished": dump(a.finished), "interrupted": dump(a.interrupted),
                          "harness_errors": [dump(e) for e in a.errors], "outputs": texts})
     return {"task_id": task.task_id, "outcome": task.outcome, "cause": cause(task, shown.blobs),
-            "started": dump(task.started), "attempts": attempts, "time_charged": [dump(c) for c in task.charges],
+            "started": dump(task.started), "attempts": attempts, "charges": [dump(c) for c in task.charges],
             "harness_errors": [dump(e) for e in task.errors], "finished": dump(task.finished)}
 
 

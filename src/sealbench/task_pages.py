@@ -107,7 +107,7 @@ def _diff_class(line: str) -> str:
 def _attempt(a: AttemptStory, blobs: Blobs) -> dict[str, Any]:
     view: dict[str, Any] = {
         "number": a.number, "result": a.result, "started": a.started, "agent": a.agent, "patch": a.patch,
-        "graded": a.graded, "feedback": a.feedback, "finished": a.finished, "interrupted": a.interrupted,
+        "grading": a.graded, "feedback": a.feedback, "finished": a.finished, "interrupted": a.interrupted,
         "errors": a.errors, "agent_words": "", "agent_outputs": [], "diffstat": [], "diff": None,
         "diff_cut": False, "diff_shown": 0, "diff_total": 0, "failed_tests": [], "grading_words": "",
         "oracle_outputs": [], "feedback_outputs": [],
