@@ -74,6 +74,8 @@ def test_seed_004_flow_through_the_cli(cli: Cli, raw_pack: Path, tmp_path: Path)
     write_json(contract, raw)
     assert cli("contract", "lock", contract, "--run-id", "run_2026_10_12_a")[0] == 0
     code, out, _ = cli("score", contract, events)
+    assert code == 0 and out.startswith("2 of 4 task_pass"), out
+    code, out, _ = cli("score", contract, events, "--json")
     rate = json.loads(out)
     assert code == 0 and (rate["n"], rate["task_pass_count"]) == (4, 2)
     code, _, err = cli("contract", "lock", contract, "--run-id", "again")

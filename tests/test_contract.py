@@ -155,6 +155,20 @@ def test_new_contract_refuses_unknown_and_duplicate_ids(sealed_pack: Path, tmp_p
         new_contract(pack, tmp_path / "c.json", [SEED_IDS[0], SEED_IDS[0]])
 
 
+def test_new_contract_on_a_pack_where_every_task_is_invalid_says_so(sealed_pack: Path, tmp_path: Path) -> None:
+    from sealbench.files import model_json
+    from sealbench.formats import Validity, ValidityEvidence
+
+    pack = load_pack(sealed_pack)
+    assert pack.sealed_digest is not None
+    bad = ValidityEvidence(valid=False, reason="reference fails", reference_passes=[False], empty_change_passes=[False])
+    validity = Validity(pack_sha256=pack.sealed_digest, repeat=1, sandbox="bubblewrap",
+                        tasks=dict.fromkeys(pack.tasks, bad))
+    (sealed_pack / "pack.json").write_text(model_json(pack.manifest.model_copy(update={"validity": validity})))
+    with pytest.raises(ContractError, match=r"no task of .* is valid, so there is no denominator .*reference fails"):
+        new_contract(load_pack(sealed_pack), tmp_path / "c.json")
+
+
 def test_new_contract_refuses_unsealed_pack(raw_pack: Path, tmp_path: Path) -> None:
     with pytest.raises(ContractError, match="not sealed"):
         new_contract(load_pack(raw_pack), tmp_path / "c.json", agent=AgentSpec(label="a", command="true"))

@@ -56,6 +56,10 @@ def test_an_agent_that_gives_up_is_named_with_its_exit_code_and_last_stderr_line
     assert "stdout: 9 bytes:" in out and "| starting" in out
     assert "| cannot reach the model: connection refused" in out
     assert "patch: empty (nothing changed)" in out
+    # score prints the summary run printed, pointing here.
+    code, out, _ = cli("score", tmp_path / "gives-up.json", run_dir)
+    assert code == 0 and f"why 1 task(s) did not pass: sealbench show {run_dir}" in out
+    assert "0 of 1 task_pass" in out and "Wilson 95% interval" in out
 
 
 @needs_bwrap

@@ -260,7 +260,7 @@ def test_whole_group_killed_30_times_at_jobs_4_no_attempt_over_its_cap_nothing_l
     longest = max(s[-1] - s[0] for s in stamps.by_attempt.values())
 
     # score, bundle and verify agree with the journal.
-    score = cli("score", str(contract), str(run_dir))
+    score = cli("score", str(contract), str(run_dir), "--json")
     assert score.returncode == 0, score.stderr
     rate = json.loads(score.stdout)
     passed = sum(1 for c in cards.values() if c["passed"])

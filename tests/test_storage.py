@@ -121,7 +121,8 @@ def test_disk_filled_during_a_run_pauses_it_and_resume_reaches_a_rate(sealed_pac
     assert not [e for e in events if e["kind"] == "harness_error"]
     stopped = [e for e in events if e["kind"] == "attempt_interrupted"]
     assert stopped, "the attempt under way when the disk filled is recorded as interrupted (and used)"
-    scored = subprocess.run([sealbench_exe(), "score", str(contract), str(run_dir)], capture_output=True, text=True)
+    scored = subprocess.run([sealbench_exe(), "score", str(contract), str(run_dir), "--json"],
+                            capture_output=True, text=True)
     assert scored.returncode == 0, scored.stderr
     assert json.loads(scored.stdout)["n"] == len(IDS)
 

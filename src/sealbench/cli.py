@@ -188,8 +188,22 @@ def cmd_score(args: argparse.Namespace) -> int:
     from .scoring_io import events_from
 
     contract = load_contract(Path(args.contract))
-    rate = score(contract, events_from(Path(args.events), contract))
-    _print_json(rate.model_dump(mode="json"))
+    where = Path(args.events)
+    rate = score(contract, events_from(where, contract))
+    if args.json:
+        _print_json(rate.model_dump(mode="json"))
+        return EXIT_OK
+    from .render import print_scorecards, rate_lines, read_scorecards
+
+    if where.is_dir():
+        # The run's summary, as run printed it: the scorecards, the why, the rate.
+        cards = read_scorecards(where)
+        print_scorecards(cards, f"scorecards of {contract.run_id}", where / "scorecards.jsonl")
+        missed = sum(1 for c in cards if not c.passed)
+        if missed:
+            print(f"why {missed} task(s) did not pass: sealbench show {where}")
+    for line in rate_lines(rate):
+        print(line)
     return EXIT_OK
 
 
@@ -253,8 +267,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
         return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
     summary = json.loads((run_dir / "narration_probe.json").read_text(encoding="utf-8"))
     print(summary["sentence"])
+    print(f"  {summary['emitted_no_patch']} of {summary['n']} task(s) left the workspace unchanged, as the probe "
+          f"asks (a control beside the rate, never part of it)")
     for tid in summary["failed"]:
-        print(f"  probe failed (non-empty patch): {tid}")
+        print(f"  changed the workspace although asked only to summarise: {tid}")
     return EXIT_OK
 
 
@@ -464,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
     p.add_argument("contract", help="the locked contract")
     p.add_argument("events", help="events.json, or a run directory (its journal is scored)")
+    p.add_argument("--json", action="store_true", help="print rate.json's content instead of the summary run prints")
     p.set_defaults(func=cmd_score)
 
     for name, func, help_text in (("run", cmd_run, "run a locked contract's agent over its denominator"),

@@ -145,6 +145,11 @@ def new_contract(
                 left_out[tid] = ev.reason or "invalid"
             else:
                 ids.append(tid)
+    if not ids:
+        shown = "; ".join(f"{t}: {why}" for t, why in list(left_out.items())[:5])
+        raise ContractError(f"no task of {pack.root} is valid, so there is no denominator to measure "
+                            f"({len(left_out)} failed `pack validate`: {shown}{'; ...' if len(left_out) > 5 else ''}); "
+                            f"fix the tasks' oracles, seal and validate again")
     records = [pack.tasks[t].record for t in ids]
 
     def uniform(field: str) -> float | None:

@@ -556,7 +556,8 @@ def _probe(view: RunView) -> Section:
     p = view.probe
     blocks: list[Block] = [Para(spans(Span(f"{p.sentence}.", strong=True)), tone="lead"), declared]
     if p.failed:
-        blocks.append(Para(spans(f"The probe failed (non-empty patch) on {len(p.failed)} task(s):")))
+        blocks.append(Para(spans(f"Asked only to summarise, the agent changed the workspace (a non-empty patch) on "
+                                 f"{len(p.failed)} task(s):")))
         blocks.append(Bullets(tuple(spans(Span(t, code=True)) for t in p.failed)))
     return Section("Narration probe", tuple(blocks))
 
