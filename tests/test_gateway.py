@@ -313,6 +313,21 @@ def test_contract_without_endpoints_has_no_endpoints_key_and_keeps_its_digest(se
     assert with_endpoints.contract_sha256 != locked.contract_sha256
 
 
+def test_lock_refuses_endpoints_named_alike_or_priced_for_undeclared_models(sealed_pack: Path, tmp_path: Path) -> None:
+    from sealbench.errors import ContractError
+
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, tmp_path / "c.json", [TASK], host="test machine",
+                               agent=AgentSpec(label="a", command="true"), oracle_validity="unavailable")
+    one = ModelEndpoint(name="e", style="openai-chat", base_url="https://api.example.com/v1", models=["m"],
+                        key_env="K")
+    with pytest.raises(ContractError, match="used twice"):
+        lock_contract(contract.model_copy(update={"model_endpoints": [one, one]}), "r1", LOCK_TIME, pack)
+    priced = one.model_copy(update={"prices": {"other": ModelPrice(input=1, output=1, read_on="2026-11-30")}})
+    with pytest.raises(ContractError, match="not among its models"):
+        lock_contract(contract.model_copy(update={"model_endpoints": [priced]}), "r1", LOCK_TIME, pack)
+
+
 @pytest.mark.parametrize("url", ["ftp://h/v1", "https://user:pw@h/v1", "https://h/v1?x=1", "https://h/v1#f",
                                  "https://h/a/../v1", "https://h//v1", "https://h/%2e%2e/v1", "https:///v1"])
 def test_endpoint_base_url_that_could_mislead_the_gateway_is_refused(url: str) -> None:
