@@ -90,6 +90,34 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
                                 s.get("body", {"model": "stub-model"}), {"Authorization": f"Bearer {token}"},
                                 raw=True)
         log["steps"].append({"do": do, "path": s["path"], "status": status})
+    elif do == "big_body":
+        token = env.get("OPENAI_API_KEY", "")
+        filler = b'{"model": "stub-model", "pad": "' + b"x" * s["bytes"] + b'"}'
+        status, _ = request("POST", env["OPENAI_BASE_URL"], "/chat/completions", filler,
+                            {"Authorization": f"Bearer {token}"})
+        log["steps"].append({"do": do, "status": status})
+    elif do == "flood":
+        held, closed = [], 0
+        for _ in range(s["connections"]):
+            sock = socket.create_connection(("127.0.0.1", 7700), timeout=5)
+            held.append(sock)
+        import select
+        import time
+
+        open_ = list(held)
+        deadline = time.monotonic() + 5
+        while open_ and closed < s["expect_closed"] and time.monotonic() < deadline:
+            readable, _, _ = select.select(open_, [], [], 0.1)
+            for sock in readable:
+                open_.remove(sock)
+                try:
+                    closed += sock.recv(1) == b""
+                except OSError:
+                    closed += 1
+        for sock in held:
+            sock.close()
+        time.sleep(0.5)  # the gateway counts a connection until the relay has passed its close on
+        log["steps"].append({"do": do, "closed": closed})
     elif do == "save_token":
         Path("token.txt").write_text(env.get("OPENAI_API_KEY", "") + "\n")
     elif do == "connect":

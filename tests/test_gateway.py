@@ -254,6 +254,25 @@ def test_exploit_agent_tries_paths_methods_and_bodies_the_endpoint_does_not_decl
     assert all(c["payload"].get("refused") for c in calls(events)[:-1])
 
 
+def test_exploit_agent_floods_the_gateway_with_a_huge_body_and_too_many_connections(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    from sealbench.gateway import GatewayLimits
+
+    cap = GatewayLimits().connections
+    plan = {"1": [{"do": "big_body", "bytes": GatewayLimits().max_body_bytes + 1},
+                  {"do": "flood", "connections": cap + 8, "expect_closed": 8},
+                  {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, stub, plan)
+    log = agent_log(run_dir)["steps"]
+    assert log[0]["status"] == 413
+    assert log[1]["closed"] >= 8  # the connections over the cap, closed on arrival
+    assert log[2]["status"] == 200 and cards[0]["outcome"] == "pass"
+    refused = [c["payload"]["refused"] for c in calls(events) if c["payload"].get("refused")]
+    assert any("over the cap" in r and "bytes" in r for r in refused)
+    assert any(f"over the cap of {cap}" in r and "connection" in r for r in refused)
+    assert stub.script.served == 1
+
+
 def test_exploit_agent_reuses_the_token_of_its_finished_attempt(
         sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
     plan = {"1": [{"do": "save_token"}],
@@ -406,3 +425,33 @@ def test_latency_of_the_stub_is_what_it_was_told(key: str) -> None:
         assert 0.19 <= elapsed < 2.0
     finally:
         server.close()
+
+
+# --- the gateway on its own (host side of the socket) ------------------------------------
+
+
+def test_exploit_agent_trickles_its_body_slower_than_the_client_timeout(stub: StubServer, key: str) -> None:
+    from sealbench import events as ev
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    recorded: list[ev.Event] = []
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64, GatewayLimits(client_timeout_s=0.5)).start()
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(access.relay.socket))
+        sock.settimeout(5)
+        t0 = time.monotonic()
+        sock.sendall(b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + access.token.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"model\":")
+        reply = sock.recv(200)
+        waited = time.monotonic() - t0
+        sock.close()
+        access.close()
+    finally:
+        gateway.close()
+    assert reply.startswith(b"HTTP/1.1 408") and 0.4 < waited < 3.0, (reply, waited)
+    made = [e for e in recorded if isinstance(e, ev.ModelCall)]
+    assert len(made) == 1 and made[0].status == 408 and "did not arrive" in (made[0].refused or "")
+    assert stub.script.served == 0

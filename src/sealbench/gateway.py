@@ -131,6 +131,7 @@ class _Attempt:
     web_server: Any = None
     calls: int = 0
     refused_connections: int = 0
+    open_connections: int = 0
     pending: set[asyncio.Future[None]] = field(default_factory=set)
     last_write: asyncio.Future[None] | None = None
     closed: bool = False
@@ -141,6 +142,34 @@ class _Refuse(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.close()
+
+
+class _Counted(asyncio.Protocol):
+    """The attempt's server protocol for one connection, counted while it is open."""
+
+    def __init__(self, att: _Attempt, inner: asyncio.Protocol) -> None:
+        self._att = att
+        self._inner = inner
+        att.open_connections += 1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._att.open_connections -= 1
+        self._inner.connection_lost(exc)
 
 
 class Gateway:
@@ -268,11 +297,12 @@ class Gateway:
                                     max_headers=limits.max_headers, access_log=None)
 
         def factory() -> asyncio.Protocol:
-            if len(att.web_server.connections) >= limits.connections:
+            # Counted here, where a connection is accepted: the loop accepts a burst of them before
+            # any is made, so the server's own list would still be empty.
+            if att.open_connections >= limits.connections:
                 att.refused_connections += 1
                 return _Refuse()
-            protocol: asyncio.Protocol = att.web_server()
-            return protocol
+            return _Counted(att, att.web_server())
 
         assert self._loop is not None
         att.server = await self._loop.create_unix_server(factory, str(att.socket), backlog=256)
