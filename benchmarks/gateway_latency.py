@@ -7,7 +7,8 @@ network namespace, the relay, the unix socket, the gateway, the stub). Each way 
 keep-alive (one connection) and with a new connection per request; the figure is the median
 per request, and the target is the difference under 2 ms at the median. Time to the first
 streamed byte is timed the same way.
-Run: .venv/bin/python benchmarks/bench_gateway.py [--runs R] [--requests N]
+Not part of `make bench` yet (its Figures block is regenerated whole, on one commit).
+Run: .venv/bin/python benchmarks/gateway_latency.py [--runs R] [--requests N]
 """
 
 from __future__ import annotations
