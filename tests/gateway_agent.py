@@ -151,7 +151,9 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
             result = "resolved"
         except OSError as e:
             result = f"failed: {e}"
-        log["steps"].append({"do": do, "result": result, "seconds": round(time.monotonic() - t0, 3)})
+        resolv = Path("/etc/resolv.conf")
+        log["steps"].append({"do": do, "result": result, "seconds": round(time.monotonic() - t0, 3),
+                             "resolv_conf": resolv.read_text() if resolv.is_file() else None})
     elif do == "dump_env":
         log["env"] = dict(env)
 

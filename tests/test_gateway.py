@@ -218,6 +218,8 @@ def test_exploit_agent_dials_other_host_listeners_abstract_socket_and_dns(
     assert all(s["result"].startswith("refused") for s in log if s["do"] in ("connect", "abstract")), log
     dns = next(s for s in log if s["do"] == "dns")
     assert dns["result"].startswith("failed") and dns["seconds"] < 2.0, dns
+    # The resolver named is the sandbox's own loopback (or none, whose default is the same).
+    assert dns["resolv_conf"] is None or dns["resolv_conf"].split()[:2] == ["nameserver", "127.0.0.1"], dns
     assert v4.accepted == 0 and (v6 is None or v6.accepted == 0)
     assert stub.script.served == 1  # only the model call, through the gateway
     assert log[-1]["status"] == 200 and cards[0]["outcome"] == "pass"

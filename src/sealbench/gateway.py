@@ -51,7 +51,10 @@ RELAY_PORT: Final = 7700
 """The loopback port the relay listens on inside every sandbox (its network namespace is its own)."""
 
 _PASSED_REQUEST_HEADERS: Final = ("content-type", "accept", "anthropic-version", "anthropic-beta", "openai-beta")
-_PASSED_REPLY_HEADERS: Final = ("content-type", "retry-after", "x-request-id", "request-id", "cache-control")
+# content-encoding: an upstream that compresses despite "Accept-Encoding: identity" still reaches
+# the agent readable (its usage is then unknown).
+_PASSED_REPLY_HEADERS: Final = ("content-type", "content-encoding", "retry-after", "x-request-id", "request-id",
+                                "cache-control")
 _KEY_REMOVED: Final = b"[key removed]"
 
 

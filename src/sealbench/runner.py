@@ -1296,15 +1296,15 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     ctx = _Ctx(contract=contract, budget=contract.budget, pack=pack, run_dir=base, journal=journal,
                agent=agent, sandbox=sandbox, options=opts, stop=threading.Event(),
                slots=threading.Semaphore(max(1, opts.jobs)), probe=probe, template_override=template)
-    if contract.model_endpoints and agent.kind == "command":
-        ctx.gateway = model_gateway.Gateway(contract.model_endpoints, model_gateway.read_keys(contract, sandbox.kind),
-                                            ctx.j, lambda data: _store_bytes(base, data)).start()
     outcomes: dict[str, str] = {}
     stopped_by: str | None = None
     requests = _Requests()
     heartbeat = Heartbeat(journal).start()
     try:
         requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
+        if contract.model_endpoints and agent.kind == "command":
+            ctx.gateway = model_gateway.Gateway(contract.model_endpoints, model_gateway.read_keys(contract, sandbox.kind),
+                                                ctx.j, lambda data: _store_bytes(base, data)).start()
         if opts.resume and events:
             ctx.j(ev.RunResumed(**header.payload()))
             for tid, p in prior.items():
