@@ -457,3 +457,40 @@ def test_exploit_agent_trickles_its_body_slower_than_the_client_timeout(stub: St
     made = [e for e in recorded if isinstance(e, ev.ModelCall)]
     assert len(made) == 1 and made[0].status == 408 and "did not arrive" in (made[0].refused or "")
     assert stub.script.served == 0
+
+
+def test_exploit_agent_sends_many_large_bodies_at_once_to_fill_the_gateways_memory(stub: StubServer, key: str) -> None:
+    from sealbench import events as ev
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    recorded: list[ev.Event] = []
+    limits = GatewayLimits(max_body_bytes=1 << 20, buffered_bytes=3 << 20, client_timeout_s=1)
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64, limits).start()
+    socks: list[socket.socket] = []
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        head = (b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + access.token.encode()
+                + b"\r\nContent-Length: " + str(1 << 20).encode() + b"\r\n\r\n")
+        for _ in range(6):  # each holds most of a body in the gateway, and never sends the rest
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(access.relay.socket))
+            sock.settimeout(5)
+            sock.sendall(head + b"x" * ((1 << 20) - 10))
+            socks.append(sock)
+        replies = []
+        for sock in socks:
+            try:
+                replies.append(sock.recv(64))
+            except TimeoutError:
+                replies.append(b"")
+        for sock in socks:
+            sock.close()
+        access.close()
+    finally:
+        gateway.close()
+    refused = [e for e in recorded if isinstance(e, ev.ModelCall) and e.status == 503]
+    assert refused and all("in flight" in (e.refused or "") for e in refused)
+    assert sum(r.startswith(b"HTTP/1.1 503") for r in replies) == len(refused) >= 3
+    assert all(r.startswith((b"HTTP/1.1 503", b"HTTP/1.1 408")) for r in replies), replies  # none waits forever
+    assert stub.script.served == 0

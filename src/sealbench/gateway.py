@@ -64,6 +64,9 @@ class GatewayLimits:
 
     max_body_bytes: int = 16 * 2**20
     """Largest request body read; a larger one is refused (413) unread."""
+    buffered_bytes: int = 64 * 2**20
+    """Most request bytes one attempt's requests in flight may hold in the gateway's memory at
+    once (its connections times the body cap would be 512 MiB); past it a request is refused (503)."""
     max_field_bytes: int = 8190
     """Longest request line and header field."""
     max_headers: int = 64
@@ -76,7 +79,7 @@ class GatewayLimits:
     """An idle keep-alive connection is closed after this long."""
     upstream_read_s: float = 600.0
     """Longest silence from the upstream during a reply."""
-    stored_reply_bytes: int = 32 * 2**20
+    stored_reply_bytes: int = 8 * 2**20
     """The most of a reply kept as its blob (the agent gets all of it)."""
 
 
@@ -135,6 +138,7 @@ class _Attempt:
     calls: int = 0
     refused_connections: int = 0
     open_connections: int = 0
+    buffered: int = 0
     pending: set[asyncio.Future[None]] = field(default_factory=set)
     last_write: asyncio.Future[None] | None = None
     closed: bool = False
@@ -363,7 +367,8 @@ class Gateway:
         call.refused = why
         kind = "authentication_error" if status == 401 else "invalid_request_error"
         body = model_api.error_body(style, f"sealbench gateway: {why}", kind)
-        return web.json_response(body, status=status, headers={"Connection": "close"} if status in (408, 413) else None)
+        close = {"Connection": "close"} if status in (408, 413, 503) else None
+        return web.json_response(body, status=status, headers=close)
 
     def _route(self, raw_path: str) -> tuple[ModelEndpoint | None, str]:
         for name, endpoint in self.endpoints.items():
@@ -396,6 +401,7 @@ class Gateway:
             return self._refuse(call, 413, style, f"the body of {request.content_length} bytes is over the cap "
                                                   f"of {limit}")
         body = bytearray()
+        budget = self.limits.buffered_bytes
         try:
             async with asyncio.timeout(self.limits.client_timeout_s):
                 while True:
@@ -403,10 +409,16 @@ class Gateway:
                     if not chunk:
                         break
                     body += chunk
+                    att.buffered += len(chunk)
                     if len(body) > limit:
                         return self._refuse(call, 413, style, f"the body is over the cap of {limit} bytes")
+                    if att.buffered > budget:
+                        return self._refuse(call, 503, style, f"the attempt's requests in flight hold over {budget} "
+                                                              f"bytes; send fewer at once")
         except TimeoutError:
             return self._refuse(call, 408, style, f"the body did not arrive within {self.limits.client_timeout_s:g} s")
+        finally:
+            att.buffered -= len(body)
         call.request = bytes(body)
         try:
             parsed = json.loads(body)
