@@ -67,6 +67,8 @@ def test_the_blob_fields_are_those_the_bundles_have_always_copied() -> None:
         events.FEEDBACK: (("visible_tests", "stdout"), ("visible_tests", "stderr")),
         events.PATCH_CAPTURED: (("patch_sha256",),),
         events.TASK_FINISHED: (("patch_sha256",),),
+        # The model gateway's calls (new kind): their bodies travel with the bundle.
+        events.MODEL_CALL: (("request",), ("response",)),
     }
 
 

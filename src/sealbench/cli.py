@@ -309,6 +309,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_model_stub(args: argparse.Namespace) -> int:
+    from .model_stub import serve_forever
+
+    return serve_forever(Path(args.script), args.port, args.latency_ms, args.require_key_env)
+
+
 def cmd_keygen(args: argparse.Namespace) -> int:
     from .signing import keygen
 
@@ -538,6 +544,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="every byte of each output and patch read (up to 4 MiB "
                    "each; default: the last 4,000 characters of an output, the first of a patch)")
     p.set_defaults(func=cmd_show)
+    p = sub.add_parser("model-stub", help="a scripted model on 127.0.0.1 (OpenAI chat, Responses, Anthropic "
+                       "Messages; streamed or not): check an agent setup without reaching a real model")
+    p.add_argument("--script", required=True, metavar="FILE",
+                   help="replies in order: a JSON list, or TOML [[reply]] tables (see the README)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one, printed)")
+    p.add_argument("--latency-ms", type=int, default=0, metavar="N", help="wait N ms before each reply (default 0)")
+    p.add_argument("--require-key-env", metavar="NAME",
+                   help="answer 401 unless the request carries the key held in this variable")
+    p.set_defaults(func=cmd_model_stub)
 
     p = sub.add_parser("keygen", help="make an Ed25519 key pair for signing bundles")
     p.add_argument("out_prefix", metavar="OUT_PREFIX", help="writes OUT_PREFIX.key (mode 0600) and OUT_PREFIX.pub")

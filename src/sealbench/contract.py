@@ -225,6 +225,7 @@ def lock_contract(
         raise ContractError("set access_class.host before lock")
     if len(contract.task_ids) != len(set(contract.task_ids)):
         raise ContractError("duplicate task_ids")
+    _check_endpoints(contract)
     if now.tzinfo is None or now.utcoffset() is None or now.utcoffset().total_seconds() != 0:  # type: ignore[union-attr]
         raise ContractError("lock time must be timezone-aware UTC")
     if pack is not None:
@@ -233,6 +234,22 @@ def lock_contract(
         update={"run_id": run_id, "locked_at": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
     )
     return locked.model_copy(update={"contract_sha256": contract_digest(locked)})
+
+
+def _check_endpoints(contract: ScoringContract) -> None:
+    """Endpoint names unique; prices only for models the endpoint allows. (Whether each key's
+    variable is set is checked by ``run``, where the key is read: a contract is locked once and
+    may be run elsewhere.)"""
+    endpoints = contract.model_endpoints or []
+    names = [e.name for e in endpoints]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ContractError(f"model_endpoints: the name(s) {twice} are used twice; each endpoint needs its own")
+    for endpoint in endpoints:
+        stray = sorted(set(endpoint.prices or {}) - set(endpoint.models))
+        if stray:
+            raise ContractError(f"model endpoint {endpoint.name!r}: prices for {stray}, which are not among its "
+                                f"models {endpoint.models}")
 
 
 def _check_against_pack(contract: ScoringContract, pack: Pack) -> None:

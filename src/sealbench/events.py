@@ -116,6 +116,7 @@ ATTEMPT_INTERRUPTED: Final = "attempt_interrupted"
 TIME_CHARGED: Final = "time_charged"
 HARNESS_ERROR: Final = "harness_error"
 TASK_FINISHED: Final = "task_finished"
+MODEL_CALL: Final = "model_call"
 
 
 class RunHeader(Event):
@@ -306,10 +307,35 @@ class TaskFinished(Event):
     error: str | None = Field(None, description="The harness error, for outcome harness_error.")
 
 
+class ModelCall(Event):
+    """One request an attempt's agent made to the model gateway, forwarded or refused; journaled
+    before the attempt's agent_finished, bodies as blobs without headers (a key echoed is removed)."""
+
+    kind: Literal["model_call"] = MODEL_CALL
+    index: int | None = Field(None, description="The attempt's calls numbered 0, 1, ... in order of arrival.")
+    started_at: str | None = Field(None, description="UTC time the request arrived (for people).")
+    latency_ms: int | None = Field(None, description="From the request's arrival to the reply's last byte.")
+    status: int | None = Field(None, description="The HTTP status the agent got; null when none was sent.")
+    endpoint: str | None = Field(None, description="The contract's endpoint name; null when the path named none.")
+    model: str | None = Field(None, description="The model the request named.")
+    streamed: bool | None = Field(None, description="True when the request asked for server-sent events.")
+    request: Blob = Field(None, description="Blob of the request body (null when it was not read).")
+    request_bytes: int | None = Field(None, description="Bytes of the request body read.")
+    response: Blob = Field(None, description="Blob of the reply body as the agent got it (capped).")
+    response_bytes: int | None = Field(None, description="Bytes of the reply body, beyond the cap included.")
+    response_truncated: bool | None = Field(None, description="True when the stored reply stops at the cap.")
+    input_tokens: int | None = Field(None, description="Input tokens as the upstream reported them; null when "
+                                     "it reported none.")
+    output_tokens: int | None = Field(None, description="Output tokens as reported; null when absent.")
+    cached_tokens: int | None = Field(None, description="Cached input tokens as reported; null when absent.")
+    refused: str | None = Field(None, description="Why the gateway refused the request (never sent upstream).")
+    error: str | None = Field(None, description="What failed on the way: the upstream, or the agent went away.")
+
+
 AnyEvent: TypeAlias = Annotated[
     Union[RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted,  # noqa: UP007
           AttemptStarted, AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted,
-          TimeCharged, HarnessErrorEvent, TaskFinished],
+          TimeCharged, HarnessErrorEvent, TaskFinished, ModelCall],
     Field(discriminator=KIND),
 ]
 """Every event kind, told apart by ``kind``."""
@@ -317,7 +343,7 @@ AnyEvent: TypeAlias = Annotated[
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted, AttemptStarted,
     AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted, TimeCharged,
-    HarnessErrorEvent, TaskFinished,
+    HarnessErrorEvent, TaskFinished, ModelCall,
 )
 BY_KIND: Final[Mapping[str, type[Event]]] = {t.model_fields[KIND].default: t for t in EVENT_TYPES}
 KINDS: Final = frozenset(BY_KIND)

@@ -232,6 +232,63 @@ class TieRule(Model):
     correction: Literal["holm"] = Field("holm", description="Multiple-comparison correction for 3+ runs.")
 
 
+API_STYLES = ("openai-chat", "openai-responses", "anthropic-messages")
+ApiStyle = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+def check_base_url(value: str) -> str:
+    """Refuse a base URL the gateway could be talked out of: only ``http(s)://host[:port][/path]``,
+    no credentials, query, fragment, dot segments, empty segments or escapes."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base_url {value!r} must be http:// or https:// with a host")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise ValueError(f"base_url {value!r} must not carry credentials (name the key's variable in key_env)")
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise ValueError(f"base_url {value!r} must have no query or fragment")
+    path = parts.path.rstrip("/")
+    segments = path.split("/")[1:] if path else []
+    if any(seg in ("", ".", "..") for seg in segments) or "%" in path or "\\" in path:
+        raise ValueError(f"base_url {value!r} must have a plain path (no '..', '//', '%' or backslash)")
+    try:
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as e:
+        raise ValueError(f"base_url {value!r}: {e}") from None
+    return value
+
+
+class ModelPrice(Model):
+    """What one model's tokens cost, as read from the provider's price page on ``read_on``."""
+
+    input: float = Field(ge=0, description="Price of one million input tokens.")
+    output: float = Field(ge=0, description="Price of one million output tokens.")
+    cached_input: float | None = Field(None, ge=0, description="Price of one million cached input tokens; "
+                                       "null when the provider has no such price.")
+    currency: NonEmptyStr = Field("USD", description="Currency of the prices.")
+    read_on: NonEmptyStr = Field(description="ISO date the prices were read.")
+
+
+class ModelEndpoint(Model):
+    """One model endpoint the agent may reach through the gateway (and nothing else)."""
+
+    name: Id = Field(description="Name of the endpoint: the first path segment of its gateway URL.")
+    style: ApiStyle = Field(description="API style: openai-chat (POST /chat/completions), openai-responses "
+                            "(POST /responses) or anthropic-messages (POST /v1/messages).")
+    base_url: Annotated[str, AfterValidator(check_base_url)] = Field(
+        description="Upstream base URL the style's path is appended to, as the provider's SDK spells it "
+        "(https://api.openai.com/v1, https://api.anthropic.com).")
+    models: list[NonEmptyStr] = Field(min_length=1, description="Model names the agent may ask for; any other "
+                                      "is refused.")
+    key_env: Annotated[str, Field(pattern=ENV_NAME_PATTERN)] = Field(
+        description="NAME of the host environment variable that holds the key (never the key); read at run.")
+    prices: dict[str, ModelPrice] | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Price per model name; without it cost is unknown, never zero.")
+
+
 class ScoringContract(Model):
     """The scoring contract, locked before the run and immutable after."""
 
@@ -254,6 +311,12 @@ class ScoringContract(Model):
         description="Whether hidden tests that pass while the test process raised a forging flag "
         "count as a pass; null (contracts before the field) means not_counted.",
     )
+    # Left out of the file (and so of the contract's digest) when unset: contracts locked before
+    # the field existed keep their digest.
+    model_endpoints: list[ModelEndpoint] | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Model endpoints the agent may reach through the gateway (agent phase only); "
+        "absent: no network at all.")
     contract_sha256: str | None = Field(
         None, description="Digest of every other field, recorded at lock."
     )

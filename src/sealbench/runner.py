@@ -32,6 +32,7 @@ from xml.parsers import expat
 
 from . import __version__, pytest_oracle, runs_index
 from . import events as ev
+from . import gateway as model_gateway
 from .agentfs import TreeCaps, TreeRejected, read_regular, remove_entry, remove_tree, trace_digest
 from .agents import PythonAgent, ResolvedAgent, render_argv, resolve_agent
 from .attempt import PROBE_PASS, AgentEnd, Grading, classify, final_outcome, must_grade
@@ -224,6 +225,8 @@ class _Ctx:
     abort_reason: list[str] = field(default_factory=list)
     storage_failed: list[str] = field(default_factory=list)
     """What failed, when the run's own storage did (first failure first)."""
+    gateway: model_gateway.Gateway | None = None
+    """The model gateway, when the contract declares model endpoints and the agent is a command."""
 
     def j(self, event: ev.Event) -> None:
         try:
@@ -383,10 +386,21 @@ def _ready_attempt(ctx: _Ctx, task: Task, tw: TaskWorkspace, attempt: int, max_a
         values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
                   "max_attempts": str(max_attempts), "task_id": task.task_id}
         mounts = [Path(m) for m in (ctx.contract.agent.mounts if ctx.contract.agent else [])]
-        # The deadline is set when the attempt starts, from the time that remains then.
-        spec = _spec(ctx, render_argv(agent.command, values), tw.ws,
-                     _env(ctx, task, tw.ws, attempt, prompt_file), ctx.budget.wall_clock_s, [*mounts, tw.private])
-        prepared = ctx.sandbox.prepare(spec)
+        env = _env(ctx, task, tw.ws, attempt, prompt_file)
+        # A model-backed agent: a token, the gateway's URLs and a relay into this sandbox alone,
+        # closed (its calls journaled) when the prepared sandbox is closed, before agent_finished.
+        access = ctx.gateway.open_attempt(task.task_id, attempt) if ctx.gateway is not None else None
+        try:
+            # The deadline is set when the attempt starts, from the time that remains then.
+            spec = _spec(ctx, render_argv(agent.command, values), tw.ws, {**env, **(access.env if access else {})},
+                         ctx.budget.wall_clock_s, [*mounts, tw.private])
+            prepared = ctx.sandbox.prepare(replace(spec, relay=access.relay) if access else spec)
+        except BaseException:
+            if access is not None:
+                access.close()
+            raise
+        if access is not None:
+            prepared = access.guard(prepared)
     return _Ready(attempt, prompt, prompt_file, prepared)
 
 
@@ -1245,6 +1259,7 @@ def execute(
         raise RunRefusal(missing)
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
     sandbox = open_sandbox(opts.sandbox)
+    model_gateway.read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps, quota=opts.workspace_quota)
     base = run_dir / "probe" if probe else run_dir
@@ -1287,6 +1302,9 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     heartbeat = Heartbeat(journal).start()
     try:
         requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
+        if contract.model_endpoints and agent.kind == "command":
+            ctx.gateway = model_gateway.Gateway(contract.model_endpoints, model_gateway.read_keys(contract, sandbox.kind),
+                                                ctx.j, lambda data: _store_bytes(base, data)).start()
         if opts.resume and events:
             ctx.j(ev.RunResumed(**header.payload()))
             for tid, p in prior.items():
@@ -1326,6 +1344,8 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
             heartbeat.stop()
         # else (an interrupt while agents still ran): the heartbeat stays, finds the journal
         # closed, and its watchdog ends the process within the lease, so none runs unaccounted.
+        if ctx.gateway is not None:
+            ctx.gateway.close()
         journal.close()
         if not opts.keep_work:
             with contextlib.suppress(OSError):

@@ -22,7 +22,12 @@ Isolation model of :class:`BubblewrapSandbox` (``bwrap`` >= 0.8 tested)
   disk quota). Everything else of the host (``/root``, ``/home``,
   ``/work``, ``/run``, sibling directories of the workdir such as hidden tests) is absent.
 * Network: an empty network namespace with only a loopback device, so the host's loopback
-  services, its resolver and the outside world are unreachable.
+  services, its resolver and the outside world are unreachable; ``/etc/resolv.conf`` names the
+  sandbox's own loopback, so a name lookup fails at once instead of waiting out a timeout. A
+  spec's ``relay`` (model-backed agents) adds one way out: a relay started in place of the
+  command listens on ``127.0.0.1:PORT`` inside and forwards bytes to one unix socket of the
+  host's model gateway, whose directory alone is bound in (read-only), then execs the command
+  (:mod:`sealbench.relay`).
 * Processes: the command runs in its own session and process group (``--new-session``, apart
   from bwrap's monitor, which would take the namespace down at once if it got the SIGTERM); at
   the deadline the group gets SIGTERM and, :data:`KILL_GRACE_S` later, SIGKILL. When bwrap exits, its
@@ -138,6 +143,7 @@ __all__ = [
     "NoSandbox",
     "Prepared",
     "PreparedProcess",
+    "Relay",
     "Sandbox",
     "SandboxResult",
     "SandboxSpec",
@@ -226,6 +232,24 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Relay:
+    """One loopback port inside the sandbox, relayed to a unix socket of the host.
+
+    ``socket`` is an absolute path whose directory holds nothing the command may not see: the
+    directory is bound read-only into the sandbox at its host path.
+    """
+
+    port: int
+    socket: Path
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"relay port must be 1-65535: {self.port!r}")
+        if not Path(self.socket).is_absolute():
+            raise ValueError(f"relay socket must be absolute: {self.socket}")
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """What to run, where, and under which caps.
 
@@ -246,7 +270,8 @@ class SandboxSpec:
     before the command starts and copied back over it, under these caps, once every process
     of the sandbox is gone; a write past the quota fails inside with ENOSPC.
     ``writable_caps`` does the same for each of ``writable_paths``. :class:`NoSandbox` ignores
-    both (no quota there).
+    both (no quota there). ``relay`` opens one loopback port inside to a host unix socket
+    (:class:`Relay`; bubblewrap only, :class:`NoSandbox` refuses it).
 
     Raises:
         ValueError: argv is empty, a path is relative, the timeout is not positive, or an
@@ -266,6 +291,7 @@ class SandboxSpec:
     writable_paths: tuple[Path, ...] = ()
     workdir_caps: TreeCaps | None = None
     writable_caps: TreeCaps | None = None
+    relay: Relay | None = None
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
@@ -1376,6 +1402,9 @@ class NoSandbox(_ProcessSandbox):
     kind = "none"
 
     def _launch(self, spec: SandboxSpec, status_fd: int | None, block_fd: int | None) -> _Launch:
+        if spec.relay is not None:
+            raise HarnessError("the none sandbox has no network namespace of its own to relay a port into; "
+                               "model endpoints need the bubblewrap sandbox")
         home = spec.env.get("HOME")
         if home is not None:
             os.makedirs(home, exist_ok=True)
@@ -1449,6 +1478,27 @@ def _python_prefixes() -> tuple[str, ...]:
             continue
         kept.append(prefix)
     return tuple(kept)
+
+
+@functools.cache
+def _relay_source() -> str:
+    from sealbench import relay
+
+    return Path(relay.__file__).read_text(encoding="utf-8")
+
+
+@functools.cache
+def _loopback_resolver() -> tuple[str, ...]:
+    """Binds a resolv.conf naming 127.0.0.1 over the host's (a regular file; a symlink into the
+    absent /run already leaves glibc its loopback default)."""
+    if os.path.islink("/etc/resolv.conf") or not os.path.isfile("/etc/resolv.conf"):
+        return ()
+    folder = scratch.temp_dir("resolv")
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / "resolv.conf"
+    path.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n", encoding="ascii")
+    path.chmod(0o444)
+    return ("--ro-bind", str(path), "/etc/resolv.conf")
 
 
 @functools.cache
@@ -1534,6 +1584,14 @@ class BubblewrapSandbox(_ProcessSandbox):
         args += [*self._tmpfs("/tmp", size), *home_first]
         for path in (*_python_prefixes(), *(str(p) for p in spec.readonly_paths)):
             args += ["--ro-bind", path, path]
+        if not spec.network:
+            args += _loopback_resolver()
+        argv = spec.argv
+        if spec.relay is not None:
+            sock_dir = str(Path(spec.relay.socket).parent)
+            args += ["--ro-bind", sock_dir, sock_dir]
+            argv = (sys.executable, "-I", "-S", "-c", _relay_source(), str(spec.relay.port),
+                    str(spec.relay.socket), "--", *spec.argv)
         if spec.workdir_caps is not None and self._sized_tmpfs:
             # A size-capped tmpfs, filled and emptied by the host through a descriptor (see
             # PreparedProcess._fill_workdir): the command's writes past the quota fail inside.
@@ -1548,7 +1606,7 @@ class BubblewrapSandbox(_ProcessSandbox):
         args += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]
-        args += ["--", *spec.argv]
+        args += ["--", *argv]
         return _Launch(args, {}, None, (status_fd, block_fd))
 
     def _terminate(self, proc: subprocess.Popen[bytes], supervisor: _Supervisor) -> None:

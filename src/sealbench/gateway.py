@@ -1,0 +1,572 @@
+"""The model gateway: the one way out of the sandbox, to the model endpoints the contract declares.
+
+For each attempt of a command agent, :meth:`Gateway.open_attempt` makes a per-attempt token
+and a unix socket in a directory of the gateway's own; the sandbox binds that directory alone
+(read-only) and runs a relay that listens on ``127.0.0.1:RELAY_PORT`` of its empty network
+namespace and forwards bytes to the socket (:mod:`sealbench.relay`). The agent finds the token
+in ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` and the gateway's URLs in ``OPENAI_BASE_URL`` /
+``ANTHROPIC_BASE_URL``.
+
+The gateway is an aiohttp server on an asyncio loop of its own (one thread of the runner
+process) and treats every byte from the socket as hostile. A request is forwarded only when
+it is ``POST /<endpoint name><the style's path>`` exactly (no query, no escapes, no other
+path), carries the token of the attempt whose socket it came in on (a finished attempt's
+token is refused), has a JSON body under the size cap naming a declared model, and arrives
+within the client timeout; the attempt's connections are capped. Forwarded, it goes to the
+declared base URL only, with the real key (read from the host variable the contract names)
+in place of the token, only a few content headers passed on, no redirect followed. The reply
+streams back as it arrives. Every request, forwarded or refused, becomes one
+:class:`~sealbench.events.ModelCall` event, journaled before the attempt's agent_finished
+(:meth:`AttemptAccess.close` waits for them), with the bodies as blobs and the usage the
+upstream reported.
+
+Nothing of aiohttp is imported until a run declares an endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from . import events as ev
+from . import model_api, scratch
+from .errors import HarnessError, RunRefusal
+from .formats import ModelEndpoint, ScoringContract
+from .sandbox import Prepared, Relay, SandboxResult
+
+if TYPE_CHECKING:
+    from aiohttp import ClientSession, web
+
+RELAY_PORT: Final = 7700
+"""The loopback port the relay listens on inside every sandbox (its network namespace is its own)."""
+
+_PASSED_REQUEST_HEADERS: Final = ("content-type", "accept", "anthropic-version", "anthropic-beta", "openai-beta")
+# content-encoding: an upstream that compresses despite "Accept-Encoding: identity" still reaches
+# the agent readable (its usage is then unknown).
+_PASSED_REPLY_HEADERS: Final = ("content-type", "content-encoding", "retry-after", "x-request-id", "request-id",
+                                "cache-control")
+_KEY_REMOVED: Final = b"[key removed]"
+
+
+@dataclass(frozen=True)
+class GatewayLimits:
+    """What one attempt may ask of the gateway."""
+
+    max_body_bytes: int = 16 * 2**20
+    """Largest request body read; a larger one is refused (413) unread."""
+    buffered_bytes: int = 64 * 2**20
+    """Most request bytes one attempt's requests in flight may hold in the gateway's memory at
+    once (its connections times the body cap would be 512 MiB); past it a request is refused (503)."""
+    max_field_bytes: int = 8190
+    """Longest request line and header field."""
+    max_headers: int = 64
+    """Most request headers."""
+    connections: int = 32
+    """Open connections per attempt; more are closed on arrival."""
+    client_timeout_s: float = 30.0
+    """Longest the agent may take to send a request body."""
+    keepalive_s: float = 30.0
+    """An idle keep-alive connection is closed after this long."""
+    upstream_read_s: float = 600.0
+    """Longest silence from the upstream during a reply."""
+    stored_reply_bytes: int = 8 * 2**20
+    """The most of a reply kept as its blob (the agent gets all of it)."""
+
+
+def read_keys(contract: ScoringContract, sandbox_kind: str, environ: Mapping[str, str] | None = None
+              ) -> dict[str, str]:
+    """Each declared endpoint's key, read from the host variable the contract names.
+
+    Raises:
+        RunRefusal: a key variable unset or empty; two endpoints of one name; a sandbox that
+            cannot relay (only bubblewrap gives the agent a network namespace of its own).
+    """
+    endpoints = contract.model_endpoints or []
+    env = os.environ if environ is None else environ
+    names = [e.name for e in endpoints]
+    if len(names) != len(set(names)):
+        raise RunRefusal(f"model_endpoints: two endpoints are named alike ({sorted(names)}); each name must be unique")
+    if endpoints and sandbox_kind != "bubblewrap":
+        raise RunRefusal(f"the contract declares model endpoints, which only the bubblewrap sandbox can relay "
+                         f"(this run's sandbox: {sandbox_kind}); run with --sandbox bubblewrap")
+    keys: dict[str, str] = {}
+    for endpoint in endpoints:
+        key = env.get(endpoint.key_env, "")
+        if not key.strip():
+            raise RunRefusal(f"model endpoint {endpoint.name!r}: the host variable {endpoint.key_env} that holds "
+                             f"its key is not set; export {endpoint.key_env}=<key> in the shell that runs "
+                             f"`sealbench run` (the key is read at run time, never written anywhere)")
+        keys[endpoint.name] = key
+    return keys
+
+
+@dataclass
+class _Call:
+    index: int
+    started_at: str
+    t0: float
+    endpoint: str | None = None
+    model: str | None = None
+    streamed: bool | None = None
+    status: int | None = None
+    request: bytes | None = None
+    reply: bytearray = field(default_factory=bytearray)
+    reply_bytes: int = 0
+    refused: str | None = None
+    error: str | None = None
+    latency_ms: int = 0
+
+
+@dataclass
+class _Attempt:
+    task_id: str
+    attempt: int
+    token: str
+    socket: Path
+    server: asyncio.AbstractServer | None = None
+    web_server: Any = None
+    calls: int = 0
+    refused_connections: int = 0
+    open_connections: int = 0
+    buffered: int = 0
+    pending: set[asyncio.Future[None]] = field(default_factory=set)
+    last_write: asyncio.Future[None] | None = None
+    closed: bool = False
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over the attempt's cap: closed on arrival."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+class _Counted(asyncio.Protocol):
+    """The attempt's server protocol for one connection, counted while it is open."""
+
+    def __init__(self, att: _Attempt, inner: asyncio.Protocol) -> None:
+        self._att = att
+        self._inner = inner
+        att.open_connections += 1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._att.open_connections -= 1
+        self._inner.connection_lost(exc)
+
+
+class Gateway:
+    """One run's gateway (see the module docstring). :meth:`start` before use, :meth:`close` after.
+
+    ``record`` journals an event (called from a writer thread of the gateway's, one call at a
+    time per attempt); ``store`` keeps bytes as a blob and returns its digest.
+    """
+
+    def __init__(self, endpoints: Sequence[ModelEndpoint], keys: Mapping[str, str],
+                 record: Callable[[ev.Event], None], store: Callable[[bytes], str],
+                 limits: GatewayLimits | None = None) -> None:
+        self.endpoints = {e.name: e for e in endpoints}
+        self._keys = dict(keys)
+        self._key_bytes = [k.encode() for k in self._keys.values()]
+        self._record = record
+        self._store = store
+        self.limits = limits or GatewayLimits()
+        self._tokens: dict[str, _Attempt] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session: ClientSession | None = None
+        self._writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-journal")
+        self._dir: Path | None = None
+        self._sockets = 0
+
+    # ------------------------------------------------------------------ life cycle (runner threads)
+
+    def start(self) -> Gateway:
+        """Start the loop thread and the upstream client.
+
+        Raises:
+            HarnessError: the gateway could not start.
+        """
+        self._dir = scratch.temp_dir("gateway")
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=_run_loop, args=(loop,), name="model-gateway", daemon=True)
+        self._thread.start()
+        try:
+            self._call(self._start_session())
+        except Exception as e:
+            self.close()
+            raise HarnessError(f"the model gateway could not start: {e}") from e
+        return self
+
+    def _call(self, coro: Any, timeout_s: float = 60.0) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    async def _start_session(self) -> None:
+        import aiohttp
+
+        # TCP_NODELAY is aiohttp's default on its client connections.
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, force_close=False)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
+                                                                            sock_read=self.limits.upstream_read_s))
+
+    def close(self) -> None:
+        """Close every attempt still open, the upstream client and the loop; remove the sockets."""
+        if self._loop is not None and self._loop.is_running():
+            with contextlib.suppress(Exception):
+                self._call(self._close_all(), 30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(10)
+        self._writer.shutdown(wait=True)
+        if self._dir is not None:
+            import shutil
+
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    async def _close_all(self) -> None:
+        for att in list(self._tokens.values()):
+            await self._close(att)
+        if self._session is not None:
+            await self._session.close()
+        # A closed transport lets go of its socket on a later turn of the loop.
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    # ------------------------------------------------------------------ attempts
+
+    def open_attempt(self, task_id: str, attempt: int) -> AttemptAccess:
+        """A new token and socket for one attempt; close the access when the attempt's agent is gone.
+
+        Raises:
+            HarnessError: the socket could not be made.
+        """
+        try:
+            att: _Attempt = self._call(self._open(task_id, attempt))
+        except OSError as e:
+            raise HarnessError(f"the model gateway could not open a socket for {task_id} attempt {attempt}: {e}") from e
+        return AttemptAccess(self, att, self._env(att.token), Relay(RELAY_PORT, att.socket))
+
+    def _env(self, token: str) -> dict[str, str]:
+        env: dict[str, str] = {"SEALBENCH_MODEL_TOKEN": token}
+        described: dict[str, Any] = {}
+        for name, endpoint in self.endpoints.items():
+            url = f"http://127.0.0.1:{RELAY_PORT}/{name}"
+            described[name] = {"url": url, "style": endpoint.style, "models": list(endpoint.models)}
+            upper = model_api.family(endpoint.style).upper()
+            if f"{upper}_BASE_URL" not in env:
+                env[f"{upper}_BASE_URL"] = url
+                env[f"{upper}_API_KEY"] = token
+        env["SEALBENCH_MODEL_ENDPOINTS"] = json.dumps(described, sort_keys=True, separators=(",", ":"))
+        return env
+
+    async def _open(self, task_id: str, attempt: int) -> _Attempt:
+        from aiohttp import web
+
+        assert self._dir is not None
+        self._sockets += 1
+        folder = self._dir / str(self._sockets)
+        folder.mkdir(mode=0o700)
+        att = _Attempt(task_id, attempt, "sbx-" + secrets.token_urlsafe(24), folder / "s")
+        limits = self.limits
+
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            return await self._handle(att, request)
+
+        att.web_server = web.Server(handle, handler_cancellation=True, keepalive_timeout=limits.keepalive_s,
+                                    max_line_size=limits.max_field_bytes, max_field_size=limits.max_field_bytes,
+                                    max_headers=limits.max_headers, access_log=None)
+
+        def factory() -> asyncio.Protocol:
+            # Counted here, where a connection is accepted: the loop accepts a burst of them before
+            # any is made, so the server's own list would still be empty.
+            if att.open_connections >= limits.connections:
+                att.refused_connections += 1
+                return _Refuse()
+            return _Counted(att, att.web_server())
+
+        assert self._loop is not None
+        att.server = await self._loop.create_unix_server(factory, str(att.socket), backlog=256)
+        self._tokens[att.token] = att
+        return att
+
+    def close_attempt(self, att: _Attempt) -> None:
+        if self._loop is None or not self._loop.is_running():
+            return
+        self._call(self._close(att), 60)
+
+    async def _close(self, att: _Attempt) -> None:
+        if att.closed:
+            return
+        att.closed = True  # from here on its token is a finished attempt's
+        if att.server is not None:
+            att.server.close()
+        if att.web_server is not None:
+            await att.web_server.shutdown(2.0)
+        with contextlib.suppress(OSError):
+            att.socket.unlink()
+        with contextlib.suppress(OSError):
+            att.socket.parent.rmdir()
+        if att.refused_connections:
+            call = _Call(att.calls, _now(), asyncio.get_running_loop().time())
+            att.calls += 1
+            call.refused = (f"{att.refused_connections} connection(s) over the cap of {self.limits.connections} "
+                            f"open at once were closed on arrival")
+            self._write_later(att, call)
+        if att.pending:
+            await asyncio.gather(*att.pending, return_exceptions=True)
+
+    # ------------------------------------------------------------------ requests (the loop thread)
+
+    async def _handle(self, att: _Attempt, request: web.BaseRequest) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        call = _Call(att.calls, _now(), loop.time())
+        att.calls += 1
+        try:
+            return await self._serve(att, request, call)
+        except asyncio.CancelledError:
+            call.error = call.error or "the agent closed the connection before the reply ended"
+            raise
+        except (ConnectionError, OSError) as e:
+            call.error = call.error or f"the agent's connection failed: {type(e).__name__}"
+            raise
+        finally:
+            call.latency_ms = int((loop.time() - call.t0) * 1000)
+            self._write_later(att, call)
+
+    def _refuse(self, call: _Call, status: int, style: str, why: str) -> web.StreamResponse:
+        from aiohttp import web
+
+        call.status = status
+        call.refused = why
+        kind = "authentication_error" if status == 401 else "invalid_request_error"
+        body = model_api.error_body(style, f"sealbench gateway: {why}", kind)
+        close = {"Connection": "close"} if status in (408, 413, 503) else None
+        return web.json_response(body, status=status, headers=close)
+
+    def _route(self, raw_path: str) -> tuple[ModelEndpoint | None, str]:
+        for name, endpoint in self.endpoints.items():
+            if raw_path == f"/{name}{model_api.PATHS[endpoint.style]}":
+                return endpoint, ""
+        paths = ", ".join(f"POST /{n}{model_api.PATHS[e.style]}" for n, e in self.endpoints.items())
+        return None, f"path {raw_path[:200]!r} is not a declared endpoint's API path (declared: {paths})"
+
+    async def _serve(self, att: _Attempt, request: web.BaseRequest, call: _Call) -> web.StreamResponse:
+        endpoint, why = self._route(request.raw_path)
+        style = endpoint.style if endpoint is not None else "openai-chat"
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        token = model_api.presented_token(style, headers)
+        if token != att.token:
+            other = self._tokens.get(token) if token is not None else None
+            if other is not None and other.closed:
+                return self._refuse(call, 401, style, f"the token is that of a finished attempt ({other.task_id} "
+                                                      f"attempt {other.attempt}); each attempt has its own")
+            if other is not None:
+                return self._refuse(call, 401, style, "the token is another attempt's")
+            return self._refuse(call, 401, style, "no valid token (send the one in OPENAI_API_KEY / "
+                                                  "ANTHROPIC_API_KEY)")
+        if endpoint is None:
+            return self._refuse(call, 404, style, why)
+        call.endpoint = endpoint.name
+        if request.method != "POST":
+            return self._refuse(call, 405, style, f"method {request.method[:20]} is not allowed (POST only)")
+        limit = self.limits.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._refuse(call, 413, style, f"the body of {request.content_length} bytes is over the cap "
+                                                  f"of {limit}")
+        body = bytearray()
+        budget = self.limits.buffered_bytes
+        try:
+            async with asyncio.timeout(self.limits.client_timeout_s):
+                while True:
+                    chunk = await request.content.readany()
+                    if not chunk:
+                        break
+                    body += chunk
+                    att.buffered += len(chunk)
+                    if len(body) > limit:
+                        return self._refuse(call, 413, style, f"the body is over the cap of {limit} bytes")
+                    if att.buffered > budget:
+                        return self._refuse(call, 503, style, f"the attempt's requests in flight hold over {budget} "
+                                                              f"bytes; send fewer at once")
+        except TimeoutError:
+            return self._refuse(call, 408, style, f"the body did not arrive within {self.limits.client_timeout_s:g} s")
+        finally:
+            att.buffered -= len(body)
+        call.request = bytes(body)
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            return self._refuse(call, 400, style, "the body is not a JSON object")
+        model = parsed.get("model")
+        call.model = model if isinstance(model, str) else None
+        call.streamed = parsed.get("stream") is True
+        if not isinstance(model, str) or model not in endpoint.models:
+            return self._refuse(call, 403, style, f"model {str(model)[:200]!r} is not declared for endpoint "
+                                                  f"{endpoint.name!r} (declared: {', '.join(endpoint.models)})")
+        return await self._forward(endpoint, headers, call, request)
+
+    async def _forward(self, endpoint: ModelEndpoint, headers: dict[str, str], call: _Call,
+                       request: web.BaseRequest) -> web.StreamResponse:
+        import aiohttp
+        from aiohttp import web
+
+        assert self._session is not None and call.request is not None
+        upstream_headers: dict[str, str] = {k: headers[k] for k in _PASSED_REQUEST_HEADERS if k in headers}
+        upstream_headers["Accept-Encoding"] = "identity"
+        upstream_headers.update(model_api.auth_headers(endpoint.style, self._keys[endpoint.name]))
+        url = endpoint.base_url.rstrip("/") + model_api.PATHS[endpoint.style]
+        try:
+            upstream = await self._session.post(url, data=call.request, headers=upstream_headers,
+                                                 allow_redirects=False)
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            call.error = f"the model endpoint failed: {type(e).__name__}: {e}"[:500]
+            call.status = 502
+            body = model_api.error_body(endpoint.style, f"sealbench gateway: {call.error}", "api_error")
+            return web.json_response(body, status=502)
+        async with upstream:
+            call.status = upstream.status
+            reply = web.StreamResponse(status=upstream.status, headers={
+                k: upstream.headers[k] for k in _PASSED_REPLY_HEADERS if k in upstream.headers})
+            await reply.prepare(request)
+            cap = self.limits.stored_reply_bytes
+            try:
+                async for chunk in upstream.content.iter_any():
+                    call.reply_bytes += len(chunk)
+                    if len(call.reply) < cap:
+                        call.reply += chunk[:cap - len(call.reply)]
+                    await reply.write(chunk)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                call.error = f"the model endpoint failed mid-reply: {type(e).__name__}: {e}"[:500]
+                return reply
+            await reply.write_eof()
+            return reply
+
+    # ------------------------------------------------------------------ the record
+
+    def _write_later(self, att: _Attempt, call: _Call) -> None:
+        """Journal the call off the loop, after the attempt's earlier calls (in the order they ended)."""
+        loop = asyncio.get_running_loop()
+        before = att.last_write
+
+        async def write() -> None:
+            if before is not None:
+                with contextlib.suppress(Exception):
+                    await before
+            await loop.run_in_executor(self._writer, self._write, att, call)
+
+        fut: asyncio.Future[None] = asyncio.ensure_future(write())
+        att.last_write = fut
+        att.pending.add(fut)
+        fut.add_done_callback(att.pending.discard)
+
+    def _redact(self, data: bytes) -> bytes:
+        for key in self._key_bytes:
+            data = data.replace(key, _KEY_REMOVED)
+        return data
+
+    def _write(self, att: _Attempt, call: _Call) -> None:
+        reply = bytes(call.reply)
+        forwarded = call.refused is None and call.endpoint is not None and call.status is not None
+        usage = model_api.NO_USAGE
+        if forwarded and call.endpoint is not None and reply:
+            usage = model_api.reply_usage(self.endpoints[call.endpoint].style, reply, bool(call.streamed))
+        event = ev.ModelCall(
+            task_id=att.task_id, attempt=att.attempt, index=call.index, started_at=call.started_at,
+            latency_ms=call.latency_ms, status=call.status, endpoint=call.endpoint, model=call.model,
+            streamed=call.streamed,
+            request=self._store(self._redact(call.request)) if call.request is not None else None,
+            request_bytes=len(call.request) if call.request is not None else None,
+            response=self._store(self._redact(reply)) if reply else None,
+            response_bytes=call.reply_bytes,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
+            **ev.present(response_truncated=True if call.reply_bytes > len(reply) else None,
+                         refused=call.refused, error=call.error))
+        try:
+            self._record(event)
+        except Exception:  # the journal failed: the run is stopping on it already
+            return
+
+
+class AttemptAccess:
+    """One attempt's way to the gateway: the agent's environment additions and the sandbox's relay."""
+
+    def __init__(self, gateway: Gateway, att: _Attempt, env: dict[str, str], relay: Relay) -> None:
+        self._gateway = gateway
+        self._att = att
+        self.env = env
+        self.relay = relay
+        self._closed = False
+
+    @property
+    def token(self) -> str:
+        return self._att.token
+
+    def close(self) -> None:
+        """Refuse the token from now on and journal every call of the attempt (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._gateway.close_attempt(self._att)
+
+    def guard(self, prepared: Prepared) -> Prepared:
+        """``prepared``, closing this access when it is closed (the sandbox is gone by then)."""
+        return _Guarded(prepared, self)
+
+
+class _Guarded:
+    def __init__(self, prepared: Prepared, access: AttemptAccess) -> None:
+        self._prepared = prepared
+        self._access = access
+
+    def start(self, timeout_s: float | None = None) -> SandboxResult:
+        return self._prepared.start(timeout_s)
+
+    def kill(self) -> None:
+        self._prepared.kill()
+
+    def close(self) -> None:
+        try:
+            self._prepared.close()
+        finally:
+            self._access.close()
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

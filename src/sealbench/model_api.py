@@ -1,0 +1,200 @@
+"""The three model API styles the gateway and the scripted model speak, as pure functions.
+
+Each style has one path (appended to the endpoint's base URL), one way to carry the key, a
+request naming its model in ``model``, and usage reported in its own words. Nothing here does
+I/O: the gateway (:mod:`sealbench.gateway`) and the scripted model (:mod:`sealbench.model_stub`)
+call these on bytes they hold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Final, NamedTuple
+
+from .formats import ApiStyle
+
+PATHS: Final[dict[str, str]] = {
+    "openai-chat": "/chat/completions",
+    "openai-responses": "/responses",
+    "anthropic-messages": "/v1/messages",
+}
+"""The one API path of each style, relative to the endpoint's base URL."""
+
+
+class Usage(NamedTuple):
+    """Tokens as the upstream reported them; None where it reported nothing."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+
+
+NO_USAGE: Final = Usage(None, None, None)
+
+
+def family(style: ApiStyle | str) -> str:
+    """``openai`` or ``anthropic``: whose SDK variables point at an endpoint of this style."""
+    return "anthropic" if style.startswith("anthropic") else "openai"
+
+
+def auth_headers(style: ApiStyle | str, key: str) -> dict[str, str]:
+    """The headers that carry ``key`` upstream."""
+    if family(style) == "anthropic":
+        return {"x-api-key": key}
+    return {"Authorization": f"Bearer {key}"}
+
+
+def presented_token(style: ApiStyle | str, headers: dict[str, str]) -> str | None:
+    """The token a client presented (``Authorization: Bearer`` or, for Anthropic, ``x-api-key``).
+
+    ``headers`` has lower-case names.
+    """
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    if family(style) == "anthropic":
+        return headers.get("x-api-key")
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def usage_of(style: ApiStyle | str, body: Any) -> Usage:
+    """Usage from a non-streamed reply's parsed JSON (or from a stream's final object)."""
+    if style == "openai-chat":
+        u = _dig(body, "usage")
+        return Usage(_int(_dig(u, "prompt_tokens")), _int(_dig(u, "completion_tokens")),
+                     _int(_dig(u, "prompt_tokens_details", "cached_tokens")))
+    if style == "openai-responses":
+        u = _dig(body, "usage")
+        return Usage(_int(_dig(u, "input_tokens")), _int(_dig(u, "output_tokens")),
+                     _int(_dig(u, "input_tokens_details", "cached_tokens")))
+    u = _dig(body, "usage")
+    return Usage(_int(_dig(u, "input_tokens")), _int(_dig(u, "output_tokens")),
+                 _int(_dig(u, "cache_read_input_tokens")))
+
+
+def sse_data(body: bytes) -> Iterator[Any]:
+    """The JSON objects of a server-sent event stream's ``data:`` lines (others skipped)."""
+    for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        data = b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
+        if not data or data.strip() == b"[DONE]":
+            continue
+        try:
+            yield json.loads(data)
+        except ValueError:
+            continue
+
+
+def stream_usage(style: ApiStyle | str, body: bytes) -> Usage:
+    """Usage of a streamed reply: from its final chunk that reports one.
+
+    OpenAI chat reports it in a last chunk (with ``stream_options.include_usage``); Responses
+    in ``response.completed``; Anthropic gives input tokens in ``message_start`` and the
+    running output count in each ``message_delta``.
+    """
+    found = NO_USAGE
+    for obj in sse_data(body):
+        if style == "openai-chat":
+            if isinstance(_dig(obj, "usage"), dict):
+                found = usage_of(style, obj)
+        elif style == "openai-responses":
+            if isinstance(_dig(obj, "response", "usage"), dict):
+                found = usage_of(style, obj["response"])
+        elif _dig(obj, "type") == "message_start":
+            start = usage_of(style, _dig(obj, "message"))
+            found = Usage(start.input_tokens, start.output_tokens, start.cached_tokens)
+        elif _dig(obj, "type") == "message_delta" and isinstance(_dig(obj, "usage"), dict):
+            delta = usage_of(style, obj)
+            found = Usage(delta.input_tokens if delta.input_tokens is not None else found.input_tokens,
+                          delta.output_tokens,
+                          delta.cached_tokens if delta.cached_tokens is not None else found.cached_tokens)
+    return found
+
+
+def reply_usage(style: ApiStyle | str, body: bytes, streamed: bool) -> Usage:
+    """Usage of a whole reply body (streamed or not); :data:`NO_USAGE` when it reports none."""
+    if streamed:
+        return stream_usage(style, body)
+    try:
+        return usage_of(style, json.loads(body))
+    except ValueError:
+        return NO_USAGE
+
+
+# ----------------------------------------------------------------------------- replies (the stub)
+
+
+def reply_body(style: ApiStyle | str, model: str, text: str, usage: Usage, reply_id: str) -> dict[str, Any]:
+    """A whole non-streamed reply carrying ``text``, in the style's shape."""
+    inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
+    if style == "openai-chat":
+        return {"id": reply_id, "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out,
+                          "prompt_tokens_details": {"cached_tokens": cached}}}
+    if style == "openai-responses":
+        return {"id": reply_id, "object": "response", "created_at": 0, "status": "completed", "model": model,
+                "output": [{"type": "message", "id": reply_id + "-m", "status": "completed", "role": "assistant",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out,
+                          "input_tokens_details": {"cached_tokens": cached}}}
+    return {"id": reply_id, "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cached}}
+
+
+def _event(data: dict[str, Any], name: str | None = None) -> bytes:
+    head = f"event: {name}\n" if name else ""
+    return (head + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n").encode()
+
+
+def reply_stream(style: ApiStyle | str, model: str, pieces: list[str], usage: Usage,
+                 reply_id: str) -> Iterator[bytes]:
+    """The server-sent events of a streamed reply: one event per piece of text, usage last."""
+    inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
+    text = "".join(pieces)
+    if style == "openai-chat":
+        base = {"id": reply_id, "object": "chat.completion.chunk", "created": 0, "model": model}
+        for piece in pieces:
+            yield _event({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+        yield _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        yield _event({**base, "choices": [], "usage": reply_body(style, model, text, usage, reply_id)["usage"]})
+        yield b"data: [DONE]\n\n"
+    elif style == "openai-responses":
+        for piece in pieces:
+            yield _event({"type": "response.output_text.delta", "delta": piece}, "response.output_text.delta")
+        yield _event({"type": "response.completed", "response": reply_body(style, model, text, usage, reply_id)},
+                     "response.completed")
+    else:
+        yield _event({"type": "message_start", "message": {
+            "id": reply_id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached}}}, "message_start")
+        yield _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                     "content_block_start")
+        for piece in pieces:
+            yield _event({"type": "content_block_delta", "index": 0,
+                          "delta": {"type": "text_delta", "text": piece}}, "content_block_delta")
+        yield _event({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        yield _event({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                      "usage": {"output_tokens": out}}, "message_delta")
+        yield _event({"type": "message_stop"}, "message_stop")
+
+
+def error_body(style: ApiStyle | str, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """An error reply in the style's shape (what SDKs show their users)."""
+    if family(style) == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}

@@ -1,0 +1,261 @@
+"""``sealbench model-stub``: a scripted model server on loopback, for tests and dry runs.
+
+It answers the three API styles (:mod:`sealbench.model_api`) on their usual paths
+(``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``; the OpenAI ones also without
+``/v1``), streamed (``"stream": true``) or not, with usage fields, from a script: a list of
+replies used in order, each optionally for one model only. It never reaches a real model and
+costs nothing; point a contract's endpoint ``base_url`` at it (``http://127.0.0.1:PORT/v1``
+for the OpenAI styles, ``http://127.0.0.1:PORT`` for Anthropic's).
+
+Script (JSON: a list of replies; TOML: ``[[reply]]`` tables)::
+
+    [{"text": "def add(a, b):\\n    return a + b\\n",
+      "model": "stub-model",                       # optional: only for requests of this model
+      "usage": {"input_tokens": 12, "output_tokens": 7, "cached_tokens": 0},   # optional
+      "status": 200,                               # optional: another status sends an error reply
+      "repeat": false}]                            # optional: true never uses the reply up
+
+A request takes the first reply not yet used whose ``model`` is absent or its own; with none
+left it gets a 503 error reply saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from . import model_api
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+_ROUTES: dict[str, str] = {
+    "/v1/chat/completions": "openai-chat",
+    "/chat/completions": "openai-chat",
+    "/v1/responses": "openai-responses",
+    "/responses": "openai-responses",
+    "/v1/messages": "anthropic-messages",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class StubUsage(_Strict):
+    """Usage the reply reports."""
+
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+    cached_tokens: int = Field(0, ge=0)
+
+
+class StubReply(_Strict):
+    """One scripted reply."""
+
+    text: str = Field("", description="The assistant's text.")
+    model: str | None = Field(None, description="Only for requests naming this model; null: any.")
+    usage: StubUsage = Field(default_factory=StubUsage, description="Usage the reply reports.")
+    status: int = Field(200, ge=200, le=599, description="HTTP status; not 200 sends an error reply.")
+    repeat: bool = Field(False, description="True: the reply is never used up.")
+
+
+class _TomlScript(_Strict):
+    reply: list[StubReply] = Field(min_length=1)
+
+
+def load_script(path: Path) -> list[StubReply]:
+    """The replies of a script file (``.toml``: ``[[reply]]`` tables; anything else: a JSON list).
+
+    Raises:
+        UsageError: the file cannot be read or is not a script, naming it.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read the model script {path}: {e.strerror or e}") from None
+    try:
+        if path.suffix == ".toml":
+            return _TomlScript.model_validate(tomllib.loads(raw.decode())).reply
+        replies = TypeAdapter(list[StubReply]).validate_python(json.loads(raw))
+    except (ValueError, ValidationError) as e:
+        raise UsageError(f"{path} is not a model script (a JSON list of replies, or TOML [[reply]] tables): "
+                         f"{e}") from None
+    if not replies:
+        raise UsageError(f"{path} has no reply")
+    return replies
+
+
+@dataclass
+class Script:
+    """The replies, and which are used up (one lock: requests come on one event loop)."""
+
+    replies: list[StubReply]
+    used: set[int] = field(default_factory=set)
+    served: int = 0
+
+    def take(self, model: str) -> StubReply | None:
+        for i, reply in enumerate(self.replies):
+            if i in self.used or (reply.model is not None and reply.model != model):
+                continue
+            if not reply.repeat:
+                self.used.add(i)
+            self.served += 1
+            return reply
+        return None
+
+
+def _pieces(text: str, size: int = 16) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+async def _answer(request: web.BaseRequest, script: Script, latency_s: float, key: str | None) -> web.StreamResponse:
+    from aiohttp import web
+
+    style = _ROUTES.get(request.path)
+    if style is None or request.method != "POST":
+        return web.json_response({"error": {"message": f"no such route: {request.method} {request.path}"}},
+                                 status=404)
+    if key is not None:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if model_api.presented_token(style, headers) != key:
+            return web.json_response(model_api.error_body(style, "invalid api key", "authentication_error"),
+                                     status=401)
+    try:
+        body = json.loads(await request.read())
+    except ValueError:
+        return web.json_response(model_api.error_body(style, "the body is not JSON"), status=400)
+    model = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(model, str):
+        return web.json_response(model_api.error_body(style, "the body names no model"), status=400)
+    if latency_s > 0:
+        await asyncio.sleep(latency_s)
+    reply = script.take(model)
+    if reply is None:
+        return web.json_response(model_api.error_body(style, f"the script has no reply left for model {model}",
+                                                      "overloaded_error"), status=503)
+    if reply.status != 200:
+        return web.json_response(model_api.error_body(style, reply.text or f"scripted status {reply.status}",
+                                                      "api_error"), status=reply.status)
+    usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens)
+    reply_id = f"stub-{script.served}"
+    if body.get("stream") is True:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        for chunk in model_api.reply_stream(style, model, _pieces(reply.text), usage, reply_id):
+            await resp.write(chunk)
+        await resp.write_eof()
+        return resp
+    return web.json_response(model_api.reply_body(style, model, reply.text, usage, reply_id))
+
+
+@dataclass
+class StubServer:
+    """A running scripted model (see :func:`start`)."""
+
+    port: int
+    script: Script
+    _loop: asyncio.AbstractEventLoop
+    _thread: threading.Thread
+    _stop: asyncio.Event
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+async def _serve(script: Script, port: int, latency_s: float, key: str | None,
+                 ready: asyncio.Future[int] | None, stop: asyncio.Event) -> None:
+    from aiohttp import web
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        return await _answer(request, script, latency_s, key)
+
+    server = web.Server(handle)
+    runner = web.ServerRunner(server, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
+    await site.start()
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[attr-defined]
+    bound = sockets[0].getsockname()[1] if sockets else port
+    if ready is not None:
+        ready.set_result(bound)
+    else:
+        print(f"model-stub listening on http://127.0.0.1:{bound} ({len(script.replies)} replies)", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def start(replies: Sequence[StubReply], *, port: int = 0, latency_ms: int = 0, key: str | None = None) -> StubServer:
+    """Serve ``replies`` on 127.0.0.1 from a thread of this process (for tests and benchmarks)."""
+    script = Script(list(replies))
+    loop = asyncio.new_event_loop()
+    started: dict[str, Any] = {}
+    got = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        stop = asyncio.Event()
+        ready: asyncio.Future[int] = loop.create_future()
+        started["stop"] = stop
+
+        def on_ready(fut: asyncio.Future[int]) -> None:
+            started["port"] = fut.result()
+            got.set()
+
+        ready.add_done_callback(on_ready)
+        try:
+            loop.run_until_complete(_serve(script, port, latency_ms / 1000, key, ready, stop))
+        except BaseException as e:
+            started["error"] = e
+            got.set()
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name="model-stub", daemon=True)
+    thread.start()
+    got.wait(30)
+    if "port" not in started:
+        raise OSError(f"the model stub did not start: {started.get('error')}")
+    return StubServer(started["port"], script, loop, thread, started["stop"])
+
+
+def serve_forever(script_path: Path, port: int, latency_ms: int, key_env: str | None) -> Literal[0]:
+    """The ``model-stub`` command: serve until interrupted.
+
+    Raises:
+        UsageError: a bad script, a bad port or latency, an unset key variable.
+    """
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a port (0 picks a free one)")
+    if latency_ms < 0:
+        raise UsageError("--latency-ms must be 0 or more")
+    key = None
+    if key_env is not None:
+        key = os.environ.get(key_env)
+        if not key:
+            raise UsageError(f"--require-key-env {key_env}: the variable is not set")
+    script = Script(load_script(script_path))
+    try:
+        asyncio.run(_serve(script, port, latency_ms / 1000, key, None, asyncio.Event()))
+    except OSError as e:
+        print(f"error: model-stub cannot listen on 127.0.0.1:{port}: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return 0

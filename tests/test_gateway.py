@@ -1,0 +1,496 @@
+"""The model gateway in the real sandbox: a model-backed agent reaches the declared endpoint and
+nothing else, never sees the key, and every call is on the record.
+
+Each test runs ``gateway_agent.py`` (a small urllib/http.client agent) in the bubblewrap sandbox
+through the real runner, against ``model-stub`` started on loopback by the test; the stub
+answers only requests that carry the real key, so a reply proves the gateway swapped it in.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import LOCK_TIME, needs_bwrap
+from sealbench.bundle import make_bundle, verify_bundle
+from sealbench.contract import lock_contract, new_contract
+from sealbench.errors import RunRefusal
+from sealbench.files import model_json, write_atomic
+from sealbench.formats import AgentSpec, ModelEndpoint, ModelPrice
+from sealbench.journal import read_chain
+from sealbench.model_stub import StubReply, StubServer, StubUsage, start
+from sealbench.pack import load_pack
+from sealbench.runner import RunOptions, execute
+
+TASK = "t_11_fix_off_by_one"
+FIX = "def last_n(items, n):\n    return items[-n:] if n > 0 else []\n"
+AGENT = Path(__file__).resolve().parent / "gateway_agent.py"
+KEY_ENV = "SEALBENCH_TEST_MODEL_KEY"
+
+pytestmark = needs_bwrap
+
+
+@pytest.fixture
+def key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A random key in the host environment, as a user would export it."""
+    value = "sk-test-" + secrets.token_hex(20)
+    monkeypatch.setenv(KEY_ENV, value)
+    return value
+
+
+@pytest.fixture
+def stub(key: str) -> Iterator[StubServer]:
+    server = start([StubReply(text=FIX, model="stub-model", repeat=True,
+                              usage=StubUsage(input_tokens=120, output_tokens=30, cached_tokens=100)),
+                    StubReply(text=FIX, model="claude-stub", repeat=True,
+                              usage=StubUsage(input_tokens=50, output_tokens=20, cached_tokens=0))], key=key)
+    yield server
+    server.close()
+
+
+def endpoints(stub: StubServer) -> list[ModelEndpoint]:
+    return [
+        ModelEndpoint(name="openai", style="openai-chat", base_url=stub.url + "/v1", models=["stub-model"],
+                      key_env=KEY_ENV, prices={"stub-model": ModelPrice(input=1.0, output=2.0, cached_input=0.5,
+                                                                        read_on="2026-11-30")}),
+        ModelEndpoint(name="anthropic", style="anthropic-messages", base_url=stub.url, models=["claude-stub"],
+                      key_env=KEY_ENV),
+    ]
+
+
+def gateway_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, list[dict[str, Any]]], *,
+                max_attempts: int = 1, name: str = "gw", probe: bool = False
+                ) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
+    agent_dir = tmp_path / f"{name}-agent"
+    agent_dir.mkdir()
+    shutil.copy(AGENT, agent_dir / "agent.py")
+    (agent_dir / "plan.json").write_text(json.dumps(plan))
+    contract_file = tmp_path / f"{name}.contract.json"
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, contract_file, [TASK], host="test machine", max_attempts=max_attempts,
+                               agent=AgentSpec(label="gateway test agent", command=f"python {agent_dir}/agent.py",
+                                               mounts=[str(agent_dir)]),
+                               oracle_validity="unavailable")
+    contract = contract.model_copy(update={"model_endpoints": endpoints(stub)})
+    write_atomic(contract_file, model_json(lock_contract(contract, name, LOCK_TIME, pack)))
+    run_dir = tmp_path / name
+    execute(contract_file, run_dir, RunOptions(progress=False, keep_work=True))
+    if probe:
+        execute(contract_file, run_dir, RunOptions(progress=False, keep_work=True), probe=True)
+    events = read_chain(run_dir / "journal.jsonl").events
+    cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+    return run_dir, events, cards
+
+
+def calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == "model_call"]
+
+
+def agent_log(run_dir: Path, attempt: int = 1) -> dict[str, Any]:
+    log: dict[str, Any] = json.loads((run_dir / "work" / TASK / "ws" / f"agent_log_{attempt}.json").read_text())
+    return log
+
+
+def blob(run_dir: Path, digest: str) -> bytes:
+    return (run_dir / "blobs" / digest.removeprefix("sha256:")).read_bytes()
+
+
+# --- the way through --------------------------------------------------------------------
+
+
+def test_agent_fixes_a_task_through_the_gateway_and_every_call_carries_its_usage(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    plan = {"1": [{"do": "chat", "model": "stub-model", "stream": True, "write": "window.py"},
+                  {"do": "chat", "model": "stub-model"},
+                  {"do": "anthropic", "model": "claude-stub", "stream": True},
+                  {"do": "anthropic", "model": "claude-stub"}]}
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, stub, plan)
+    assert cards[0]["outcome"] == "pass", agent_log(run_dir)
+    assert [s["status"] for s in agent_log(run_dir)["steps"]] == [200, 200, 200, 200]
+    made = calls(events)
+    assert [c["payload"]["index"] for c in made] == [0, 1, 2, 3]
+    usage = [(c["payload"]["endpoint"], c["payload"]["streamed"], c["payload"]["input_tokens"],
+              c["payload"]["output_tokens"], c["payload"]["cached_tokens"]) for c in made]
+    assert usage == [("openai", True, 120, 30, 100), ("openai", False, 120, 30, 100),
+                     ("anthropic", True, 50, 20, 0), ("anthropic", False, 50, 20, 0)]
+    for c in made:
+        p = c["payload"]
+        assert p["status"] == 200 and "refused" not in p and p["latency_ms"] >= 0
+        assert json.loads(blob(run_dir, p["request"]))["model"] == p["model"]
+        assert FIX.split("\n")[0][:10].encode() in blob(run_dir, p["response"]).replace(b"\\n", b"\n") or p["streamed"]
+    # Every call is journaled inside its attempt, before the agent's end.
+    kinds = [e["kind"] for e in events]
+    assert max(i for i, k in enumerate(kinds) if k == "model_call") < kinds.index("agent_finished")
+
+
+def test_exploit_host_key_is_looked_for_in_the_sandbox_workspace_run_dir_and_bundle(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer, key: str) -> None:
+    plan = {"1": [{"do": "dump_env"}, {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, stub, plan, probe=True)
+    assert cards[0]["outcome"] == "pass"
+    seen_env = agent_log(run_dir)["env"]
+    assert seen_env["OPENAI_API_KEY"].startswith("sbx-") and seen_env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+    assert KEY_ENV not in seen_env and key not in json.dumps(seen_env)
+    bundle = make_bundle(run_dir, tmp_path / "bundles")
+    verify_bundle(bundle)
+    needle = key.encode()
+    for root in (run_dir, bundle):
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert needle not in path.read_bytes(), path
+    grep = subprocess.run(["grep", "-rlF", key, str(run_dir), str(bundle)], capture_output=True, text=True)
+    assert grep.returncode == 1 and grep.stdout == ""
+    assert len(calls(events)) == 1
+
+
+# --- what stays shut ------------------------------------------------------------------------
+
+
+class _Listener:
+    """A host service the agent must not reach: counts what it accepts."""
+
+    def __init__(self, family: socket.AddressFamily, host: str) -> None:
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.bind((host, 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+            except (TimeoutError, OSError):
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def test_exploit_agent_dials_other_host_listeners_abstract_socket_and_dns(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    v4 = _Listener(socket.AF_INET, "127.0.0.1")
+    try:
+        v6: _Listener | None = _Listener(socket.AF_INET6, "::1")
+    except OSError:
+        v6 = None  # no IPv6 loopback on this host: nothing there to reach
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract_name = f"sealbench-test-{secrets.token_hex(6)}"
+    abstract.bind("\0" + abstract_name)
+    abstract.listen(1)
+    stub_port = int(stub.url.rsplit(":", 1)[1])
+    try:
+        steps: list[dict[str, Any]] = [
+            {"do": "connect", "host": "127.0.0.1", "port": v4.port},
+            {"do": "connect", "host": "127.0.0.1", "port": stub_port},
+            {"do": "abstract", "name": abstract_name},
+            {"do": "dns", "name": "example.com"},
+        ]
+        if v6 is not None:
+            steps.append({"do": "connect", "host": "::1", "port": v6.port})
+        steps.append({"do": "chat", "model": "stub-model", "write": "window.py"})
+        run_dir, _events, cards = gateway_run(sealed_pack, tmp_path, stub, {"1": steps})
+    finally:
+        v4.close()
+        if v6 is not None:
+            v6.close()
+        abstract.close()
+    log = agent_log(run_dir)["steps"]
+    assert all(s["result"].startswith("refused") for s in log if s["do"] in ("connect", "abstract")), log
+    dns = next(s for s in log if s["do"] == "dns")
+    assert dns["result"].startswith("failed") and dns["seconds"] < 2.0, dns
+    # The resolver named is the sandbox's own loopback (or none, whose default is the same).
+    assert dns["resolv_conf"] is None or dns["resolv_conf"].split()[:2] == ["nameserver", "127.0.0.1"], dns
+    assert v4.accepted == 0 and (v6 is None or v6.accepted == 0)
+    assert stub.script.served == 1  # only the model call, through the gateway
+    assert log[-1]["status"] == 200 and cards[0]["outcome"] == "pass"
+
+
+def test_exploit_agent_asks_for_an_undeclared_model(sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    plan = {"1": [{"do": "chat", "model": "gpt-expensive"}, {"do": "anthropic", "model": "stub-model"},
+                  {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, events, _cards = gateway_run(sealed_pack, tmp_path, stub, plan)
+    log = agent_log(run_dir)["steps"]
+    assert [s["status"] for s in log] == [403, 403, 200]
+    assert "not declared" in log[0]["reply"] and "sealbench gateway" in log[0]["reply"]
+    made = calls(events)
+    assert [c["payload"]["status"] for c in made] == [403, 403, 200]
+    assert "gpt-expensive" in made[0]["payload"]["refused"] and made[0]["payload"]["model"] == "gpt-expensive"
+    assert made[0]["payload"]["input_tokens"] is None  # never sent upstream: no usage
+    assert stub.script.served == 1
+
+
+def test_exploit_agent_tries_paths_methods_and_bodies_the_endpoint_does_not_declare(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    raw = ["/openai/../anthropic/v1/messages", "/openai/chat/completions?redirect=http://evil",
+           "//evil.example/openai/chat/completions", "/openai/%2e%2e/chat/completions", "/openai/models",
+           "/openai/chat/completions/", "/openai/v1/chat/completions"]
+    steps: list[dict[str, Any]] = [{"do": "raw", "path": p} for p in raw]
+    steps += [{"do": "raw", "path": "/openai/chat/completions", "method": "GET", "body": None},
+              {"do": "raw", "path": "/openai/chat/completions", "body": {"messages": []}},
+              {"do": "raw", "path": "/openai/chat/completions", "body": ["stub-model"]},
+              {"do": "chat", "model": "stub-model", "write": "window.py"}]
+    run_dir, events, _cards = gateway_run(sealed_pack, tmp_path, stub, {"1": steps})
+    statuses = [s["status"] for s in agent_log(run_dir)["steps"]]
+    assert statuses == [404] * len(raw) + [405, 403, 400, 200]
+    assert stub.script.served == 1
+    assert all(c["payload"].get("refused") for c in calls(events)[:-1])
+
+
+def test_exploit_agent_floods_the_gateway_with_a_huge_body_and_too_many_connections(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    from sealbench.gateway import GatewayLimits
+
+    cap = GatewayLimits().connections
+    plan = {"1": [{"do": "big_body", "bytes": GatewayLimits().max_body_bytes + 1},
+                  {"do": "flood", "connections": cap + 8, "expect_closed": 8},
+                  {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, stub, plan)
+    log = agent_log(run_dir)["steps"]
+    assert log[0]["status"] == 413
+    assert log[1]["closed"] >= 8  # the connections over the cap, closed on arrival
+    assert log[2]["status"] == 200 and cards[0]["outcome"] == "pass"
+    refused = [c["payload"]["refused"] for c in calls(events) if c["payload"].get("refused")]
+    assert any("over the cap" in r and "bytes" in r for r in refused)
+    assert any(f"over the cap of {cap}" in r and "connection" in r for r in refused)
+    assert stub.script.served == 1
+
+
+def test_exploit_agent_reuses_the_token_of_its_finished_attempt(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    plan = {"1": [{"do": "save_token"}],
+            "2": [{"do": "chat", "model": "stub-model", "token": "saved"},
+                  {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, stub, plan, max_attempts=2)
+    assert cards[0]["outcome"] == "pass" and cards[0]["attempts_used"] == 2
+    log = agent_log(run_dir, 2)["steps"]
+    assert [s["status"] for s in log] == [401, 200]
+    assert "finished attempt" in log[0]["reply"]
+    refused = calls(events)[0]
+    assert refused["attempt"] == 2 and "finished attempt" in refused["payload"]["refused"]
+    assert stub.script.served == 1
+
+
+def test_exploit_code_under_test_dials_the_gateway_port_while_graded(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    # window.py is imported by the hidden tests: if the grading sandbox could reach the relay
+    # port, last_n would return the wrong items and the task would fail.
+    code = ("import socket\n"
+            "try:\n    socket.create_connection(('127.0.0.1', 7700), timeout=2).close()\n    _REACHED = True\n"
+            "except OSError:\n    _REACHED = False\n" + FIX.replace("return items", "return [] if _REACHED else items"))
+    server = start([StubReply(text=code, repeat=True)], key=key)
+    try:
+        run_dir, events, cards = gateway_run(sealed_pack, tmp_path, server,
+                                             {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}]})
+    finally:
+        server.close()
+    assert "_REACHED" in (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert cards[0]["outcome"] == "pass"
+    kinds = [e["kind"] for e in events]
+    assert [k for k in kinds if k == "model_call"] == ["model_call"]
+    assert kinds.index("model_call") < kinds.index("agent_finished")
+
+
+# --- refusals before the run ----------------------------------------------------------------
+
+
+def test_run_with_an_unset_key_variable_is_refused_naming_the_variable(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(RunRefusal, match=f"{KEY_ENV} that holds its key is not set"):
+        gateway_run(sealed_pack, tmp_path, stub, {"1": []})
+    assert not (tmp_path / "gw" / "journal.jsonl").exists()
+
+
+def test_contract_without_endpoints_has_no_endpoints_key_and_keeps_its_digest(sealed_pack: Path, tmp_path: Path) -> None:
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, tmp_path / "c.json", [TASK], host="test machine",
+                               agent=AgentSpec(label="a", command="true"), oracle_validity="unavailable")
+    locked = lock_contract(contract, "r1", LOCK_TIME, pack)
+    assert "model_endpoints" not in model_json(locked)
+    with_endpoints = lock_contract(contract.model_copy(update={"model_endpoints": [
+        ModelEndpoint(name="e", style="openai-chat", base_url="https://api.example.com/v1", models=["m"],
+                      key_env="K")]}), "r1", LOCK_TIME, pack)
+    assert '"key_env":"K"' in model_json(with_endpoints).replace(" ", "")
+    assert with_endpoints.contract_sha256 != locked.contract_sha256
+
+
+def test_lock_refuses_endpoints_named_alike_or_priced_for_undeclared_models(sealed_pack: Path, tmp_path: Path) -> None:
+    from sealbench.errors import ContractError
+
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, tmp_path / "c.json", [TASK], host="test machine",
+                               agent=AgentSpec(label="a", command="true"), oracle_validity="unavailable")
+    one = ModelEndpoint(name="e", style="openai-chat", base_url="https://api.example.com/v1", models=["m"],
+                        key_env="K")
+    with pytest.raises(ContractError, match="used twice"):
+        lock_contract(contract.model_copy(update={"model_endpoints": [one, one]}), "r1", LOCK_TIME, pack)
+    priced = one.model_copy(update={"prices": {"other": ModelPrice(input=1, output=1, read_on="2026-11-30")}})
+    with pytest.raises(ContractError, match="not among its models"):
+        lock_contract(contract.model_copy(update={"model_endpoints": [priced]}), "r1", LOCK_TIME, pack)
+
+
+@pytest.mark.parametrize("url", ["ftp://h/v1", "https://user:pw@h/v1", "https://h/v1?x=1", "https://h/v1#f",
+                                 "https://h/a/../v1", "https://h//v1", "https://h/%2e%2e/v1", "https:///v1"])
+def test_endpoint_base_url_that_could_mislead_the_gateway_is_refused(url: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        ModelEndpoint(name="e", style="openai-chat", base_url=url, models=["m"], key_env="K")
+
+
+# --- the scripted model on its own ----------------------------------------------------------
+
+
+def test_model_stub_command_serves_every_style_streamed_and_not(tmp_path: Path) -> None:
+    from sealbench import model_api
+
+    script = tmp_path / "script.toml"
+    script.write_text('[[reply]]\ntext = "hello from the stub"\nrepeat = true\n'
+                      '[reply.usage]\ninput_tokens = 9\noutput_tokens = 4\ncached_tokens = 2\n')
+    proc = subprocess.Popen([sys.executable, "-m", "sealbench.cli", "model-stub", "--script", str(script)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("model-stub listening on http://127.0.0.1:"), line
+        port = int(line.split(":")[2].split()[0])
+        import http.client
+
+        for style, path in (("openai-chat", "/v1/chat/completions"), ("openai-responses", "/v1/responses"),
+                            ("anthropic-messages", "/v1/messages")):
+            for streamed in (False, True):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("POST", path, body=json.dumps({"model": "any", "stream": streamed}))
+                resp = conn.getresponse()
+                body = resp.read()
+                conn.close()
+                assert resp.status == 200
+                assert model_api.reply_usage(style, body, streamed) == model_api.Usage(9, 4, 2), (style, streamed)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_model_stub_refuses_a_script_that_is_not_one(tmp_path: Path, cli: Any) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"text": "not a list"}')
+    code, _, err = cli("model-stub", "--script", bad)
+    assert code != 0 and "is not a model script" in err
+
+
+def test_usage_is_read_from_the_final_chunk_of_each_style() -> None:
+    from sealbench import model_api
+
+    usage = model_api.Usage(7, 3, 1)
+    for style in model_api.PATHS:
+        stream = b"".join(model_api.reply_stream(style, "m", ["a", "b"], usage, "id"))
+        assert model_api.stream_usage(style, stream) == usage, style
+        whole = json.dumps(model_api.reply_body(style, "m", "ab", usage, "id")).encode()
+        assert model_api.reply_usage(style, whole, False) == usage, style
+        assert model_api.reply_usage(style, b"not json", False) == model_api.NO_USAGE
+        assert model_api.stream_usage(style, b"data: {}\n\n") == model_api.NO_USAGE
+
+
+def test_latency_of_the_stub_is_what_it_was_told(key: str) -> None:
+    server = start([StubReply(text="x", repeat=True)], latency_ms=200)
+    try:
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=10)
+        t0 = time.monotonic()
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": "m"}))
+        conn.getresponse().read()
+        elapsed = time.monotonic() - t0
+        conn.close()
+        assert 0.19 <= elapsed < 2.0
+    finally:
+        server.close()
+
+
+# --- the gateway on its own (host side of the socket) ------------------------------------
+
+
+def test_exploit_agent_trickles_its_body_slower_than_the_client_timeout(stub: StubServer, key: str) -> None:
+    from sealbench import events as ev
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    recorded: list[ev.Event] = []
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64, GatewayLimits(client_timeout_s=0.5)).start()
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(access.relay.socket))
+        sock.settimeout(5)
+        t0 = time.monotonic()
+        sock.sendall(b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + access.token.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"model\":")
+        reply = sock.recv(200)
+        waited = time.monotonic() - t0
+        sock.close()
+        access.close()
+    finally:
+        gateway.close()
+    assert reply.startswith(b"HTTP/1.1 408") and 0.4 < waited < 3.0, (reply, waited)
+    made = [e for e in recorded if isinstance(e, ev.ModelCall)]
+    assert len(made) == 1 and made[0].status == 408 and "did not arrive" in (made[0].refused or "")
+    assert stub.script.served == 0
+
+
+def test_exploit_agent_sends_many_large_bodies_at_once_to_fill_the_gateways_memory(stub: StubServer, key: str) -> None:
+    from sealbench import events as ev
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    recorded: list[ev.Event] = []
+    limits = GatewayLimits(max_body_bytes=1 << 20, buffered_bytes=3 << 20, client_timeout_s=1)
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64, limits).start()
+    socks: list[socket.socket] = []
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        head = (b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + access.token.encode()
+                + b"\r\nContent-Length: " + str(1 << 20).encode() + b"\r\n\r\n")
+        for _ in range(6):  # each holds most of a body in the gateway, and never sends the rest
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(access.relay.socket))
+            sock.settimeout(5)
+            sock.sendall(head + b"x" * ((1 << 20) - 10))
+            socks.append(sock)
+        replies = []
+        for sock in socks:
+            try:
+                replies.append(sock.recv(64))
+            except TimeoutError:
+                replies.append(b"")
+        for sock in socks:
+            sock.close()
+        access.close()
+    finally:
+        gateway.close()
+    refused = [e for e in recorded if isinstance(e, ev.ModelCall) and e.status == 503]
+    assert refused and all("in flight" in (e.refused or "") for e in refused)
+    assert sum(r.startswith(b"HTTP/1.1 503") for r in replies) == len(refused) >= 3
+    assert all(r.startswith((b"HTTP/1.1 503", b"HTTP/1.1 408")) for r in replies), replies  # none waits forever
+    assert stub.script.served == 0
