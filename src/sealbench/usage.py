@@ -1,0 +1,99 @@
+"""What a task's model calls used and cost, from its ``model_call`` events and the locked price
+table. Pure functions: the deriver, the report and ``compare`` read the same numbers.
+
+Tokens are summed as the upstream reported them. Cost is computed only from the contract's
+locked prices, per call, by the API style's meaning of its usage fields: the OpenAI styles
+count cached tokens inside their input tokens, Anthropic's Messages counts them apart. Cost
+is unknown (None), never zero, when any forwarded call of the task reported no usage, or
+named a model the price table does not price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from . import events as ev
+from .formats import ModelEndpoint, ModelPrice
+
+ANTHROPIC_STYLES = frozenset({"anthropic-messages"})
+"""Styles whose input tokens exclude the cached ones (the others include them)."""
+_MILLION = 1_000_000
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Model use summed over calls: counts, tokens as reported, and cost when it is known."""
+
+    calls: int = 0
+    """Requests the agent made to the gateway, refused ones included."""
+    refused: int = 0
+    """Requests the gateway refused (never sent upstream)."""
+    failed: int = 0
+    """Requests forwarded that the upstream failed: no reply, a 5xx, or a 429."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    unreported: int = 0
+    """Calls answered successfully whose reply reported no usage: their tokens are not in the
+    sums, and the cost is unknown."""
+    cost: float | None = 0.0
+    """Cost by the locked price table; None when unknown (no price, or a call without usage)."""
+    currency: str | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        currency = self.currency or other.currency
+        if self.currency and other.currency and self.currency != other.currency:
+            cost: float | None = None
+        else:
+            cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        return Usage(self.calls + other.calls, self.refused + other.refused, self.failed + other.failed,
+                      self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                      self.cached_tokens + other.cached_tokens, self.unreported + other.unreported, cost, currency)
+
+
+def upstream_failed(call: ev.ModelCall) -> bool:
+    """The call was forwarded and the upstream failed it: no reply at all, a server error, or
+    a rate limit. The infrastructure's failure, never the agent's."""
+    if call.refused is not None:
+        return False
+    return call.status is None or call.status >= 500 or call.status == 429
+
+
+def call_cost(call: ev.ModelCall, style: str | None, price: ModelPrice | None) -> float | None:
+    """One call's cost by ``price`` (per million tokens), or None when it cannot be known."""
+    if call.refused is not None or (call.status is not None and call.status >= 400 and call.input_tokens is None):
+        return 0.0  # never sent upstream, or an error reply that reports no usage: nothing billed
+    if price is None or style is None or call.input_tokens is None or call.output_tokens is None:
+        return None
+    cached = call.cached_tokens or 0
+    cached_price = price.cached_input if price.cached_input is not None else price.input
+    uncached = call.input_tokens if style in ANTHROPIC_STYLES else max(0, call.input_tokens - cached)
+    return (uncached * price.input + cached * cached_price + call.output_tokens * price.output) / _MILLION
+
+
+def usage_of(calls: Iterable[ev.ModelCall], endpoints: Iterable[ModelEndpoint] = ()) -> Usage:
+    """The summed use of ``calls`` (see the module docstring) under the endpoints' locked prices."""
+    by_name: Mapping[str, ModelEndpoint] = {e.name: e for e in endpoints}
+    total = Usage()
+    for call in calls:
+        endpoint = by_name.get(call.endpoint or "")
+        prices = endpoint.prices if endpoint is not None and endpoint.prices else {}
+        price = prices.get(call.model or "")
+        forwarded = call.refused is None
+        reported = call.input_tokens is not None or call.output_tokens is not None
+        total = total + Usage(
+            calls=1, refused=0 if forwarded else 1, failed=1 if upstream_failed(call) else 0,
+            input_tokens=call.input_tokens or 0, output_tokens=call.output_tokens or 0,
+            cached_tokens=call.cached_tokens or 0,
+            unreported=1 if forwarded and not reported and call.status is not None and call.status < 400 else 0,
+            cost=call_cost(call, endpoint.style if endpoint is not None else None, price),
+            currency=price.currency if price is not None else None,
+        )
+    return total
+
+
+def task_usage(lines: Iterable[ev.Line], endpoints: Iterable[ModelEndpoint] = ()) -> Usage | None:
+    """The use of one task's model calls; None when the task made none (no field is derived then)."""
+    calls = [line.event for line in lines if isinstance(line.event, ev.ModelCall)]
+    return usage_of(calls, endpoints) if calls else None
