@@ -186,8 +186,7 @@ class AccessClass(Model):
 
 
 class AgentPreset(Model):
-    """The preset an agent was written from (``contract new --agent preset:NAME``), locked with its
-    exact version: ``run`` refuses when the installed version differs."""
+    """The agent preset a command was written from, locked with its exact version (run refuses another)."""
 
     name: Id = Field(description="The preset's name (sealbench agents list).")
     registry: Literal["pypi", "npm"] = Field(description="Where the agent was installed from.")
