@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow test-soak test-defences demo lint typecheck bench clean system-packages test-packages data docs
+.PHONY: setup test test-slow test-soak test-defences test-agents agents demo lint typecheck bench clean system-packages test-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -62,10 +62,20 @@ typecheck: $(STAMP)
 	cd benchmarks && MYPYPATH=. $(abspath $(BIN))/mypy --strict *.py
 
 test: setup test-packages lint typecheck
-	$(BIN)/python -m pytest -q -m "not slow and not soak" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow and not soak and not agents" $(PYTEST_ARGS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+# Real agents (the presets) end to end against model-stub; installs are cached in .cache/agents.
+AGENTS_DIR := $(CACHE)/agents
+AGENT_PRESETS := mini-swe-agent aider
+
+agents: setup
+	@for a in $(AGENT_PRESETS); do SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/sealbench agents install $$a || exit 1; done
+
+test-agents: agents
+	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python -m pytest -q -s -m agents $(PYTEST_ARGS)
 
 # The kill soak: a run's whole process group killed 30 times at --jobs 4, twice (two seeds).
 test-soak: setup

@@ -119,17 +119,24 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     from .pack import check_pack
     from .scratch import sweep_temp_files
 
-    if bool(args.agent) != bool(args.agent_label):
+    preset_name = args.agent.removeprefix("preset:") if args.agent and args.agent.startswith("preset:") else None
+    if preset_name is None and bool(args.agent) != bool(args.agent_label):
         raise UsageError("--agent and --agent-label go together")
+    if (preset_name is None) != (args.model is None):
+        raise UsageError("--agent preset:NAME and --model MODEL go together")
     out = Path(args.output)
     if out.exists() and not args.force:
         raise UsageError(f"{out} exists; pass --force to overwrite an unlocked draft")
     pack = check_pack(Path(args.pack))
-    agent = (
-        AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount))
-        if args.agent
-        else None
-    )
+    endpoints = None
+    agent: AgentSpec | None = None
+    if preset_name is not None:
+        from .presets import agent_for, endpoint_for
+
+        agent, preset = agent_for(preset_name, args.model, version=args.agent_version, label=args.agent_label)
+        endpoints = [endpoint_for(preset, args.model, args.model_base_url, args.model_key_env)]
+    elif args.agent:
+        agent = AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount))
     contract, left_out = new_contract(
         pack,
         out,
@@ -147,9 +154,15 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         seed=args.seed,
         flagged_pass="counted" if args.count_flagged_passes else "not_counted",
     )
+    if endpoints is not None:
+        contract = contract.model_copy(update={"model_endpoints": endpoints})
     sweep_temp_files(out.parent)
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
+    if endpoints is not None:
+        e = endpoints[0]
+        print(f"model endpoint {e.name!r}: {e.style} at {e.base_url}, key read from ${e.key_env} at run; "
+              f"check model_endpoints (base_url, key_env, prices) in {out} before the lock")
     for tid, why in left_out.items():
         print(f"left out before lock: {tid}: {why}")
     from .pytest_oracle import runs_pytest_unguarded
@@ -159,6 +172,33 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         print(f"note: {len(unguarded)} task(s) run pytest unguarded (an oracle_cmd from before sealbench-pytest, "
               f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
               "to guard them")
+    return EXIT_OK
+
+
+def cmd_agents_list(args: argparse.Namespace) -> int:
+    from .presets import agents_dir, list_installed, load_preset, preset_names
+
+    installed = list_installed()
+    print(f"agent presets (installs in {agents_dir()}):")
+    for name in preset_names():
+        preset = load_preset(name)
+        mine = [i for i in installed if i.name == name]
+        where = ", ".join(f"{i.version} ({i.bytes / 1e6:.0f} MB)" for i in mine) or "not installed"
+        print(f"  {name:<16} {preset.install.registry} {preset.install.package}=={preset.install.version} "
+              f"[{preset.api_style}]  installed: {where}")
+    return EXIT_OK
+
+
+def cmd_agents_install(args: argparse.Namespace) -> int:
+    from .presets import install, load_preset
+
+    preset = load_preset(args.name)
+    version = args.version or preset.install.version
+    print(f"installing {args.name} ({preset.install.registry} {preset.install.package} {version}) ...", flush=True)
+    done = install(args.name, version)
+    print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s); "
+          f"use it with: sealbench contract new PACK -o CONTRACT --agent preset:{done.name} --model MODEL"
+          + ("" if version == preset.install.version else f" --agent-version {version}"))
     return EXIT_OK
 
 
@@ -459,8 +499,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-access", help="how the model is reached")
     p.add_argument("--terms-read-on", help="ISO date the host's terms were read")
     p.add_argument("--agent-label", help="name and version of the agent under test")
-    p.add_argument("--agent", help="command template, or builtin:reference / builtin:noop")
+    p.add_argument("--agent", help="command template, builtin:reference / builtin:noop, or preset:NAME (an "
+                   "installed agent preset: sealbench agents list)")
     p.add_argument("--agent-mount", action="append", default=[], help="host path the agent needs, read-only")
+    p.add_argument("--model", help="with --agent preset:NAME: the model the agent asks for")
+    p.add_argument("--agent-version", metavar="V",
+                   help="with --agent preset:NAME: the installed version to lock (default: the preset's pin)")
+    p.add_argument("--model-base-url", metavar="URL", help="with --agent preset:NAME: the model endpoint's "
+                   "upstream base URL (default: the provider's for the preset's API style)")
+    p.add_argument("--model-key-env", metavar="NAME", help="with --agent preset:NAME: the host variable holding "
+                   "the key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY, by API style)")
     p.add_argument("--max-attempts", type=int, metavar="N",
                    help="the retry cap per task (default: the tasks' own, when they agree)")
     p.add_argument("--wall-clock-s", type=float, metavar="S",
@@ -482,6 +530,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("contract", help="the unlocked contract file; locked in place")
     p.add_argument("--run-id", required=True, help="a new id for this study (a run_id is run once per machine)")
     p.set_defaults(func=cmd_contract_lock)
+
+    agents = sub.add_parser("agents", help="agent presets: real agents installed by exact version").add_subparsers(
+        dest="agents_command", parser_class=_Parser, required=True)
+    p = agents.add_parser("list", help="every preset, its pinned version and API style, and what is installed")
+    p.set_defaults(func=cmd_agents_list)
+    p = agents.add_parser("install", help="install a preset's agent from its package registry, by exact version")
+    p.add_argument("name", help="a preset (sealbench agents list)")
+    p.add_argument("--version", metavar="V", help="the exact version (default: the preset's pin)")
+    p.set_defaults(func=cmd_agents_install)
 
     p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
     p.add_argument("contract", help="the locked contract")

@@ -185,6 +185,15 @@ class AccessClass(Model):
     )
 
 
+class AgentPreset(Model):
+    """The agent preset a command was written from, locked with its exact version (run refuses another)."""
+
+    name: Id = Field(description="The preset's name (sealbench agents list).")
+    registry: Literal["pypi", "npm"] = Field(description="Where the agent was installed from.")
+    package: NonEmptyStr = Field(description="The package installed (PyPI or npm name).")
+    version: NonEmptyStr = Field(description="The exact version installed and locked.")
+
+
 class AgentSpec(Model):
     """The agent under test."""
 
@@ -196,6 +205,13 @@ class AgentSpec(Model):
     mounts: list[NonEmptyStr] = Field(
         default_factory=list,
         description="Host paths the agent needs (its own install), exposed read-only in the sandbox.",
+    )
+    # Left out of the file (and so of the contract's digest) when unset: contracts locked before
+    # the field existed keep their digest.
+    preset: AgentPreset | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="The preset and exact version the agent was installed as; absent for a command "
+        "written by hand. The installed tree is the first of mounts.",
     )
 
 

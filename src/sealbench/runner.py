@@ -55,6 +55,7 @@ from .function_oracle import is_oracle_cmd
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
 from .pack import Pack, Task, check_pack
+from .presets import check_installed
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec, open_sandbox
 from .scratch import sweep_temp_files
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
@@ -1258,6 +1259,7 @@ def execute(
     if missing is not None:
         raise RunRefusal(missing)
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
+    check_installed(contract)  # a preset's installed version must be the locked one, before any line
     sandbox = open_sandbox(opts.sandbox)
     model_gateway.read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it

@@ -1,0 +1,114 @@
+"""Runs a preset's agent inside the sandbox and records how the agent itself says it ended.
+
+Copied beside each installed agent by ``sealbench agents install`` and run by the contract's
+command with the sandbox's Python; standard library only (nothing of sealbench is importable
+in the sandbox). It fills ``@prompt`` (the prompt's text) and ``@trace/`` (the trace folder)
+in the agent's argv, runs it with its output passed through, then writes
+``$SEALBENCH_TRACE_DIR/sealbench-ending.json`` and one ``sealbench-launch:`` line on stderr,
+and exits with the agent's exit code. The ending is the agent's own word, kept beside the
+oracle's verdict: it never decides pass or fail.
+
+    python launch.py [--ending-json FILE:KEY.KEY] [--ending-text TEXT=LABEL ...] -- ARGV...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+TAIL_BYTES = 1 << 20
+"""How much of the agent's output is kept for --ending-text (the last MiB of each stream)."""
+
+
+def _pump(src: IO[bytes], dst: IO[bytes], tail: bytearray) -> None:
+    while True:
+        chunk = src.read1(65536)  # type: ignore[attr-defined]
+        if not chunk:
+            return
+        dst.write(chunk)
+        dst.flush()
+        tail += chunk
+        if len(tail) > 2 * TAIL_BYTES:
+            del tail[:-TAIL_BYTES]
+
+
+def _fill(arg: str, prompt: str, trace: str) -> str:
+    if arg == "@prompt":
+        return prompt
+    if arg.startswith("@trace/"):
+        return trace + arg.removeprefix("@trace")
+    return arg
+
+
+def _json_ending(trace: Path, spec: str) -> str | None:
+    name, _, keys = spec.partition(":")
+    try:
+        value: Any = json.loads((trace / name).read_text(encoding="utf-8"))
+        for key in keys.split("."):
+            value = value[key]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("sealbench-launch: usage: launch.py [--ending-json F:K] [--ending-text T=L] -- ARGV", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    opts, command = argv[:split], argv[split + 1:]
+    ending_json: str | None = None
+    texts: list[tuple[str, str]] = []
+    while opts:
+        flag, value = opts[0], opts[1]
+        opts = opts[2:]
+        if flag == "--ending-json":
+            ending_json = value
+        elif flag == "--ending-text":
+            text, _, label = value.partition("=")
+            texts.append((text, label or text))
+    trace = os.environ.get("SEALBENCH_TRACE_DIR", "")
+    prompt_file = os.environ.get("SEALBENCH_PROMPT_FILE", "")
+    prompt = Path(prompt_file).read_text(encoding="utf-8") if prompt_file else ""
+    if trace:
+        Path(trace).mkdir(parents=True, exist_ok=True)
+    for sub in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        if os.environ.get(sub):
+            Path(os.environ[sub]).mkdir(parents=True, exist_ok=True)
+    command = [_fill(a, prompt, trace) for a in command]
+    try:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    except OSError as e:
+        print(f"sealbench-launch: the agent did not start: {e}", file=sys.stderr)
+        return 127
+    tails = (bytearray(), bytearray())
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, tails[0])),
+             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, tails[1]))]
+    for pump in pumps:
+        pump.start()
+    code = proc.wait()
+    for pump in pumps:
+        pump.join()
+    output = bytes(tails[0] + tails[1]).decode("utf-8", "replace")
+    said = [label for text, label in texts if text in output]
+    ending = _json_ending(Path(trace), ending_json) if ending_json and trace else None
+    record = {"exit_code": code, "ending": ending, "said": said}
+    if trace:
+        Path(trace, "sealbench-ending.json").write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+    words = ", ".join(([f"status {ending}"] if ending else []) + said) or "nothing"
+    print(f"sealbench-launch: the agent reports: {words} (exit {code})", file=sys.stderr)
+    if code < 0:
+        return 128 + (-code if -code in signal.valid_signals() else 0)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
