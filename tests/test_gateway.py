@@ -23,14 +23,15 @@ from typing import Any
 import pytest
 
 from conftest import LOCK_TIME, needs_bwrap
-from sealbench.bundle import make_bundle, verify_bundle
+from sealbench.bundle import make_bundle, sums_bytes, verify_bundle
 from sealbench.contract import lock_contract, new_contract
-from sealbench.errors import RunRefusal
+from sealbench.errors import RunRefusal, VerificationFailed
 from sealbench.files import model_json, write_atomic
 from sealbench.formats import AgentSpec, ModelEndpoint, ModelPrice
 from sealbench.journal import read_chain
 from sealbench.model_stub import StubReply, StubServer, StubUsage, start
 from sealbench.pack import load_pack
+from sealbench.report import write_report
 from sealbench.runner import RunOptions, execute
 
 TASK = "t_11_fix_off_by_one"
@@ -132,6 +133,47 @@ def test_agent_fixes_a_task_through_the_gateway_and_every_call_carries_its_usage
     # Every call is journaled inside its attempt, before the agent's end.
     kinds = [e["kind"] for e in events]
     assert max(i for i, k in enumerate(kinds) if k == "model_call") < kinds.index("agent_finished")
+    # The scorecard sums them; the Anthropic endpoint has no price, so the cost is unknown, not 0.
+    assert cards[0]["model_usage"] == {"calls": 4, "refused": 0, "failed": 0, "unreported": 0, "input_tokens": 340,
+                                       "output_tokens": 100, "cached_tokens": 200, "cost": None, "currency": "USD"}
+
+
+def test_cost_is_derived_from_the_locked_prices_and_verify_re_derives_it(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}, {"do": "chat", "model": "stub-model"}]}
+    run_dir, _, cards = gateway_run(sealed_pack, tmp_path, stub, plan, probe=True)
+    used = cards[0]["model_usage"]
+    # Per call: 20 uncached input at 1.0, 100 cached at 0.5, 30 output at 2.0, per million tokens.
+    assert (used["calls"], used["input_tokens"], used["cached_tokens"]) == (2, 240, 200)
+    assert used["cost"] == pytest.approx(2 * (20 * 1.0 + 100 * 0.5 + 30 * 2.0) / 1e6) and used["currency"] == "USD"
+    bundle = make_bundle(run_dir, tmp_path / "bundles")
+    verify_bundle(bundle)
+    # A scorecard whose cost was edited (and its sums redone) no longer matches what the journal derives.
+    cards_file = bundle / "scorecards.jsonl"
+    edited = cards_file.read_text().replace(f'"cost":{used["cost"]}', '"cost":0.0')
+    assert edited != cards_file.read_text()
+    cards_file.write_text(edited)
+    (bundle / "SHA256SUMS").write_bytes(sums_bytes({
+        p.relative_to(bundle).as_posix(): p.read_bytes() for p in bundle.rglob("*")
+        if p.is_file() and p.name != "SHA256SUMS"}))
+    with pytest.raises(VerificationFailed, match=r"scorecards\.jsonl"):
+        verify_bundle(bundle)
+
+
+
+def test_report_and_show_tell_each_task_s_model_use_and_the_cost_per_pass(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer, cli: Any) -> None:
+    plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, _, cards = gateway_run(sealed_pack, tmp_path, stub, plan)
+    cost = cards[0]["model_usage"]["cost"]
+    md, _ = write_report(run_dir, tmp_path / "report")
+    text = md.read_text(encoding="utf-8")
+    assert "## Model use" in text and f"{cost:.4f} USD by the contract's locked prices" in text
+    assert f"cost per pass | {cost:.4f} USD (1 pass(es))" in text
+    assert f"| 1 | 120 / 30 | {cost:.4f} USD |" in text
+    code, out, _ = cli("show", run_dir, TASK)
+    assert code == 0 and "model calls: 1 (0 refused, 0 failed upstream); tokens 120 in, 30 out, 100 cached" in out
+    assert "#0 openai stub-model: 200 in" in out and "120/30/100 tokens" in out
 
 
 def test_exploit_host_key_is_looked_for_in_the_sandbox_workspace_run_dir_and_bundle(

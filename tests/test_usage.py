@@ -70,3 +70,23 @@ def test_a_task_without_model_calls_has_no_usage() -> None:
     assert task_usage([line]) is None
     used = ev.Line(seq=1, time="t", mono_ms=0, boot_id=None, event=call(), raw={})
     assert task_usage([line, used], [OPENAI]) == usage_of([call()], [OPENAI])
+
+
+def test_compare_states_each_run_s_model_use_beside_the_verdict() -> None:
+    from sealbench.compare import model_use_words
+    from sealbench.formats import ModelUsage, Outcome, Scorecard
+
+    def card(tid: str, passed: bool, cost: float | None) -> Scorecard:
+        return Scorecard(task_id=tid, passed=passed, attempts_used=1, max_attempts=1, elapsed_ms=1, wall_clock_s=1.0,
+                         prompt_template_id="p", hidden_tests_sha256="sha256:" + "0" * 64,
+                         tool_trace_sha256="sha256:" + "1" * 64, scorecard_complete=True,
+                         outcome=Outcome.PASS if passed else Outcome.FAIL, first_attempt_passed=passed, patch_sha256=None,
+                         model_usage=ModelUsage(calls=2, refused=0, failed=0, unreported=0, input_tokens=100,
+                                                output_tokens=10, cached_tokens=0, cost=cost,
+                                                currency="USD" if cost is not None else None))
+
+    assert model_use_words([card("a", True, 0.5), card("b", False, 0.25)]) == (
+        "4 model call(s), 200 input and 20 output tokens, cost 0.7500 USD, 0.7500 per pass")
+    assert model_use_words([card("a", True, 0.5), card("b", False, None)]) == (
+        "4 model call(s), 200 input and 20 output tokens, cost unknown")
+    assert model_use_words([]) is None

@@ -220,7 +220,7 @@ def rederive(
                          blob_refs=all_refs, problems=problems)
     # A journal whose chain verifies can still be hand-made: a failure to derive is a finding.
     try:
-        derived = rules.derive(events, task_ids)
+        derived = rules.derive(events, task_ids, contract.model_endpoints or ())
         files.update(derived.files)
         cards = derived.scorecards
     except Exception as e:

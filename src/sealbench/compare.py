@@ -28,7 +28,7 @@ from typing import Any
 from .bundle import SIGNATURE, SUMS, VerifyReport, verify_bundle
 from .derive import IN_PROCESS, NO_SANDBOX, NOT_RECORDED
 from .errors import ScoreRefusal, UsageError, VerificationFailed
-from .formats import ScoringContract, TieRule
+from .formats import Scorecard, ScoringContract, TieRule
 from .stats import holm_adjust, mcnemar_exact
 
 TIE = "tie: no detectable difference on this slice"
@@ -210,6 +210,8 @@ class Side:
     started_at: str
     isolation: str = NOT_RECORDED
     """How the agent was isolated (:func:`derive.isolation_of`)."""
+    model_use: str | None = None
+    """The run's model calls, tokens and cost, in words; None when its agent called no model."""
 
     @classmethod
     def of(cls, report: VerifyReport) -> Side:
@@ -221,6 +223,7 @@ class Side:
             hidden_tests={c.task_id: c.hidden_tests_sha256 for c in report.scorecards},
             started_at=report.started_at,
             isolation=report.isolation,
+            model_use=model_use_words(report.scorecards),
         )
 
 
@@ -234,6 +237,8 @@ class CompareReport:
     pairs: tuple[PairResult, ...]
     caveats: tuple[str, ...] = ()
     """What the comparison was allowed to overlook (mixed isolation), printed with it."""
+    model_use: tuple[tuple[str, str], ...] = ()
+    """``(run_id, what its model calls used)`` of the runs whose agent called a model."""
 
     def lines(self) -> list[str]:
         """The comparison as sentences for a terminal."""
@@ -243,7 +248,7 @@ class CompareReport:
             f"tie rule fixed before the runs: {self.tie_rule.test} at alpha {self.tie_rule.alpha:g}, {correction}"
         )
         return [head, *(f"  caveat: {c}" for c in self.caveats), *(f"  {p.sentence()}" for p in self.pairs),
-                "  not a vendor ranking."]
+                *(f"  {run_id} used {words}" for run_id, words in self.model_use), "  not a vendor ranking."]
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values."""
@@ -254,8 +259,24 @@ class CompareReport:
             "tie_rule": self.tie_rule.model_dump(mode="json"),
             "pairs": [p.to_json() for p in self.pairs],
             "caveats": list(self.caveats),
+            "model_use": {run_id: words for run_id, words in self.model_use},
             "note": "not a vendor ranking",
         }
+
+
+def model_use_words(cards: Sequence[Scorecard]) -> str | None:
+    """A run's model use in words (calls, tokens, cost and cost per pass); None without model calls."""
+    used = [c.model_usage for c in cards if c.model_usage is not None]
+    if not used:
+        return None
+    calls = sum(u.calls for u in used)
+    tokens_in, tokens_out = sum(u.input_tokens for u in used), sum(u.output_tokens for u in used)
+    currencies = {u.currency for u in used if u.currency}
+    cost = None if any(u.cost is None for u in used) or len(currencies) > 1 else sum(u.cost or 0.0 for u in used)
+    passes = sum(1 for c in cards if c.passed)
+    money = "cost unknown" if cost is None else f"cost {cost:.4f} {next(iter(currencies), '')}".rstrip()
+    per_pass = f", {cost / passes:.4f} per pass" if cost is not None and passes else ""
+    return f"{calls} model call(s), {tokens_in} input and {tokens_out} output tokens, {money}{per_pass}"
 
 
 def _refuse(message: str) -> ScoreRefusal:
@@ -378,7 +399,8 @@ def compare_sides(sides: Sequence[Side], *, allow_mixed_isolation: bool = False)
     except ValueError as e:
         raise _refuse(str(e)) from None
     caveat = isolation_caveat(sides)
-    return CompareReport(run_ids=tuple(s.run_id for s in sides), task_ids=task_ids, tie_rule=rule,
+    return CompareReport(model_use=tuple((s.run_id, s.model_use) for s in sides if s.model_use),
+                         run_ids=tuple(s.run_id for s in sides), task_ids=task_ids, tie_rule=rule,
                          pairs=tuple(pairs), caveats=(caveat,) if caveat else ())
 
 

@@ -24,8 +24,18 @@ from typing import Any, Final
 
 from . import events as ev
 from .digest import canonical_json, is_real_digest, sha256_bytes
-from .formats import ForgingFlags, Outcome, Rate, Scorecard, ScoringContract, SeedEvent
+from .formats import (
+    ForgingFlags,
+    ModelEndpoint,
+    ModelUsage,
+    Outcome,
+    Rate,
+    Scorecard,
+    ScoringContract,
+    SeedEvent,
+)
 from .scorecard import REQUIRED_SCORE_KEYS
+from .usage import task_usage
 
 DERIVATION_VERSION: Final = 1
 """The version of the rules this release derives new runs with (see the module docstring)."""
@@ -55,8 +65,9 @@ def trace_bytes(events: Sequence[ev.Line]) -> bytes:
     return canonical_json([line.raw for line in events]) + b"\n"
 
 
-def scorecard_for(task_events: Sequence[ev.Line]) -> Scorecard | None:
-    """The scorecard of one finished task, or None while it has not finished."""
+def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpoint] = ()) -> Scorecard | None:
+    """The scorecard of one finished task, or None while it has not finished. ``endpoints``
+    are the contract's model endpoints, whose locked prices cost the task's model calls."""
     s = next((e.event for e in task_events if isinstance(e.event, ev.TaskStarted)), None)
     f = next((e.event for e in reversed(task_events) if isinstance(e.event, ev.TaskFinished)), None)
     if s is None or f is None:
@@ -80,6 +91,12 @@ def scorecard_for(task_events: Sequence[ev.Line]) -> Scorecard | None:
     flags = forging_flags(task_events)
     if flags is not None:
         card["forging_flags"] = flags
+    used = task_usage(task_events, endpoints)
+    if used is not None:  # only a task whose agent called a model: other scorecards keep their bytes
+        card["model_usage"] = ModelUsage(
+            calls=used.calls, refused=used.refused, failed=used.failed, unreported=used.unreported,
+            input_tokens=used.input_tokens, output_tokens=used.output_tokens, cached_tokens=used.cached_tokens,
+            cost=round(used.cost, 9) if used.cost is not None else None, currency=used.currency)
     # Complete only when every control is present and within its published cap.
     card["scorecard_complete"] = (
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
@@ -127,7 +144,8 @@ def seed_event(card: Scorecard) -> SeedEvent:
     )
 
 
-def derive_iter(events: Iterable[Any], task_ids: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+def derive_iter(events: Iterable[Any], task_ids: Sequence[str],
+                endpoints: Sequence[ModelEndpoint] = ()) -> Iterator[tuple[str, bytes]]:
     """Stream the derived files: each trace as soon as its task finishes, then
     scorecards.jsonl and events.json.
 
@@ -149,7 +167,7 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str]) -> Iterator[tupl
         if isinstance(line.event, ev.TaskFinished):
             task_events = pending.pop(tid)
             yield f"traces/{tid}.json", trace_bytes(task_events)
-            card = scorecard_for(task_events)
+            card = scorecard_for(task_events, endpoints)
             if card is not None:
                 cards[tid] = card
     for tid in task_ids:
@@ -163,13 +181,13 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str]) -> Iterator[tupl
     yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def derive(events: Iterable[Any], task_ids: Sequence[str]) -> Derived:
+def derive(events: Iterable[Any], task_ids: Sequence[str], endpoints: Sequence[ModelEndpoint] = ()) -> Derived:
     """Derive scorecards.jsonl, events.json and traces/ from a journal's events.
 
     Tasks of the denominator that have not finished get no scorecard and no event, so
     scoring refuses the run (denominator drift) until it is resumed.
     """
-    files = dict(derive_iter(events, task_ids))
+    files = dict(derive_iter(events, task_ids, endpoints))
     cards = [Scorecard.model_validate_json(line) for line in files["scorecards.jsonl"].splitlines() if line]
     return Derived(scorecards=cards, files=files)
 
@@ -389,7 +407,7 @@ def commands_bytes(
 class Rules:
     """One version's way of turning journals into bytes."""
 
-    derive: Callable[[Iterable[Any], Sequence[str]], Derived]
+    derive: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint]], Derived]
     rate_bytes: Callable[[Rate], bytes]
     probe_summary: Callable[[Iterable[Any], Sequence[str]], dict[str, Any]]
     probe_bytes: Callable[[Mapping[str, Any]], bytes]

@@ -374,6 +374,22 @@ class ForgingFlags(Model):
     why: str = Field(description="The same in a sentence.")
 
 
+class ModelUsage(Model):
+    """What a task's model calls used, through the gateway: counts, tokens as the upstream
+    reported them, and cost by the contract's locked prices."""
+
+    calls: int = Field(ge=0, description="Requests the agent made, refused ones included.")
+    refused: int = Field(ge=0, description="Requests the gateway refused (never sent upstream).")
+    failed: int = Field(ge=0, description="Requests the upstream failed (no reply, 5xx, 429): the infrastructure's.")
+    unreported: int = Field(ge=0, description="Answered requests whose reply reported no usage (not in the sums).")
+    input_tokens: int = Field(ge=0, description="Input tokens, as reported.")
+    output_tokens: int = Field(ge=0, description="Output tokens, as reported.")
+    cached_tokens: int = Field(ge=0, description="Cached input tokens, as reported.")
+    cost: float | None = Field(description="Cost by the locked price table; null when unknown (a model without a "
+                               "price, a reply without usage), never zero for that.")
+    currency: str | None = Field(description="The prices' currency; null when no price applied.")
+
+
 class Scorecard(Model):
     """One task's scorecard: the ten fields the scorecard rules require, plus outcome, first attempt and patch."""
 
@@ -394,12 +410,15 @@ class Scorecard(Model):
     forging_flags: ForgingFlags | None = Field(
         None, description="Present only when grading raised a forging flag (absent otherwise, so "
         "scorecards derived before the field keep their bytes).")
+    model_usage: ModelUsage | None = Field(
+        None, description="Present only when the task's agent called a model through the gateway.")
 
     @model_serializer(mode="wrap")
     def _absent_when_unflagged(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("forging_flags") is None:
-            data.pop("forging_flags", None)
+        for name in ("forging_flags", "model_usage"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 

@@ -41,13 +41,14 @@ from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
 from .errors import Refusal, ScoreRefusal, VerificationFailed
 from .files import read_model, write_atomic
-from .formats import Outcome, Provenance, Rate, Scorecard, ScoringContract
+from .formats import ModelUsage, Outcome, Provenance, Rate, Scorecard, ScoringContract
 from .journal import read_chain
 from .score import NOTE, score
 from .scoring_io import events_from
 from .show import Blobs, TaskStory, cause, stories
 from .stats import Interval, wilson_interval
 from .task_pages import page_name, write_task_pages
+from .usage import Usage
 
 __all__ = [
     "FIGURE_FILES",
@@ -282,7 +283,7 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
         refusal = str(e)
     # events_from has verified the chain and its contract; read it again for what it does not return.
     events = read_chain(journal).lines
-    derived = derive(events, contract.task_ids)
+    derived = derive(events, contract.task_ids, contract.model_endpoints or ())
     problems = _rate_problems(run_dir, rate, refusal)
     for rel, data in sorted(derived.files.items()):
         if rel == "events.json":
@@ -488,8 +489,43 @@ def _elapsed(view: RunView) -> Section:
     ))
 
 
+def _cost(cost: float | None, currency: str | None) -> str:
+    return "unknown" if cost is None else f"{cost:.4f} {currency or ''}".rstrip()
+
+
+def _usage_cells(u: ModelUsage | None) -> tuple[tuple[Span, ...], ...]:
+    if u is None:
+        return spans("0"), spans("-"), spans("-")
+    return spans(str(u.calls)), spans(f"{u.input_tokens} / {u.output_tokens}"), spans(_cost(u.cost, u.currency))
+
+
+def _model_use(view: RunView) -> Section | None:
+    """Totals of the run's model calls, and the cost of each pass; None when no agent called a model."""
+    used = [c.model_usage for c in view.cards if c.model_usage is not None]
+    if not used:
+        return None
+    total = Usage()
+    for u in used:
+        total = total + Usage(u.calls, u.refused, u.failed, u.input_tokens, u.output_tokens, u.cached_tokens,
+                              u.unreported, u.cost, u.currency)
+    passes = sum(1 for c in view.cards if c.outcome is Outcome.PASS)
+    per_pass = (_cost(total.cost / passes, total.currency) if total.cost is not None and passes
+                else "unknown" if total.cost is None else "no pass")
+    rows = (
+        ("model calls", spans(f"{total.calls} ({total.refused} refused by the gateway, {total.failed} failed "
+                              f"upstream, {total.unreported} answered without usage)")),
+        ("tokens", spans(f"{total.input_tokens} input ({total.cached_tokens} cached), {total.output_tokens} output, "
+                         "as the upstream reported them")),
+        ("cost", spans(_cost(total.cost, total.currency) + " by the contract's locked prices"
+                       + ("" if total.cost is not None else ": a model without a price, or a reply without usage"))),
+        ("cost per pass", spans(per_pass + f" ({passes} pass(es))")),
+    )
+    return Section("Model use", (Fields("Every task's model calls, through the gateway", rows, wide=True),))
+
+
 def _tasks(view: RunView) -> Section:
     cards = {c.task_id: c for c in view.cards}
+    models = any(c.model_usage is not None for c in view.cards)
     rows = []
     for tid in view.contract.task_ids:
         c = cards.get(tid)
@@ -506,7 +542,8 @@ def _tasks(view: RunView) -> Section:
         task = spans(Span(tid, code=True, href=page_name(tid)) if story is not None else Span(tid, code=True))
         if c is None:
             rows.append((task, spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"),
-                         spans("-"), spans("-"), spans("no"), why, (trace,), (patch,)))
+                         spans("-"), spans("-"), spans("no"), *((spans("-"),) * 3 if models else ()), why, (trace,),
+                         (patch,)))
             continue
         outcome = spans(Span(c.outcome.value, mark=c.outcome.value))
         if c.forging_flags is not None:
@@ -518,12 +555,13 @@ def _tasks(view: RunView) -> Section:
             spans("pass" if c.first_attempt_passed else "no"),
             spans(f"{c.elapsed_ms / 1000:.2f} s"),
             spans("yes" if c.scorecard_complete else "no"),
+            *(_usage_cells(c.model_usage) if models else ()),
             why,
             (trace,),
             (patch,),
         ))
-    header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete", "why", "trace",
-              "patch")
+    header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete",
+              *(("model calls", "tokens in / out", "cost") if models else ()), "why", "trace", "patch")
     note = Para(spans("Each task's page (its link) tells its story: every attempt's exit, output, patch and "
                       "grading. The trace and patch files are copies inside this report's folder."), tone="note")
     return Section("Tasks", (note, Table(header, tuple(rows), sortable=True)))
@@ -579,7 +617,11 @@ def build_sections(view: RunView) -> list[Section]:
     attempts = _attempts(view)
     if attempts is not None:
         sections.append(attempts)
-    sections += [_outcomes(view), _elapsed(view), _tasks(view)]
+    sections += [_outcomes(view), _elapsed(view)]
+    model_use = _model_use(view)
+    if model_use is not None:
+        sections.append(model_use)
+    sections.append(_tasks(view))
     flags = _flags(view)
     if flags is not None:
         sections.append(flags)

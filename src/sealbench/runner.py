@@ -50,7 +50,7 @@ from .errors import (
     storage_failure,
 )
 from .files import write_atomic
-from .formats import Budget, Outcome, Scorecard, ScoringContract
+from .formats import Budget, ModelEndpoint, Outcome, Scorecard, ScoringContract
 from .function_oracle import is_oracle_cmd
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
@@ -1039,13 +1039,15 @@ class _Progress:
             self._bar.stop()
 
 
-def write_derived(run_dir: Path, events: Iterable[ev.Line], task_ids: Sequence[str]) -> list[Scorecard]:
-    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming.
+def write_derived(run_dir: Path, events: Iterable[ev.Line], task_ids: Sequence[str],
+                  endpoints: Sequence[ModelEndpoint] = ()) -> list[Scorecard]:
+    """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming;
+    ``endpoints`` (the contract's) price the tasks' model calls.
 
     Returns the scorecards it wrote.
     """
     cards: list[Scorecard] = []
-    for rel, data in derive_iter(events, task_ids):
+    for rel, data in derive_iter(events, task_ids, endpoints):
         write_atomic(run_dir / rel, data, durable=False)
         if rel == "scorecards.jsonl":
             cards = [Scorecard.model_validate_json(line) for line in data.splitlines() if line]
@@ -1358,7 +1360,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     if probe:
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
-        cards = write_derived(base, iter_verified(jpath), contract.task_ids)
+        cards = write_derived(base, iter_verified(jpath), contract.task_ids, contract.model_endpoints or ())
     headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
     result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
                        interrupted_by=stopped_by, contract_sha256=contract.contract_sha256, scorecards=cards,

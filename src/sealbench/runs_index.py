@@ -349,7 +349,7 @@ def read_place(path: Path) -> Found:
             yield line
 
     try:
-        files = dict(derive_iter(events(), contract.task_ids))
+        files = dict(derive_iter(events(), contract.task_ids, contract.model_endpoints or ()))
     except VerificationFailed as e:
         return Found(RUN, replace(base, state=f"its journal does not verify: {e.problems[0]}"), "")
     except (KeyError, TypeError, ValueError) as e:

@@ -49,6 +49,6 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
                         f"not {contract.contract_sha256}"])
             yield line
 
-    files = dict(derive_iter(checked(), contract.task_ids))
+    files = dict(derive_iter(checked(), contract.task_ids, contract.model_endpoints or ()))
     cards = files["scorecards.jsonl"].splitlines()
     return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]

@@ -22,6 +22,7 @@ from typing import Any
 from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
+from .usage import upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
@@ -107,6 +108,7 @@ class AttemptStory:
     finished: ev.AttemptFinished | None = None
     interrupted: ev.AttemptInterrupted | None = None
     errors: list[ev.HarnessErrorEvent] = field(default_factory=list)
+    calls: list[ev.ModelCall] = field(default_factory=list)
 
     @property
     def result(self) -> str:
@@ -174,6 +176,8 @@ def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, Task
                 a.finished = e
             elif isinstance(e, ev.AttemptInterrupted):
                 a.interrupted = e
+            elif isinstance(e, ev.ModelCall):
+                a.calls.append(e)
     return out
 
 
@@ -264,6 +268,11 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
         wall = task.started.wall_clock_s if task.started is not None else None
         return f"the task's wall-clock cap{f' of {wall:g} s' if wall else ''} ran out"
     parts: list[str] = []
+    failing = [c for c in last.calls if upstream_failed(c)]
+    if failing:
+        what = failing[-1].error or f"HTTP {failing[-1].status}"
+        parts.append(f"the model endpoint failed {len(failing)} of the attempt's {len(last.calls)} call(s) "
+                     f"(last: {inert(what)}): the infrastructure's failure, not the agent's")
     if last.patch is not None and last.patch.rejected:
         parts.append(f"the workspace was refused: {inert(last.patch.rejected)}")
     elif last.agent is not None and last.agent.workdir_rejected:
@@ -413,6 +422,20 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
             out.append(f"    transcript: tree {ag.transcript}")
         elif ag.transcript_rejected:
             out.append(f"    transcript: not read ({inert(ag.transcript_rejected)})")
+    if a.calls:
+        u = usage_of(a.calls)
+        out.append(f"    model calls: {u.calls} ({u.refused} refused, {u.failed} failed upstream); tokens "
+                   f"{u.input_tokens} in, {u.output_tokens} out, {u.cached_tokens} cached")
+        for c in a.calls[:50]:
+            tokens = ("no usage reported" if c.input_tokens is None and c.output_tokens is None
+                      else f"{c.input_tokens}/{c.output_tokens}/{c.cached_tokens} tokens")
+            why = c.refused or c.error
+            out.append(f"      #{c.index} {inert(c.endpoint or '?')} {inert(c.model or '?')}: "
+                       f"{c.status if c.status is not None else 'no reply'}"
+                       + (f" in {c.latency_ms} ms" if c.latency_ms is not None else "") + f", {tokens}"
+                       + (f" ({inert(why)})" if why else ""))
+        if len(a.calls) > 50:
+            out.append(f"      ... {len(a.calls) - 50} more (--json lists every one)")
     p = a.patch
     if p is not None:
         if p.rejected:
@@ -528,6 +551,7 @@ def task_json(shown: Shown, task: TaskStory, *, full: bool = False) -> dict[str,
         attempts.append({"attempt": n, "result": a.result, "started": dump(a.started), "agent": dump(a.agent),
                          "patch": dump(a.patch), "grading": dump(a.graded), "feedback": dump(a.feedback),
                          "finished": dump(a.finished), "interrupted": dump(a.interrupted),
+                         "model_calls": [dump(c) for c in a.calls],
                          "harness_errors": [dump(e) for e in a.errors], "outputs": texts})
     return {"task_id": task.task_id, "outcome": task.outcome, "cause": cause(task, shown.blobs),
             "started": dump(task.started), "attempts": attempts, "charges": [dump(c) for c in task.charges],
