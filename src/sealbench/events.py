@@ -116,6 +116,8 @@ ATTEMPT_INTERRUPTED: Final = "attempt_interrupted"
 TIME_CHARGED: Final = "time_charged"
 HARNESS_ERROR: Final = "harness_error"
 TASK_FINISHED: Final = "task_finished"
+SUBMITTED: Final = "submitted"
+DUPLICATE_RESULT: Final = "duplicate_result"
 
 
 class RunHeader(Event):
@@ -207,6 +209,12 @@ class AttemptStarted(Event):
 
     kind: Literal["attempt_started"] = ATTEMPT_STARTED
     budget_s: Num | None = Field(None, description="Seconds that remained for the task.")
+
+
+class Submitted(Event):
+    """The coordinator handed the attempt to an executor (after its attempt_started line)."""
+
+    kind: Literal["submitted"] = SUBMITTED
 
 
 class AgentFinished(ProcessFacts, Event):
@@ -306,10 +314,22 @@ class TaskFinished(Event):
     error: str | None = Field(None, description="The harness error, for outcome harness_error.")
 
 
+class DuplicateResult(Event):
+    """A result an executor delivered for an attempt already decided (a second delivery, or one
+    after the attempt was journaled as interrupted): recorded, never counted. A run event: its
+    task may have finished, and nothing of a task follows its task_finished."""
+
+    kind: Literal["duplicate_result"] = DUPLICATE_RESULT
+    of_task: str | None = Field(None, description="The task of the attempt.")
+    of_attempt: int | None = Field(None, description="The attempt.")
+    result: str | None = Field(None, description="The result it carried (null: none, or a stopped attempt's).")
+    reason: str | None = Field(None, description="Why it was not counted.")
+
+
 AnyEvent: TypeAlias = Annotated[
     Union[RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted,  # noqa: UP007
           AttemptStarted, AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted,
-          TimeCharged, HarnessErrorEvent, TaskFinished],
+          TimeCharged, HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult],
     Field(discriminator=KIND),
 ]
 """Every event kind, told apart by ``kind``."""
@@ -317,7 +337,7 @@ AnyEvent: TypeAlias = Annotated[
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted, AttemptStarted,
     AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted, TimeCharged,
-    HarnessErrorEvent, TaskFinished,
+    HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult,
 )
 BY_KIND: Final[Mapping[str, type[Event]]] = {t.model_fields[KIND].default: t for t in EVENT_TYPES}
 KINDS: Final = frozenset(BY_KIND)
