@@ -91,7 +91,8 @@ class FakeExecutor:
 
 
 def run_with(sealed_pack: Path, tmp_path: Path, faults: dict[tuple[str, int], str], *, command: str,
-             task_ids: tuple[str, ...] = (TASK,), **contract: Any) -> tuple[Path, list[dict[str, Any]], FakeExecutor]:
+             task_ids: tuple[str, ...] = (TASK,), python_agent: Any = None,
+             **contract: Any) -> tuple[Path, list[dict[str, Any]], FakeExecutor]:
     contract_file = tmp_path / "c.json"
     make_contract(sealed_pack, contract_file, task_ids=task_ids, command=command, run_id="fake-executor",
                   narration_probe=False, **contract)
@@ -102,7 +103,8 @@ def run_with(sealed_pack: Path, tmp_path: Path, faults: dict[tuple[str, int], st
         return made[0]
 
     run_dir = tmp_path / "run"
-    execute(contract_file, run_dir, RunOptions(progress=False, sandbox="fake", jobs=2, executor=executor))
+    execute(contract_file, run_dir, RunOptions(progress=False, sandbox="fake", jobs=2, executor=executor),
+            python_agent=python_agent)
     report = read_chain(run_dir / "journal.jsonl")
     assert report.problems == []
     events = report.events
@@ -143,19 +145,42 @@ def test_a_result_delivered_twice_is_journaled_as_a_duplicate_and_counted_once(s
     verify_bundle(make_bundle(run_dir, tmp_path / "bundles"))
 
 
-def test_a_lost_worker_is_charged_as_interrupted_and_never_a_free_retry(sealed_pack: Path, tmp_path: Path) -> None:
+def fails_then_fixes(record: dict[str, Any], ws: Path, attempt: int) -> str:
+    """Attempt 1 writes a wrong fix, attempt 2 the right one."""
+    right = "def last_n(items, n):\n    return items[-n:] if n > 0 else []\n"
+    (ws / "window.py").write_text(right if attempt > 1 else "def last_n(items, n):\n    return []\n")
+    return f"attempt {attempt}"
+
+
+def test_a_second_result_for_a_failed_attempt_is_never_counted_while_the_next_one_runs(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    # Counted, the second "fail" of attempt 1 would end the task (or start a third attempt)
+    # while attempt 2, which passes, is still under way.
+    run_dir, events, fake = run_with(sealed_pack, tmp_path, {(TASK, 1): "twice"}, command="builtin:reference",
+                                     python_agent=fails_then_fixes, max_attempts=2)
+    card = cards_of(run_dir)[TASK]
+    assert (card["outcome"], card["attempts_used"], card["first_attempt_passed"]) == ("pass", 2, False)
+    assert [(d["of_attempt"], d["result"]) for d in duplicates(events)] == [(1, "fail")]
+    assert fake.submitted == Counter({(TASK, 1): 1, (TASK, 2): 1})
+
+
+def test_a_lost_worker_is_charged_as_interrupted_and_never_a_free_retry(
+        sealed_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(coordinator, "LOST_GRACE_S", 0.5)  # nothing here may wait on it
     # Attempt 1 lost: it stays used and charged; the task goes on with attempt 2, as a resume would.
     run_dir, events, _ = run_with(sealed_pack, tmp_path, {(TASK, 1): "lost"}, command="builtin:reference",
-                                  max_attempts=2)
+                                  max_attempts=2, wall_clock_s=10.0)
     (lost,) = [e for e in events if e["kind"] == "attempt_interrupted"]
     assert lost["attempt"] == 1 and "lost" in lost["payload"]["reason"] and lost["payload"]["charged_s"] > 0
     card = cards_of(run_dir)[TASK]
     assert (card["outcome"], card["attempts_used"], card["first_attempt_passed"]) == ("pass", 2, False)
 
 
-def test_a_lost_worker_on_the_last_attempt_ends_the_task_as_a_fail(sealed_pack: Path, tmp_path: Path) -> None:
+def test_a_lost_worker_on_the_last_attempt_ends_the_task_as_a_fail(
+        sealed_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(coordinator, "LOST_GRACE_S", 0.5)  # nothing here may wait on it
     run_dir, events, fake = run_with(sealed_pack, tmp_path, {(TASK, 1): "lost"}, command="builtin:reference",
-                                     max_attempts=1)
+                                     max_attempts=1, wall_clock_s=10.0)
     card = cards_of(run_dir)[TASK]
     assert (card["outcome"], card["attempts_used"]) == ("fail", 1)
     assert fake.submitted == Counter({(TASK, 1): 1})

@@ -103,6 +103,7 @@ class _TaskRun:
     feedback: str = ""
     fresh: bool = True
     open: _Open | None = None
+    handles: list[Handle] = field(default_factory=list)
 
 
 @dataclass
@@ -160,7 +161,8 @@ class Coordinator:
         self._queue: deque[Task] = deque()
         self._warmed: set[str] = set()
         self._running: dict[str, _TaskRun] = {}
-        self._by_handle: dict[Handle, str] = {}
+        self._opened: dict[Handle, _Open] = {}
+        """Every attempt handed to the executor, by its handle."""
         self._decided: set[tuple[str, int]] = set()
         self._stopping = False
         self._stopped_by: str | None = None
@@ -261,8 +263,7 @@ class Coordinator:
                     self._end_interrupted(run)
 
     def _drain(self, delivery: Delivery) -> None:
-        tid = self._by_handle.get(delivery.handle)
-        run = self._running.get(tid) if tid is not None else None
+        run = self._running.get(delivery.handle.task_id)
         if run is not None and run.open is not None and run.open.handle == delivery.handle:
             self._end_interrupted(run)
 
@@ -378,14 +379,21 @@ class Coordinator:
         spec = self._spec(run.task, attempt, remaining, fresh=run.fresh, feedback=run.feedback)
         run.fresh = False
         handle = self.executor.submit(spec)
-        run.open = _Open(handle=handle, started=started, budget_s=remaining)
-        self._by_handle[handle] = tid
+        run.open = self._opened[handle] = _Open(handle=handle, started=started, budget_s=remaining)
+        run.handles.append(handle)
 
     def _end_interrupted(self, run: _TaskRun) -> None:
         tid = run.task.task_id
-        del self._running[tid]
+        self._forget(run)
         self.outcomes[tid] = INTERRUPTED
         self.executor.release(tid)
+
+    def _forget(self, run: _TaskRun) -> None:
+        """The task has ended: a result for any of its attempts is a duplicate from now on."""
+        del self._running[run.task.task_id]
+        for handle in run.handles:
+            self._opened.pop(handle, None)
+            self._decided.discard((handle.task_id, handle.attempt))
 
     def _finish(self, run: _TaskRun, outcome: Outcome, error: str | None = None) -> None:
         tid = run.task.task_id
@@ -394,7 +402,7 @@ class Coordinator:
                                elapsed_ms=elapsed_ms, first_attempt_passed=bool(run.first),
                                patch_sha256=run.patch_digest,
                                **ev.present(probe_passed=run.probe_passed, error=error)))
-        del self._running[tid]
+        self._forget(run)
         self.executor.release(tid)
         if run.patch_digest and not self.settings.probe:
             self._write_patch(tid, run.patch_digest)
@@ -421,9 +429,10 @@ class Coordinator:
     def _deliver(self, delivery: Delivery) -> None:
         handle = delivery.handle
         key = (handle.task_id, handle.attempt)
-        tid = self._by_handle.get(handle)
-        run = self._running.get(tid) if tid is not None else None
-        if key in self._decided or run is None or run.open is None or run.open.handle != handle:
+        opened = self._opened.get(handle)
+        run = self._running.get(handle.task_id)
+        # The first result of an attempt is its result; whatever comes later is never counted.
+        if key in self._decided or opened is None or run is None:
             facts = delivery.facts
             if not self._new_vocabulary:
                 print(f"sealbench: a second result for {handle.task_id} attempt {handle.attempt} was not counted "
@@ -434,8 +443,8 @@ class Coordinator:
                                       reason="a result for an attempt already decided; not counted"))
             return
         self._decided.add(key)
-        opened = run.open
-        run.open = None
+        if run.open is opened:
+            run.open = None
         if delivery.facts is None:
             self._interrupted(run, opened, f"the executor lost the attempt ({delivery.lost})", lost=True)
             return

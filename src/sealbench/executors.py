@@ -223,8 +223,11 @@ class LocalExecutor:
         for fut in dropped:
             _drop(fut)
         if tw is not None and not self.settings.keep_work:
-            with contextlib.suppress(OSError):
-                remove_tree(tw.root)
+            try:
+                # On a worker: the code under test wrote in it, and its removal may take a while.
+                self._pool.submit(_remove, tw)
+            except RuntimeError:  # the pool is shut down
+                _remove(tw)
 
     def close(self) -> None:
         with self._lock:
@@ -242,13 +245,17 @@ class LocalExecutor:
             self._workspaces.clear()
         if not self.settings.keep_work:
             for tw in left:
-                with contextlib.suppress(OSError):
-                    remove_tree(tw.root)
+                _remove(tw)
 
     @property
     def busy(self) -> bool:
         with self._lock:
             return bool(self._running)
+
+
+def _remove(tw: TaskWorkspace) -> None:
+    with contextlib.suppress(OSError):
+        remove_tree(tw.root)
 
 
 def _drop(fut: Future[Setup]) -> None:
