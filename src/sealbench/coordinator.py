@@ -160,6 +160,8 @@ class Coordinator:
         self.abort_reasons: list[str] = []
         self._queue: deque[Task] = deque()
         self._warmed: set[str] = set()
+        self._first_specs: dict[str, AttemptSpec] = {}
+        """The first attempt of each task of the window, as warmed (dropped when the task starts)."""
         self._running: dict[str, _TaskRun] = {}
         self._opened: dict[Handle, _Open] = {}
         """Every attempt handed to the executor, by its handle."""
@@ -168,12 +170,19 @@ class Coordinator:
         self._stopped_by: str | None = None
         self._handled = 0
         self._failure: JournalStopped | None = None
+        self._dirty = False
+        """Lines were written that no fsync covers yet."""
+        self._to_submit: list[tuple[_TaskRun, AttemptSpec, float]] = []
+        self._to_release: list[str] = []
 
     # ------------------------------------------------------------------------------ journal
 
     def j(self, event: ev.Event, *, durable: bool = True) -> None:
-        """Append ``event``; ``durable=False`` for a line the next durable one follows at once
-        (before anything acts on it), so that one fsync covers both."""
+        """Append ``event``, durably unless ``durable=False``.
+
+        Raises:
+            JournalStopped: the journal could not be written.
+        """
         try:
             self.journal.append(event, durable=durable)
         except StorageError as e:
@@ -181,6 +190,42 @@ class Coordinator:
             raise JournalStopped(e) from None
         except HarnessError as e:
             raise JournalStopped(e) from None
+        self._dirty = not durable  # a durable line's fsync covers every line before it
+
+    def _write(self, event: ev.Event) -> None:
+        """Append a line that :meth:`_commit` makes durable before anything acts on it."""
+        self.j(event, durable=False)
+
+    def _commit(self) -> None:
+        """Make this turn's lines durable with one fsync, then act on them: hand the attempts
+        they started to the executor, free what the tasks they finished held.
+
+        Raises:
+            JournalStopped: the journal could not be made durable (nothing is acted on).
+        """
+        if self._dirty:
+            try:
+                self.journal.sync()
+            except StorageError as e:
+                self._storage_failure(f"storage failure: {e}")
+                raise JournalStopped(e) from None
+            except HarnessError as e:
+                raise JournalStopped(e) from None
+            self._dirty = False
+        submissions, self._to_submit = self._to_submit, []
+        for run, spec, started in submissions:
+            handle = self.executor.submit(spec)
+            run.open = self._opened[handle] = _Open(handle=handle, started=started, budget_s=spec.budget_s)
+            run.handles.append(handle)
+            if self.aborted:  # stopped now while its line was written: used, and stopped at once
+                run.open.cancelled_at = self.now()
+                self.executor.cancel(handle, self.abort_reasons[0])
+        self._release()
+
+    def _release(self) -> None:
+        released, self._to_release = self._to_release, []
+        for tid in released:
+            self.executor.release(tid)
 
     def _storage_failure(self, why: str) -> None:
         """The run's own storage failed: stop everything now; nothing more is decided."""
@@ -221,6 +266,7 @@ class Coordinator:
         try:
             self._guarded(self._poll)
             self._guarded(self._refill)
+            self._guarded(self._commit)
             while self._running or (self._queue and not self._stopping and self._failure is None):
                 try:
                     deliveries = self.executor.wait(0.5)
@@ -236,13 +282,16 @@ class Coordinator:
                     self._guarded(self._overdue)
                     self._guarded(self._poll)
                     self._guarded(self._refill)
+                    self._guarded(self._commit)
                 else:
                     self._overdue()
+                    self._release()
         finally:
             self.executor.close()
         # What came after the last task ended: recorded, never counted.
         for delivery in self.executor.wait(0):
             self._guarded(lambda d=delivery: self._deliver(d))  # type: ignore[misc]
+        self._guarded(self._commit)
         if self._failure is not None:
             raise self._failure
         return None if self._stopped_by == "storage" else self._stopped_by
@@ -256,6 +305,7 @@ class Coordinator:
             step()
         except JournalStopped as e:
             self._failure = e
+            self._to_submit.clear()
             if not self.aborted:
                 self.stop_now("the journal could not be written")
             for run in list(self._running.values()):
@@ -290,13 +340,18 @@ class Coordinator:
             self.executor.release(tid)
         self._warmed.clear()
         self._queue.clear()
-        self.j(ev.RunInterrupted(reason=reason, pending=len(self.todo) - len(self.outcomes)))
+        self._write(ev.RunInterrupted(reason=reason, pending=len(self.todo) - len(self.outcomes)))
 
     # ------------------------------------------------------------------------------ tasks
 
     def _first_spec(self, task: Task) -> AttemptSpec:
-        p = self.prior.get(task.task_id, Prior())
-        return self._spec(task, p.attempts_started + 1, self.settings.budget.wall_clock_s, fresh=True, feedback="")
+        spec = self._first_specs.get(task.task_id)
+        if spec is None:
+            p = self.prior.get(task.task_id, Prior())
+            spec = self._spec(task, p.attempts_started + 1, self.settings.budget.wall_clock_s, fresh=True,
+                              feedback="")
+            self._first_specs[task.task_id] = spec
+        return spec
 
     def _spec(self, task: Task, attempt: int, budget_s: float, *, fresh: bool, feedback: str) -> AttemptSpec:
         name = ("probe-" + task.task_id) if self.settings.probe else task.task_id
@@ -323,6 +378,7 @@ class Coordinator:
                 return
             self._queue.remove(ready)
             self._warmed.discard(ready.task_id)
+            self._first_specs.pop(ready.task_id, None)
             self._start(ready)
 
     def _start(self, task: Task) -> None:
@@ -332,7 +388,7 @@ class Coordinator:
         if not prior.started:
             # A pytest oracle_cmd of the form before sealbench-pytest runs as sealed; say so.
             unguarded = "none" if pytest_oracle.runs_pytest_unguarded(task.record.oracle_cmd) else None
-            self.j(ev.TaskStarted(task_id=tid, max_attempts=settings.max_attempts,
+            self._write(ev.TaskStarted(task_id=tid, max_attempts=settings.max_attempts,
                                   wall_clock_s=settings.budget.wall_clock_s,
                                   prompt_template_id="narration-probe" if settings.probe
                                   else task.record.prompt_template_id,
@@ -369,24 +425,21 @@ class Coordinator:
         if remaining <= 0:
             self._finish(run, Outcome.TIMEOUT)
             return
-        # Both durable (one fsync) before the executor has the attempt: it is used from here on.
-        self.j(ev.AttemptStarted(task_id=tid, attempt=attempt, budget_s=round(remaining, 3)),
-               durable=not self._new_vocabulary)
+        # Durable (this turn's commit) before the executor has the attempt: it is used from here on.
+        self._write(ev.AttemptStarted(task_id=tid, attempt=attempt, budget_s=round(remaining, 3)))
         run.attempts_used = attempt
         started = self.now()
         if self._new_vocabulary:
-            self.j(ev.Submitted(task_id=tid, attempt=attempt))
+            self._write(ev.Submitted(task_id=tid, attempt=attempt))
         spec = self._spec(run.task, attempt, remaining, fresh=run.fresh, feedback=run.feedback)
         run.fresh = False
-        handle = self.executor.submit(spec)
-        run.open = self._opened[handle] = _Open(handle=handle, started=started, budget_s=remaining)
-        run.handles.append(handle)
+        self._to_submit.append((run, spec, started))
 
     def _end_interrupted(self, run: _TaskRun) -> None:
         tid = run.task.task_id
         self._forget(run)
         self.outcomes[tid] = INTERRUPTED
-        self.executor.release(tid)
+        self._to_release.append(tid)
 
     def _forget(self, run: _TaskRun) -> None:
         """The task has ended: a result for any of its attempts is a duplicate from now on."""
@@ -398,12 +451,12 @@ class Coordinator:
     def _finish(self, run: _TaskRun, outcome: Outcome, error: str | None = None) -> None:
         tid = run.task.task_id
         elapsed_ms = int((self.now() - run.t0 + run.prior.consumed_s) * 1000)
-        self.j(ev.TaskFinished(task_id=tid, outcome=outcome.value, attempts_used=run.attempts_used,
+        self._write(ev.TaskFinished(task_id=tid, outcome=outcome.value, attempts_used=run.attempts_used,
                                elapsed_ms=elapsed_ms, first_attempt_passed=bool(run.first),
                                patch_sha256=run.patch_digest,
                                **ev.present(probe_passed=run.probe_passed, error=error)))
         self._forget(run)
-        self.executor.release(tid)
+        self._to_release.append(tid)
         if run.patch_digest and not self.settings.probe:
             self._write_patch(tid, run.patch_digest)
         self.outcomes[tid] = outcome.value
@@ -438,7 +491,7 @@ class Coordinator:
                 print(f"sealbench: a second result for {handle.task_id} attempt {handle.attempt} was not counted "
                       f"(this run's journal has no line for it)", file=sys.stderr, flush=True)
                 return
-            self.j(ev.DuplicateResult(of_task=handle.task_id, of_attempt=handle.attempt,
+            self._write(ev.DuplicateResult(of_task=handle.task_id, of_attempt=handle.attempt,
                                       result=facts.result if facts is not None else None,
                                       reason="a result for an attempt already decided; not counted"))
             return
@@ -454,7 +507,7 @@ class Coordinator:
         """Journal the attempt as interrupted, charged what was measured; it stays used."""
         tid = run.task.task_id
         try:
-            self.j(ev.AttemptInterrupted(task_id=tid, attempt=opened.handle.attempt,
+            self._write(ev.AttemptInterrupted(task_id=tid, attempt=opened.handle.attempt,
                                          reason=self.abort_reasons[0] if self.abort_reasons and not lost else reason,
                                          charged_s=round(self.now() - opened.started, 3),
                                          charged_basis="measured by the runner until it stopped the attempt"))
@@ -475,17 +528,15 @@ class Coordinator:
     def _facts(self, run: _TaskRun, opened: _Open, facts: AttemptFacts) -> None:
         tid = run.task.task_id
         attempt = opened.handle.attempt
-        events = facts.events()
-        for i, event in enumerate(events):
-            # One fsync for the attempt's lines: the last one's covers them all.
-            self.j(event, durable=i == len(events) - 1)
+        for event in facts.events():
+            self._write(event)
         if facts.capture is not None:
             run.patch_digest = facts.capture.patch_sha256
         if facts.storage_failure is not None and facts.storage_failure not in self.storage_failed:
             self._storage_failure(facts.storage_failure)
         if facts.error is not None:
             # The harness failed, not the agent: recorded, and the task stays in the denominator.
-            self.j(ev.HarnessErrorEvent(task_id=tid, attempt=attempt, error=facts.error))
+            self._write(ev.HarnessErrorEvent(task_id=tid, attempt=attempt, error=facts.error))
             self._finish(run, Outcome.HARNESS_ERROR, error=facts.error)
             return
         if facts.stopped is not None:
