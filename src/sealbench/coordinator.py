@@ -367,19 +367,21 @@ class Coordinator:
         costs the agent nothing), so memory stays flat however long the denominator is."""
         if self._stopping:
             return
-        for task in list(itertools.islice(self._queue, 2 * self.jobs)):
-            if task.task_id not in self._warmed and self._needs_attempt(task):
-                self.executor.warm(self._first_spec(task))
-                self._warmed.add(task.task_id)
         while len(self._running) < self.jobs and self._queue and not self._stopping:
-            ready = next((t for t in itertools.islice(self._queue, 2 * self.jobs)
+            ready = next((t for t in itertools.islice(self._queue, self.jobs)
                           if not self._needs_attempt(t) or self.executor.ready(self._first_spec(t))), None)
             if ready is None:
-                return
+                break
             self._queue.remove(ready)
             self._warmed.discard(ready.task_id)
             self._first_specs.pop(ready.task_id, None)
             self._start(ready)
+        if self._stopping:
+            return
+        for task in list(itertools.islice(self._queue, self.jobs)):
+            if task.task_id not in self._warmed and self._needs_attempt(task):
+                self.executor.warm(self._first_spec(task))
+                self._warmed.add(task.task_id)
 
     def _start(self, task: Task) -> None:
         tid = task.task_id
