@@ -101,10 +101,11 @@ class LocalExecutor:
     def __init__(self, settings: Settings, jobs: int) -> None:
         self.settings = settings
         self.jobs = max(1, jobs)
-        # Apart, so that an attempt never waits behind a set-up or a workspace's removal: the
+        # Apart, so that neither an attempt nor a set-up waits behind a workspace's removal: the
         # coordinator runs at most ``jobs`` at once (more only while a lost one still runs).
         self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt")
-        self._chores = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup")
+        self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup")
+        self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup")
         # Set-ups are CPU work: a few at a time, so that the first tasks are ready first.
         self._setups = threading.Semaphore(os.cpu_count() or 1)
         self._lock = threading.Lock()
@@ -132,7 +133,7 @@ class LocalExecutor:
             if self._wound_down or spec.key in self._warmed:
                 return
         tw = self._workspace(spec.task.task_id, spec)
-        fut = self._chores.submit(self._set_up, spec, tw)
+        fut = self._setups_ahead.submit(self._set_up, spec, tw)
         with self._lock:
             self._warmed[spec.key] = fut
         fut.add_done_callback(lambda _f: self._results.put(None))
@@ -228,7 +229,7 @@ class LocalExecutor:
         if tw is not None and not self.settings.keep_work:
             try:
                 # On a worker: the code under test wrote in it, and its removal may take a while.
-                self._chores.submit(_remove, tw)
+                self._cleanup.submit(_remove, tw)
             except RuntimeError:  # the pool is shut down
                 _remove(tw)
 
@@ -242,7 +243,8 @@ class LocalExecutor:
             self._warmed.clear()
         for fut in warmed:
             _drop(fut)
-        self._chores.shutdown(wait=True, cancel_futures=True)
+        self._setups_ahead.shutdown(wait=True, cancel_futures=True)
+        self._cleanup.shutdown(wait=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             left = list(self._workspaces.values())
