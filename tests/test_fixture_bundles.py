@@ -17,6 +17,7 @@ import pytest
 from conftest import rewrite_journal
 from sealbench.bundle import VerificationFailed, verify_bundle
 from sealbench.cli import main
+from sealbench.derive import DERIVATION_VERSION
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bundles"
 MADE_BY = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
@@ -88,7 +89,8 @@ def _rewrite_first_event(bundle: Path, **changes: object) -> None:
 
 
 @pytest.mark.parametrize(("change", "names"), [
-    ({"derivation_version": 2}, ("rules version 2", "versions 1 to 1")),
+    ({"derivation_version": DERIVATION_VERSION + 1},
+     (f"rules version {DERIVATION_VERSION + 1}", f"versions 1 to {DERIVATION_VERSION}")),
     ({"journal_version": 3}, ("format 3", "formats 1 to 2")),
 ], ids=["derivation", "journal-format"])
 def test_a_bundle_made_by_a_newer_release_is_named_so_and_not_called_tampered(

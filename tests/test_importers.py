@@ -20,6 +20,7 @@ import sealbench.importers as importers
 from sealbench import pytest_oracle
 from sealbench.errors import PackError, UsageError
 from sealbench.formats import Provenance
+from sealbench.grading import junit_verdict
 from sealbench.importers import (
     ImportOptions,
     PackDraft,
@@ -35,7 +36,6 @@ from sealbench.importers.mbpp import interface
 from sealbench.importers.oracle import junit_test_name
 from sealbench.importers.sources import task_id_for
 from sealbench.pack import Pack, Task, check_pack, load_pack, visible_test_leaks
-from sealbench.runner import _junit_verdict
 from sealbench.workspace import copy_tree, overlay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
         verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, proc.returncode)
         green = green and bool(verdict.junit["ok"]) and not verdict.flags
     elif task.record.junit_xml:
-        green = green and bool(_junit_verdict(grade, task.record.junit_xml, task.record.required_tests)["ok"])
+        green = green and bool(junit_verdict(grade, task.record.junit_xml, task.record.required_tests)["ok"])
     shutil.rmtree(grade.parent)
     return green, (proc.stdout + proc.stderr).decode("utf-8", "replace")[-2000:]
 

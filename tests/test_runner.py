@@ -291,16 +291,16 @@ def test_existing_journal_is_not_overwritten(sealed_pack: Path, tmp_path: Path) 
 
 
 def test_junit_required_tests_must_all_pass(sealed_pack: Path, tmp_path: Path) -> None:
-    from sealbench.runner import _junit_verdict
+    from sealbench.grading import junit_verdict
 
     report = tmp_path / "r.xml"
     report.write_text('<testsuite><testcase classname="m" name="a"/><testcase classname="m" name="b">'
                       '<skipped/></testcase></testsuite>')
-    assert _junit_verdict(tmp_path, "r.xml", ["m::a"])["ok"] is True
-    assert _junit_verdict(tmp_path, "r.xml", ["m::b"])["ok"] is False
+    assert junit_verdict(tmp_path, "r.xml", ["m::a"])["ok"] is True
+    assert junit_verdict(tmp_path, "r.xml", ["m::b"])["ok"] is False
     report.write_text("<testsuite></testsuite>")
-    assert _junit_verdict(tmp_path, "r.xml", [])["why"] == "no test ran"
-    assert _junit_verdict(tmp_path, "missing.xml", [])["ok"] is False
+    assert junit_verdict(tmp_path, "r.xml", [])["why"] == "no test ran"
+    assert junit_verdict(tmp_path, "missing.xml", [])["ok"] is False
 
 
 def test_python_callable_agent_is_recorded_as_unsandboxed(sealed_pack: Path, tmp_path: Path) -> None:

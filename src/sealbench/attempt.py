@@ -1,21 +1,58 @@
-"""What one attempt's facts mean: a pure classification, tested without a sandbox.
+"""One attempt: what it does (:func:`run_attempt`) and what its facts mean (:func:`classify`).
 
-The runner gathers an attempt's facts (how the agent ended, what capturing its patch found,
-what grading said) and asks :func:`must_grade` whether the hidden tests run at all, then
-:func:`classify` for the attempt's result. Nothing here touches a file, a process or the
+:func:`run_attempt` takes a plain description of one attempt (:class:`AttemptSpec`: the task,
+the attempt's number, the time that remains, the feedback to show) and returns its facts
+(:class:`AttemptFacts`: the events to journal, its result, the patch's stored blob, why it was
+stopped or failed). It writes no journal, starts no thread of its own but the one that holds
+an in-process agent, and shares nothing with other attempts but the executor's
+:class:`~sealbench.grading.Cancellation`: the run's coordinator (:mod:`sealbench.coordinator`)
+journals the facts, and an executor (:mod:`sealbench.executors`) decides where it runs.
+
+The classification is pure: the facts of how the agent ended, what capturing its patch found
+and what grading said go through :func:`must_grade` (whether the hidden tests run at all),
+then :func:`classify` for the attempt's result. Neither touches a file, a process or the
 journal, so every rule has a row in ``tests/test_attempt.py``.
 
 An attempt's result is an :class:`~sealbench.formats.Outcome` value, or ``probe_pass`` /
-``probe_fail`` in the narration probe. A harness failure is never an attempt's result: the
-runner records it for the task (``harness_error``) and decides nothing about the agent.
+``probe_fail`` in the narration probe. A harness failure is never an attempt's result: it is
+recorded for the task (``harness_error``) and decides nothing about the agent.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import threading
+import time
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
+from . import events as ev
+from .agentfs import TreeRejected, trace_digest
+from .agents import render_argv
+from .digest import sha256_bytes
+from .errors import describe_storage_failure, storage_failure
+from .files import write_atomic
 from .formats import Outcome
+from .grading import (
+    Cancellation,
+    Settings,
+    Stopped,
+    feedback,
+    grade,
+    process_facts,
+    sandbox_spec,
+    store_bytes,
+    task_env,
+)
+from .pack import Task
+from .sandbox import Prepared
+from .workspace import META_DIR, TaskWorkspace
 
 PROBE_PASS: Final = "probe_pass"
 PROBE_FAIL: Final = "probe_fail"
@@ -80,3 +117,360 @@ def final_outcome(result: str) -> Outcome:
     if result == PROBE_FAIL:
         return Outcome.FAIL
     return Outcome(result)
+
+
+# ----------------------------------------------------------------------------- running one attempt
+
+_LOW_SPACE = 1 << 20
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """One attempt, described by plain values (what an executor needs to run it anywhere)."""
+
+    task: Task
+    attempt: int
+    budget_s: float
+    """Seconds that remain for the task when the attempt starts (its deadline, counted from then)."""
+    workspace: Path
+    """The task's folder: the agent's workspace, the host-private folder, its grading copies."""
+    fresh: bool
+    """Materialise the workspace anew first (the task's first attempt in this process, or one
+    after an attempt whose end is unknown)."""
+    feedback: str = ""
+    """What the previous attempt's feedback says (the prompt's ``{feedback}``)."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task.task_id, self.attempt)
+
+
+@dataclass(frozen=True)
+class AttemptFacts:
+    """What one attempt did, as the events to journal and the values the coordinator decides on.
+
+    Exactly one of three endings: ``result`` (the attempt finished), ``stopped`` (it was
+    stopped: nothing about it is decided, it stays used), ``error`` (the harness failed).
+    """
+
+    task_id: str
+    attempt: int
+    agent: ev.AgentFinished | None = None
+    capture: ev.PatchCaptured | None = None
+    grading: ev.Graded | None = None
+    finished: ev.AttemptFinished | None = None
+    feedback_event: ev.Feedback | None = None
+    feedback: str = ""
+    """What the next attempt's prompt shows (after a failed attempt that is not the last)."""
+    stopped: str | None = None
+    storage_failure: str | None = None
+    """Why the run's own storage failed, when that stopped the attempt (the run stops now)."""
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def result(self) -> str | None:
+        return self.finished.result if self.finished is not None else None
+
+    def events(self) -> list[ev.Event]:
+        """The attempt's events, in the order the journal holds them."""
+        done = [self.agent, self.capture, self.grading, self.finished, self.feedback_event]
+        return [e for e in done if e is not None]
+
+
+@dataclass
+class Ready:
+    """One attempt's prompt written and, for a command agent, its sandbox set up and waiting."""
+
+    attempt: int
+    prompt: str
+    prompt_file: Path
+    prepared: Prepared | None
+
+
+def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, feedback: str) -> str:
+    """Fill a frozen template in one pass: {task_prompt} {task_id} {attempt} {max_attempts} {feedback}."""
+    values = {
+        "task_prompt": task.prompt.rstrip("\n"),
+        "task_id": task.task_id,
+        "attempt": str(attempt),
+        "max_attempts": str(max_attempts),
+        "feedback": feedback,
+    }
+    return re.sub(r"\{(" + "|".join(values) + r")\}", lambda m: values[m.group(1)], template)
+
+
+def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: int, feedback: str) -> Ready:
+    """Write the attempt's prompt and, for a command agent, set its sandbox up (held before exec)."""
+    max_attempts = settings.max_attempts
+    template = settings.template_override or task.template
+    prompt = render_prompt(template, task, attempt, max_attempts, feedback)
+    # Host-private and bound read-only: never a path inside the workspace, where a link the
+    # previous attempt planted would turn this write into a write anywhere on the host.
+    prompt_file = tw.private / "prompt.md"
+    if attempt > 1:
+        tw.reset_private()
+    write_atomic(prompt_file, prompt, durable=False)
+    if attempt > 1:
+        tw.reset_meta()
+    prepared = None
+    agent = settings.agent
+    if agent.kind == "command":
+        values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
+                  "max_attempts": str(max_attempts), "task_id": task.task_id}
+        mounts = [Path(m) for m in (settings.contract.agent.mounts if settings.contract.agent else [])]
+        env = task_env(settings, task, tw.ws, attempt, prompt_file)
+        # A model-backed agent: a token, the gateway's URLs and a relay into this sandbox alone,
+        # closed (its calls journaled) when the prepared sandbox is closed, before agent_finished.
+        gateway = settings.gateway
+        access = gateway.open_attempt(task.task_id, attempt) if gateway is not None else None
+        try:
+            # The deadline is set when the attempt starts, from the time that remains then.
+            spec = sandbox_spec(settings, render_argv(agent.command, values), tw.ws,
+                                {**env, **(access.env if access else {})}, settings.budget.wall_clock_s,
+                                [*mounts, tw.private])
+            prepared = settings.sandbox.prepare(dataclasses.replace(spec, relay=access.relay) if access else spec)
+        except BaseException:
+            if access is not None:
+                access.close()
+            raise
+        if access is not None:
+            prepared = access.guard(prepared)
+    return Ready(attempt, prompt, prompt_file, prepared)
+
+
+def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, ready: Ready,
+              deadline: float) -> dict[str, Any]:
+    """Run the agent for one attempt until ``deadline``; its facts (``agent_finished`` fields).
+
+    Raises:
+        Stopped: cancelled while it ran.
+    """
+    agent = settings.agent
+    attempt = ready.attempt
+    remaining = deadline - time.monotonic()  # set-up time, if any, came out of it
+    if ready.prepared is not None:
+        prepared = ready.prepared
+        try:
+            res = cancel.start(prepared, max(0.0, remaining))
+        finally:
+            prepared.close()
+        return process_facts(settings, res)
+    started = time.monotonic()
+    if agent.kind == "builtin":
+        assert agent.builtin is not None
+        action = agent.builtin(task, tw.ws, attempt)
+        return {"exit_code": 0, "timed_out": False, "elapsed_ms": int((time.monotonic() - started) * 1000),
+                "action": action}
+    assert agent.callable is not None
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["action"] = agent.callable(task.record.model_dump(mode="json"), tw.ws, attempt)  # type: ignore[misc]
+        except Exception as e:  # the agent's failure, recorded as its exit
+            box["error"] = f"{type(e).__name__}: {e}"
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    # An in-process agent cannot be killed: stopping now abandons it (it dies with the process).
+    end = time.monotonic() + max(0.0, remaining)
+    while worker.is_alive() and time.monotonic() < end:
+        worker.join(min(0.1, max(0.0, end - time.monotonic())))
+        if cancel.cancelled:
+            raise Stopped
+    timed_out = worker.is_alive()
+    facts: dict[str, Any] = {"exit_code": None if timed_out else (1 if "error" in box else 0), "timed_out": timed_out,
+             "elapsed_ms": int((time.monotonic() - started) * 1000)}
+    if "error" in box:
+        facts["error"] = box["error"]
+    try:
+        json.dumps(box.get("action"))
+        facts["action"] = box.get("action")
+    except (TypeError, ValueError):
+        facts["action"] = repr(box.get("action"))
+    return facts
+
+
+def wait_gap(cancel: Cancellation, since: float, gap_s: float, deadline: float) -> None:
+    """Wait until a whole multiple of ``gap_s`` has passed since ``since`` (or the deadline), so
+    the next attempt cannot time the grading of the previous one (it sees at most how many
+    whole gaps it took)."""
+    elapsed = time.monotonic() - since
+    until = since + max(1, math.ceil(elapsed / gap_s)) * gap_s
+    cancel.pause(max(0.0, min(until, deadline) - time.monotonic()))
+
+
+def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
+    """The digest of the agent's trace folder, read without following it anywhere."""
+    try:
+        # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
+        return {"transcript": trace_digest(tw.ws, settings.tree_caps, below=(META_DIR, "trace"))}
+    except TreeRejected as e:
+        return {"transcript": None, "transcript_rejected": e.reason}
+
+
+@dataclass
+class Capture:
+    changed: list[str]
+    patch: bytes
+    rejected: str | None = None
+    timed_out: bool = False
+
+
+def capture(tw: TaskWorkspace, deadline: float) -> Capture:
+    """What the attempt changed, and its patch; a tree over the caps is refused, with why."""
+    try:
+        changed = tw.changes()
+        patch = tw.capture_patch(deadline - time.monotonic()) if changed else b""
+    except TreeRejected as e:
+        return Capture([], b"", rejected=e.reason)
+    except subprocess.TimeoutExpired:
+        return Capture([], b"", timed_out=True)
+    return Capture(changed, patch)
+
+
+def storage_exhausted(path: Path) -> str | None:
+    """Why the storage of ``path`` cannot take writes now (read-only, full), or None.
+
+    Consulted when the harness fails without an OSError saying why (git or another tool
+    failing on a full disk): such a failure is the storage's, not a harness error.
+    """
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return "read-only file system"
+    free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    if free < _LOW_SPACE or (st.f_files > 0 and st.f_favail == 0):
+        return f"no space left on device ({free} bytes, {st.f_favail} inodes free)"
+    return None
+
+
+def storage_failed(run_dir: Path, exc: BaseException | None) -> str | None:
+    """Why the run's own storage failed, when ``exc`` (or, with none, the storage's state) says it did."""
+    failure = storage_failure(exc) if exc is not None else None
+    if failure is not None:
+        return f"storage failure: {describe_storage_failure(failure)}"
+    why = storage_exhausted(run_dir)
+    if why is None:
+        return None
+    if exc is None:
+        return f"storage failure: {why}"
+    return f"storage failure: {why} after {type(exc).__name__}: {str(exc)[:300]}"
+
+
+@dataclass
+class Setup:
+    """What was set up for an attempt before it started (costing the agent nothing), or why
+    setting it up failed (the harness's failure, recorded once the attempt has started)."""
+
+    ready: Ready | None = None
+    error: Exception | None = None
+
+    def close(self) -> None:
+        if self.ready is not None and self.ready.prepared is not None:
+            self.ready.prepared.close()
+
+
+def set_up(settings: Settings, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
+    """The workspace materialised (for a fresh spec) and the attempt made ready, ahead of its start."""
+    try:
+        if spec.fresh:
+            tw.materialise()
+        return Setup(ready=ready_attempt(settings, spec.task, tw, spec.attempt, spec.feedback))
+    except Exception as e:  # the harness's failure: recorded once the attempt has started
+        return Setup(error=e)
+
+
+def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw: TaskWorkspace,
+                setup: Setup | None = None) -> AttemptFacts:
+    """Run one attempt to its end: the agent, the capture of its patch, grading, and (after a
+    failure that is not the last attempt) the wait between attempts and the feedback.
+
+    ``tw`` is the task's workspace object (it remembers the base the patch is taken against);
+    ``setup``, what was set up ahead. Never raises for the attempt's own sake: a stop, a
+    storage failure and a harness error are facts too.
+    """
+    started = time.monotonic()
+    deadline = started + spec.budget_s
+    task, attempt = spec.task, spec.attempt
+    tid = task.task_id
+    done: dict[str, Any] = {}
+
+    def facts(**more: Any) -> AttemptFacts:
+        return AttemptFacts(task_id=tid, attempt=attempt, elapsed_s=time.monotonic() - started, **done, **more)
+
+    try:
+        if setup is None:
+            setup = set_up(settings, spec, tw) if spec.fresh else Setup()
+        if setup.error is not None:
+            raise setup.error
+        ready = setup.ready
+        try:
+            if ready is None or ready.attempt != attempt:
+                ready = ready_attempt(settings, task, tw, attempt, spec.feedback)
+            agent_facts = run_agent(settings, cancel, task, tw, ready, deadline)
+            prompt = ready.prompt
+        except TreeRejected as e:
+            # Only without a sandbox can an attempt replace its own workspace folder.
+            prompt = ""
+            agent_facts = {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
+                           "error": f"the workspace was replaced: {e.reason}"}
+        why = storage_failed(settings.run_dir, None)
+        if why is not None:  # an agent whose writes failed on a full disk is not judged on them
+            return facts(stopped=why, storage_failure=why)
+        gap_from = time.monotonic()
+        agent = ev.AgentFinished(task_id=tid, attempt=attempt, prompt_sha256=sha256_bytes(prompt.encode()),
+                                 **transcript(settings, tw), **agent_facts)
+        done["agent"] = agent
+        if agent.workdir_rejected:
+            # The copy back of the quota'd workspace stopped at a cap: the agent's failure.
+            cap = Capture([], b"", rejected=agent.workdir_rejected)
+        else:
+            cap = capture(tw, deadline)
+        patch = cap.patch
+        patch_digest = store_bytes(settings.run_dir, patch) if patch else None
+        done["capture"] = ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest, empty=not patch,
+                                           changed=cap.changed[:200], changed_count=len(cap.changed),
+                                           **ev.present(rejected=cap.rejected,
+                                                        capture_timed_out=True if cap.timed_out else None))
+        end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=not patch,
+                       capture_timed_out=cap.timed_out, rejected=cap.rejected)
+        grading: Grading | None = None
+        if must_grade(end, probe=settings.probe):
+            remaining = deadline - time.monotonic()
+            graded = None
+            if remaining > 0:
+                try:
+                    graded = grade(settings, cancel, task, tw, attempt, patch, cap.changed, remaining)
+                except subprocess.TimeoutExpired:
+                    graded = None
+            if graded is not None:
+                done["grading"] = event = ev.Graded(task_id=tid, attempt=attempt, **graded)
+                grading = Grading(task_pass=bool(event.task_pass), oracle_timed_out=bool(event.oracle_timed_out))
+        result = classify(end, grading, probe=settings.probe)
+        assert result is not None
+        done["finished"] = ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
+                                              elapsed_ms=int((time.monotonic() - started) * 1000))
+        if settings.probe or result != Outcome.FAIL.value or attempt >= settings.max_attempts:
+            return facts()
+        gap_s = settings.budget.attempt_gap_s
+        if gap_s is not None:
+            # First of all: the visible tests' run, the prompt file, .sealbench/ and the
+            # sandbox all carry the time they were made, which would tell the next
+            # attempt when this one's grading ended.
+            wait_gap(cancel, gap_from, gap_s, deadline)
+        text, shown = feedback(settings, cancel, task, tw, attempt, deadline - time.monotonic())
+        done["feedback_event"] = shown
+        return facts(feedback=text)
+    except Exception as e:
+        if isinstance(e, Stopped) or cancel.cancelled:
+            # The operator or the infrastructure stopped the attempt: nothing about it is decided.
+            return facts(stopped=cancel.reason or "the run stopped")
+        why = storage_failed(settings.run_dir, e)
+        if why is not None:
+            return facts(stopped=why, storage_failure=why)
+        # The harness failed, not the agent: recorded, and the task stays in the denominator.
+        return facts(error=f"{type(e).__name__}: {e}")

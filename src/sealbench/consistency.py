@@ -9,10 +9,11 @@ rewrites one task's outcome must then also rewrite the attempt that decided it, 
 attempt's grading and the oracle's exit: invent a whole story. Only a signature over the
 bundle, or a rerun, rules that out.
 
-The runner writes, for each task (``runner._run_started_task``)::
+The runner writes, for each task (``coordinator.Coordinator``)::
 
     task_started
       attempt_started 1
+        [submitted 1]         handed to an executor (derivation version 2 on)
         agent_finished 1, patch_captured 1, [graded 1], attempt_finished 1
         (after a crash: attempt_interrupted 1, written when the run resumes)
       [feedback 1]            attempt 1 failed and another attempt is allowed

@@ -37,8 +37,14 @@ from .formats import (
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
 
-DERIVATION_VERSION: Final = 1
-"""The version of the rules this release derives new runs with (see the module docstring)."""
+DERIVATION_VERSION: Final = 2
+"""The version of the rules this release derives new runs with (see the module docstring).
+
+1: the rules of the first release that recorded one. 2: the same rules, over journals that may
+hold ``submitted``, ``duplicate_result`` and ``model_call`` events (each task's trace holds its
+``submitted`` and ``model_call`` lines, and a task whose agent called a model gets
+``model_usage`` in its scorecard): a release that knows only version 1 cannot read them, and
+says the bundle was made by a newer release rather than failing it."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -416,9 +422,17 @@ class Rules:
     readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
 
 
+RESUMABLE: Final = frozenset({1, 2})
+"""The versions of the runs this release continues on resume: their rules are the ones it
+derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
+line in a version 1 run), so the release that started a run still reads it whole."""
+
+_RULES_1 = Rules(derive=derive, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
+                 patch_files=patch_files, commands_bytes=commands_bytes, readme_bytes=readme_bytes)
+
 RULES: Final[Mapping[int, Rules]] = {
-    1: Rules(derive=derive, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
-             patch_files=patch_files, commands_bytes=commands_bytes, readme_bytes=readme_bytes),
+    1: _RULES_1,
+    2: _RULES_1,
 }
 
 

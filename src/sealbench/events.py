@@ -117,6 +117,8 @@ TIME_CHARGED: Final = "time_charged"
 HARNESS_ERROR: Final = "harness_error"
 TASK_FINISHED: Final = "task_finished"
 MODEL_CALL: Final = "model_call"
+SUBMITTED: Final = "submitted"
+DUPLICATE_RESULT: Final = "duplicate_result"
 
 
 class RunHeader(Event):
@@ -208,6 +210,12 @@ class AttemptStarted(Event):
 
     kind: Literal["attempt_started"] = ATTEMPT_STARTED
     budget_s: Num | None = Field(None, description="Seconds that remained for the task.")
+
+
+class Submitted(Event):
+    """The coordinator handed the attempt to an executor (after its attempt_started line)."""
+
+    kind: Literal["submitted"] = SUBMITTED
 
 
 class AgentFinished(ProcessFacts, Event):
@@ -332,10 +340,22 @@ class ModelCall(Event):
     error: str | None = Field(None, description="What failed on the way: the upstream, or the agent went away.")
 
 
+class DuplicateResult(Event):
+    """A result an executor delivered for an attempt already decided (a second delivery, or one
+    after the attempt was journaled as interrupted): recorded, never counted. A run event: its
+    task may have finished, and nothing of a task follows its task_finished."""
+
+    kind: Literal["duplicate_result"] = DUPLICATE_RESULT
+    of_task: str | None = Field(None, description="The task of the attempt.")
+    of_attempt: int | None = Field(None, description="The attempt.")
+    result: str | None = Field(None, description="The result it carried (null: none, or a stopped attempt's).")
+    reason: str | None = Field(None, description="Why it was not counted.")
+
+
 AnyEvent: TypeAlias = Annotated[
     Union[RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted,  # noqa: UP007
           AttemptStarted, AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted,
-          TimeCharged, HarnessErrorEvent, TaskFinished, ModelCall],
+          TimeCharged, HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall],
     Field(discriminator=KIND),
 ]
 """Every event kind, told apart by ``kind``."""
@@ -343,7 +363,7 @@ AnyEvent: TypeAlias = Annotated[
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted, AttemptStarted,
     AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted, TimeCharged,
-    HarnessErrorEvent, TaskFinished, ModelCall,
+    HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall,
 )
 BY_KIND: Final[Mapping[str, type[Event]]] = {t.model_fields[KIND].default: t for t in EVENT_TYPES}
 KINDS: Final = frozenset(BY_KIND)

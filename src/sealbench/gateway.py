@@ -187,7 +187,7 @@ class Gateway:
     """
 
     def __init__(self, endpoints: Sequence[ModelEndpoint], keys: Mapping[str, str],
-                 record: Callable[[ev.Event], None], store: Callable[[bytes], str],
+                 record: Callable[[ev.Event], object], store: Callable[[bytes], str],
                  limits: GatewayLimits | None = None) -> None:
         self.endpoints = {e.name: e for e in endpoints}
         self._keys = dict(keys)

@@ -287,6 +287,19 @@ class Journal:
             self._sync(end)
         return line_fields
 
+    def sync(self) -> None:
+        """Make every line appended so far durable (those appended with ``durable=False`` too).
+
+        Raises:
+            StorageError, HarnessError: the fsync failed (see :meth:`append`).
+        """
+        if not self._fsync:
+            return
+        with self._lock:
+            self._raise_if_failed()
+            end = self._size
+        self._sync(end)
+
     def _sync(self, end: int) -> None:
         """Return once the file is durable up to byte ``end`` (the end of the caller's line)."""
         with self._sync_lock:

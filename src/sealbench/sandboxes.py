@@ -9,6 +9,11 @@ chosen for the user.
 
 Another package adds one with :func:`register`; the conformance suite
 (``tests/test_sandbox.py``) runs over every registered backend.
+
+``fake`` is for sealbench's own tests only: its opener lives in ``tests/fake_sandbox.py``, so it
+opens only where the tests are importable; ``--sandbox`` never offers it and ``auto`` never
+picks it. It lets tests of the runner's logic (resume, bundle, compare, executors) run where
+bubblewrap cannot start.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class Backend:
     isolating: bool
     """Whether it hides the host and the hidden tests from the agent (``auto`` picks only these)."""
     summary: str
+    test_only: bool = False
+    """Only sealbench's tests open it: never offered by ``--sandbox``, never picked by ``auto``."""
 
     def open(self, **options: Any) -> Sandbox:
         """The backend's sandbox.
@@ -42,6 +49,14 @@ class Backend:
             RunRefusal: it cannot work on this machine (the message says why and what to do).
         """
         module, _, function = self.opener.partition(":")
+        if self.test_only:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                from .errors import RunRefusal
+
+                raise RunRefusal(f"the {self.name!r} sandbox is for sealbench's own tests only; "
+                                 f"choose one of {', '.join(names())}") from None
         opener: Callable[..., Sandbox] = getattr(importlib.import_module(module), function)
         return opener(**options)
 
@@ -51,6 +66,8 @@ _REGISTRY: dict[str, Backend] = {
                           summary="namespaces, caps and disk quotas with bubblewrap (bwrap)"),
     "none": Backend("none", "sealbench.sandbox:open_none", isolating=False,
                     summary="no isolation: the agent and the oracles run on the host"),
+    "fake": Backend("fake", "fake_sandbox:open_fake", isolating=False, test_only=True,
+                    summary="tests only: plain child processes of the test, no isolation"),
 }
 
 
@@ -71,8 +88,8 @@ def backends() -> list[Backend]:
 
 
 def names() -> list[str]:
-    """What ``--sandbox`` accepts: ``auto`` and every registered backend."""
-    return [AUTO, *_REGISTRY]
+    """What ``--sandbox`` accepts: ``auto`` and every registered backend but the test-only ones."""
+    return [AUTO, *(name for name, b in _REGISTRY.items() if not b.test_only)]
 
 
 def backend(name: str) -> Backend | None:

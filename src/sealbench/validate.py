@@ -16,6 +16,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,24 @@ from .errors import PackError, RunRefusal, storage_failure
 from .files import model_json, write_atomic
 from .formats import Budget, ScoringContract, Validity, ValidityEvidence
 from .function_oracle import is_oracle_cmd, parse_summary
-from .journal import Journal
+from .grading import Cancellation, Settings, grade
 from .pack import Pack, Task, check_pack
-from .runner import RunOptions, _Ctx, _grade, _Progress
+from .progress import Progress
 from .sandbox import open_sandbox
 from .scratch import sweep_temp_files, temp_dir
 from .trivial import trivial_candidates
 from .workspace import TaskWorkspace
+
+
+@dataclass(frozen=True)
+class _Validation:
+    """What every grading of one validation shares."""
+
+    settings: Settings
+    cancel: Cancellation
+
+    def grade(self, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes, changed: list[str]) -> dict[str, Any]:
+        return grade(self.settings, self.cancel, task, tw, attempt, patch, changed, task.record.wall_clock_s)
 
 
 def verdict(reference: list[bool], empty: list[bool],
@@ -51,12 +63,12 @@ def verdict(reference: list[bool], empty: list[bool],
     return (not reasons, ", ".join(reasons) or None)
 
 
-def _oracle_summary(ctx: _Ctx, grade: dict[str, Any]) -> dict[str, Any]:
+def _oracle_summary(ctx: _Validation, graded: dict[str, Any]) -> dict[str, Any]:
     """A function-level oracle's summary line in a grade's stdout; empty without one."""
-    digest = (grade.get("oracle") or {}).get("stdout")
+    digest = (graded.get("oracle") or {}).get("stdout")
     if not digest:
         return {}
-    return parse_summary((ctx.run_dir / "blobs" / digest.removeprefix("sha256:")).read_bytes()) or {}
+    return parse_summary((ctx.settings.run_dir / "blobs" / digest.removeprefix("sha256:")).read_bytes()) or {}
 
 
 def _returned(summary: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -66,7 +78,7 @@ def _returned(summary: Mapping[str, Any]) -> dict[str, list[str]]:
     return {k: [t for t in v if isinstance(t, str)] for k, v in returned.items() if isinstance(v, list)}
 
 
-def _trivial_grades(ctx: _Ctx, task: Task, tw: TaskWorkspace, first: int,
+def _trivial_grades(ctx: _Validation, task: Task, tw: TaskWorkspace, first: int,
                     returned: Mapping[str, list[str]]) -> dict[str, bool]:
     """Grade each trivial solution once, from the unchanged workspace."""
     texts: dict[str, str] = {}
@@ -86,15 +98,15 @@ def _trivial_grades(ctx: _Ctx, task: Task, tw: TaskWorkspace, first: int,
             (tw.ws / rel).write_text(text, encoding="utf-8")
         changed = tw.changes()
         patch = tw.capture_patch() if changed else b""
-        graded = _grade(ctx, task, tw, first + i, patch, changed, task.record.wall_clock_s)
+        graded = ctx.grade(task, tw, first + i, patch, changed)
         out[cand.name] = bool(graded["task_pass"])
         for rel in cand.files:
             (tw.ws / rel).write_text(texts[rel], encoding="utf-8")
     return out
 
 
-def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
-    tw = TaskWorkspace(ctx.run_dir / "work" / task.task_id, task.workspace)
+def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidence:
+    tw = TaskWorkspace(ctx.settings.run_dir / "work" / task.task_id, task.workspace)
     try:
         tw.materialise()
         if not task.solution.is_dir():
@@ -105,16 +117,15 @@ def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
         reference.builtin(task, tw.ws, 1)
         changed = tw.changes()
         patch = tw.capture_patch() if changed else b""
-        wall = task.record.wall_clock_s
-        ref_grades = [_grade(ctx, task, tw, i, patch, changed, wall) for i in range(1, repeat + 1)]
+        ref_grades = [ctx.grade(task, tw, i, patch, changed) for i in range(1, repeat + 1)]
         ref = [bool(g["task_pass"]) for g in ref_grades]
-        empty = [bool(_grade(ctx, task, tw, repeat + i, b"", [], wall)["task_pass"]) for i in range(1, repeat + 1)]
+        empty = [bool(ctx.grade(task, tw, repeat + i, b"", [])["task_pass"]) for i in range(1, repeat + 1)]
         # A task already invalid gains nothing from more grades.
         summary = _oracle_summary(ctx, ref_grades[0])
         trivial = (_trivial_grades(ctx, task, tw, 2 * repeat + 1, _returned(summary))
                    if all(ref) and not any(empty) else {})
     except Exception as e:  # the evidence records the harness failure instead of guessing
-        if storage_failure(e) is not None or ctx.abort.is_set():
+        if storage_failure(e) is not None or ctx.cancel.cancelled:
             raise  # a full disk or a stop decides nothing about the oracle
         return ValidityEvidence(valid=False, reason=f"harness error: {type(e).__name__}: {e}",
                                 reference_passes=[], empty_change_passes=[])
@@ -129,7 +140,7 @@ def _validate_task(ctx: _Ctx, task: Task, repeat: int) -> ValidityEvidence:
 
 
 @contextlib.contextmanager
-def _stop_all_on_failure(ctx: _Ctx, futures: Iterable[Future[ValidityEvidence]]) -> Iterator[None]:
+def _stop_all_on_failure(ctx: _Validation, futures: Iterable[Future[ValidityEvidence]]) -> Iterator[None]:
     """On any exception (Ctrl-C, SIGTERM, a storage failure): kill the oracles running, drop the
     tasks not started, so that the pool's exit waits for nothing long."""
     try:
@@ -137,7 +148,7 @@ def _stop_all_on_failure(ctx: _Ctx, futures: Iterable[Future[ValidityEvidence]])
     except BaseException:
         for fut in futures:
             fut.cancel()
-        ctx.stop_now("validation stopped")
+        ctx.cancel.cancel("validation stopped")
         raise
 
 
@@ -171,13 +182,12 @@ def validate_pack(
         (scratch / "blobs").mkdir()
         forbidden = list(DEFAULT_FORBIDDEN)
         contract = ScoringContract(forbidden_paths=forbidden)
-        journal = Journal.create(scratch / "journal.jsonl", fsync=False)
         first = next(iter(pack.tasks.values())).record
-        ctx = _Ctx(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
-                   pack=pack, run_dir=scratch, journal=journal, agent=resolve_agent("reference", "builtin:reference"),
-                   sandbox=box, options=RunOptions(progress=False), stop=threading.Event(),
-                   slots=threading.Semaphore(max(1, jobs)))
-        bar = _Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
+        settings = Settings(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
+                            pack_root=pack.root, run_dir=scratch, sandbox=box,
+                            agent=resolve_agent("reference", "builtin:reference"))
+        ctx = _Validation(settings, Cancellation())
+        bar = Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
         evidence: dict[str, ValidityEvidence] = {}
         lock = threading.Lock()
         try:
@@ -194,7 +204,6 @@ def validate_pack(
                             on_task(tid, ev)
         finally:
             bar.close()
-            journal.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     validity = Validity(pack_sha256=pack.sealed_digest, repeat=repeat, sandbox=box.kind,

@@ -1,0 +1,271 @@
+"""Where attempts run: a small interface, and the local thread pool that implements it.
+
+The run's coordinator (:mod:`sealbench.coordinator`) hands each attempt to an
+:class:`Executor` as an :class:`~sealbench.attempt.AttemptSpec` and gets its
+:class:`~sealbench.attempt.AttemptFacts` back; it alone journals. An executor never retries
+an attempt (there is no retry argument anywhere): an attempt whose worker died is reported
+lost (:attr:`Delivery.lost`), and the coordinator charges it as an interrupted attempt. The
+cap, the process-group kill and the cleanup live inside the attempt itself, so an executor
+only has to run it, report it, and reach it to cancel it.
+
+How an executor may fail, and what the coordinator does about it:
+
+* a result that never comes: the attempt is declared lost once it is overdue (its budget and
+  a grace past it), journaled as interrupted and charged; a result after that is journaled
+  as a duplicate and never counted;
+* a result delivered twice: the first is counted, the second journaled as a duplicate;
+* a result after a cancel the coordinator stopped waiting for: a duplicate.
+
+``tests/test_executors.py`` holds a fake executor that does each of these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import queue
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from .agentfs import remove_tree
+from .attempt import AttemptFacts, AttemptSpec, Setup, run_attempt, set_up
+from .grading import Cancellation, Settings
+from .workspace import TaskWorkspace
+
+
+@dataclass(frozen=True)
+class Handle:
+    """One submitted attempt, as its executor knows it."""
+
+    task_id: str
+    attempt: int
+    serial: int
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What an executor reports about a submitted attempt: its facts, or that it was lost."""
+
+    handle: Handle
+    facts: AttemptFacts | None
+    lost: str | None = None
+    """Why the executor lost the attempt (its worker died); ``facts`` is None then."""
+
+
+class Executor(Protocol):
+    """Runs attempts; never retries one."""
+
+    def warm(self, spec: AttemptSpec) -> None:
+        """A hint: ``spec`` will be submitted soon; what costs its agent nothing (the
+        workspace, the prompt, a sandbox held before exec) may be set up now. May be ignored."""
+
+    def ready(self, spec: AttemptSpec) -> bool:
+        """Whether submitting ``spec`` now starts its agent without waiting for its set-up."""
+
+    def submit(self, spec: AttemptSpec) -> Handle:
+        """Start the attempt; its result comes through :meth:`wait`."""
+
+    def wait(self, timeout_s: float) -> list[Delivery]:
+        """The deliveries since the last call; waits up to ``timeout_s`` for one (returns
+        early, possibly with none, when a warmed set-up becomes ready)."""
+
+    def cancel(self, handle: Handle, reason: str) -> None:
+        """Stop the attempt now (its sandboxed commands are killed); its result still comes."""
+
+    def wind_down(self) -> None:
+        """The run is stopping: attempts under way end without waiting out an attempt gap,
+        and set-ups not yet submitted are dropped."""
+
+    def release(self, task_id: str) -> None:
+        """The task is over: free what is held for it (its workspace, set-ups)."""
+
+    def close(self) -> None:
+        """Wait for the attempts under way, free everything held. Idempotent."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether an attempt is still under way."""
+
+
+class LocalExecutor:
+    """Attempts on a pool of threads in this process (the work is waiting on sandboxes, not computing).
+
+    ``jobs`` attempts run at once, at most; as many set-ups again run ahead of their turn
+    (:meth:`warm`), a few at a time, so that the first tasks are ready first. A storage
+    failure reported by one attempt cancels every other at once.
+    """
+
+    def __init__(self, settings: Settings, jobs: int) -> None:
+        self.settings = settings
+        self.jobs = max(1, jobs)
+        # Apart, so that neither an attempt nor a set-up waits behind a workspace's removal: the
+        # coordinator runs at most ``jobs`` at once (more only while a lost one still runs).
+        self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt")
+        self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup")
+        self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup")
+        # Set-ups are CPU work: a few at a time, so that the first tasks are ready first.
+        self._setups = threading.Semaphore(os.cpu_count() or 1)
+        self._lock = threading.Lock()
+        self._workspaces: dict[str, TaskWorkspace] = {}
+        self._warmed: dict[tuple[str, int], Future[Setup]] = {}
+        self._running: dict[Handle, Cancellation] = {}
+        self._results: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
+        self._serial = itertools.count(1)
+        self._wound_down = False
+        self._aborted: str | None = None
+        self._closed = False
+
+    # -------------------------------------------------------------------------------- workspace
+
+    def _workspace(self, task_id: str, spec: AttemptSpec) -> TaskWorkspace:
+        with self._lock:
+            tw = self._workspaces.get(task_id)
+            if tw is None:
+                tw = self._workspaces[task_id] = TaskWorkspace(spec.workspace, spec.task.workspace,
+                                                               self.settings.tree_caps)
+            return tw
+
+    def warm(self, spec: AttemptSpec) -> None:
+        with self._lock:
+            if self._wound_down or spec.key in self._warmed:
+                return
+        tw = self._workspace(spec.task.task_id, spec)
+        fut = self._setups_ahead.submit(self._set_up, spec, tw)
+        with self._lock:
+            self._warmed[spec.key] = fut
+        fut.add_done_callback(lambda _f: self._results.put(None))
+
+    def _set_up(self, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
+        with self._setups:
+            return set_up(self.settings, spec, tw)
+
+    def ready(self, spec: AttemptSpec) -> bool:
+        with self._lock:
+            fut = self._warmed.get(spec.key)
+        return fut is None or fut.done()
+
+    # -------------------------------------------------------------------------------- attempts
+
+    def submit(self, spec: AttemptSpec) -> Handle:
+        handle = Handle(spec.task.task_id, spec.attempt, next(self._serial))
+        cancel = Cancellation()
+        with self._lock:
+            warmed = self._warmed.pop(spec.key, None)
+            self._running[handle] = cancel
+            if self._wound_down:
+                cancel.wind_down()
+            if self._aborted is not None:
+                cancel.cancel(self._aborted)
+        tw = self._workspace(spec.task.task_id, spec)
+        self._pool.submit(self._run, handle, spec, cancel, tw, warmed)
+        return handle
+
+    def _run(self, handle: Handle, spec: AttemptSpec, cancel: Cancellation, tw: TaskWorkspace,
+             warmed: Future[Setup] | None) -> None:
+        delivery: Delivery
+        try:
+            setup = warmed.result() if warmed is not None else None
+            facts = run_attempt(spec, self.settings, cancel, tw, setup)
+            if facts.storage_failure is not None:
+                # The run's own storage failed: every attempt stops now, not once the coordinator hears of it.
+                self._abort(facts.storage_failure)
+            delivery = Delivery(handle, facts)
+        except BaseException as e:  # a bug of the harness: the attempt is lost, never retried
+            delivery = Delivery(handle, None, lost=f"{type(e).__name__}: {e}")
+        finally:
+            with self._lock:
+                self._running.pop(handle, None)
+        self._results.put(delivery)
+
+    def _abort(self, reason: str) -> None:
+        with self._lock:
+            if self._aborted is None:
+                self._aborted = reason
+            running = list(self._running.values())
+        for cancel in running:
+            cancel.cancel(reason)
+
+    def wait(self, timeout_s: float) -> list[Delivery]:
+        out: list[Delivery] = []
+        try:
+            item = self._results.get(timeout=max(0.0, timeout_s)) if timeout_s > 0 else self._results.get_nowait()
+        except queue.Empty:
+            return out
+        while True:
+            if item is not None:
+                out.append(item)
+            try:
+                item = self._results.get_nowait()
+            except queue.Empty:
+                return out
+
+    def cancel(self, handle: Handle, reason: str) -> None:
+        with self._lock:
+            cancel = self._running.get(handle)
+        if cancel is not None:
+            cancel.cancel(reason)
+
+    def wind_down(self) -> None:
+        with self._lock:
+            self._wound_down = True
+            warmed = list(self._warmed.values())
+            self._warmed.clear()
+            running = list(self._running.values())
+        for cancel in running:
+            cancel.wind_down()
+        for fut in warmed:
+            _drop(fut)
+
+    def release(self, task_id: str) -> None:
+        with self._lock:
+            keys = [k for k in self._warmed if k[0] == task_id]
+            dropped = [self._warmed.pop(k) for k in keys]
+            tw = self._workspaces.pop(task_id, None)
+        for fut in dropped:
+            _drop(fut)
+        if tw is not None and not self.settings.keep_work:
+            try:
+                # On a worker: the code under test wrote in it, and its removal may take a while.
+                self._cleanup.submit(_remove, tw)
+            except RuntimeError:  # the pool is shut down
+                _remove(tw)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wound_down = True
+            warmed = list(self._warmed.values())
+            self._warmed.clear()
+        for fut in warmed:
+            _drop(fut)
+        self._setups_ahead.shutdown(wait=True, cancel_futures=True)
+        self._cleanup.shutdown(wait=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            left = list(self._workspaces.values())
+            self._workspaces.clear()
+        if not self.settings.keep_work:
+            for tw in left:
+                _remove(tw)
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._running)
+
+
+def _remove(tw: TaskWorkspace) -> None:
+    with contextlib.suppress(OSError):
+        remove_tree(tw.root)
+
+
+def _drop(fut: Future[Setup]) -> None:
+    """Close a set-up made ahead and never used (its held sandbox never starts)."""
+    if fut.cancel():
+        return
+    fut.add_done_callback(lambda f: f.result().close() if not f.cancelled() else None)

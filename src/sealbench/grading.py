@@ -1,0 +1,412 @@
+"""Grading: an attempt's patch judged by the hidden tests in a pristine copy, JUnit reports
+read as hostile input, and the feedback shown before the next attempt.
+
+Nothing here writes the journal: :func:`grade` returns the facts of one grading (the payload
+of a ``graded`` event) and :func:`feedback` the text and facts of one feedback; the caller
+(the run's coordinator, or ``pack validate``) decides what to record. What grading needs of
+the run is passed explicitly: the run-wide :class:`Settings` and the :class:`Cancellation`
+that stops its sandboxed commands at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from xml.parsers import expat
+
+from . import events as ev
+from . import pytest_oracle
+from .agentfs import TreeCaps, read_regular, remove_entry, remove_tree
+from .agents import ResolvedAgent
+from .contract import flagged_pass_counts
+from .digest import same_digest, sha256_bytes, tree_digest
+from .errors import HarnessError
+from .files import write_atomic
+from .formats import Budget, ScoringContract
+from .function_oracle import is_oracle_cmd
+from .pack import Task
+from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
+from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+JUNIT_REPORT_CAP = 16 * 2**20
+
+JUNIT_MAX_DEPTH = 64
+
+FEEDBACK_CAP = 16 * 1024
+
+PRIVATE_CAPS = TreeCaps(max_entries=1000, max_bytes=4 * JUNIT_REPORT_CAP)
+"""Quota and caps of a harness-private folder bound writable into the grading sandbox (the
+guarded pytest's report and record): the code under test can write there too."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every attempt and grading of one run (or validation) shares, fixed before the first."""
+
+    contract: ScoringContract
+    budget: Budget
+    pack_root: Path
+    run_dir: Path
+    """Where blobs are stored (``run_dir/blobs``) and the workspaces live (``run_dir/work``)."""
+    sandbox: Sandbox
+    agent: ResolvedAgent
+    limits: Limits = field(default_factory=Limits)
+    tree_caps: TreeCaps = field(default_factory=TreeCaps)
+    workspace_quota: bool = True
+    keep_work: bool = False
+    probe: bool = False
+    template_override: str | None = None
+    """The narration probe's template, used instead of each task's."""
+    gateway: Gateway | None = None
+    """The run's model gateway, when the contract declares model endpoints and the agent is a command."""
+
+    @property
+    def max_attempts(self) -> int:
+        return 1 if self.probe else self.budget.max_attempts
+
+
+class Stopped(Exception):
+    """The attempt under way was stopped (a second interrupt, a storage failure, a cancel)."""
+
+
+class Cancellation:
+    """Reaches the sandboxed commands of one attempt (or of a whole validation) to kill them at once.
+
+    Whoever owns it (an executor, ``pack validate``) calls :meth:`cancel`; the code it was
+    given to runs its commands through :meth:`start` and waits through :meth:`pause`.
+    """
+
+    def __init__(self) -> None:
+        self._live: set[Prepared] = set()
+        self._lock = threading.Lock()
+        self._abort = threading.Event()
+        self._soon = threading.Event()
+        self.reasons: list[str] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._abort.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        return self.reasons[0] if self.reasons else None
+
+    def cancel(self, reason: str) -> None:
+        """Kill the commands running now; none starts after this."""
+        self._soon.set()
+        with self._lock:
+            self.reasons.append(reason)
+            self._abort.set()
+            live = list(self._live)
+        for prepared in live:
+            prepared.kill()
+
+    def wind_down(self) -> None:
+        """End waits (:meth:`pause`) early; running commands go on."""
+        self._soon.set()
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less once winding down or cancelled."""
+        self._soon.wait(max(0.0, seconds))
+
+    def start(self, prepared: Prepared, timeout_s: float | None = None) -> SandboxResult:
+        """Start a prepared command where :meth:`cancel` can reach it.
+
+        Raises:
+            Stopped: cancelled (before or while the command ran).
+        """
+        with self._lock:
+            if self._abort.is_set():
+                raise Stopped
+            self._live.add(prepared)
+        try:
+            result = prepared.start(timeout_s)
+        except HarnessError:
+            if self._abort.is_set():
+                raise Stopped from None
+            raise
+        finally:
+            with self._lock:
+                self._live.discard(prepared)
+        if self._abort.is_set():
+            raise Stopped
+        return result
+
+
+def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file: Path | None) -> dict[str, str]:
+    """The environment of a sandboxed command of ``task`` (its agent, oracle or visible tests)."""
+    seed = task.record.seed if task.record.seed is not None else settings.contract.seed
+    bin_dirs = [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+    return {
+        "PATH": ":".join(dict.fromkeys(bin_dirs)),
+        "HOME": "/tmp/home",
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": str(seed),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "SEALBENCH_SEED": str(seed),
+        "SEALBENCH_TASK_ID": task.task_id,
+        "SEALBENCH_ATTEMPT": str(attempt),
+        "SEALBENCH_MAX_ATTEMPTS": str(settings.max_attempts),
+        "SEALBENCH_WORKSPACE": str(ws),
+        "SEALBENCH_PROMPT_FILE": str(prompt_file) if prompt_file is not None else "",
+        "SEALBENCH_TRACE_DIR": str(ws / META_DIR / "trace"),
+    }
+
+
+def store_bytes(run_dir: Path, data: bytes) -> str:
+    """Keep ``data`` in blobs/ under its digest, durably (before the journal event naming it)."""
+    digest = sha256_bytes(data)
+    dest = run_dir / "blobs" / digest.removeprefix("sha256:")
+    if not dest.exists():
+        write_atomic(dest, data)
+    return digest
+
+
+def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
+                 readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> SandboxSpec:
+    quota = settings.workspace_quota
+    # Output is kept in memory (capped by the limits) and stored once, under its digest. The
+    # workdir (workspace or grading copy) gets its disk quota: TreeCaps.max_bytes, whose write
+    # past it fails inside the sandbox rather than on the host's disk.
+    return SandboxSpec(argv=tuple(argv), workdir=workdir, env=env, timeout_s=max(0.05, timeout),
+                       stdout_path=None, stderr_path=None, limits=settings.limits,
+                       readonly_paths=tuple(readonly), writable_paths=tuple(writable),
+                       workdir_caps=settings.tree_caps if quota else None,
+                       writable_caps=PRIVATE_CAPS if quota else None)
+
+
+def process_facts(settings: Settings, res: SandboxResult) -> dict[str, Any]:
+    """A sandboxed command's facts, its output stored as blobs."""
+    assert res.stdout is not None and res.stderr is not None  # specs from sandbox_spec keep output in memory
+    rejected = {} if res.workdir_rejected is None else {"workdir_rejected": res.workdir_rejected}
+    return {
+        **rejected,
+        "exit_code": res.exit_code,
+        "signal": res.signal,
+        "timed_out": res.timed_out,
+        "elapsed_ms": int(res.elapsed_s * 1000),
+        "stdout": store_bytes(settings.run_dir, res.stdout),
+        "stderr": store_bytes(settings.run_dir, res.stderr),
+        "stdout_bytes": res.stdout_bytes,
+        "stderr_bytes": res.stderr_bytes,
+        "stdout_truncated": res.stdout_truncated,
+        "stderr_truncated": res.stderr_truncated,
+    }
+
+
+def sandboxed(settings: Settings, cancel: Cancellation, argv: Sequence[str], workdir: Path, env: dict[str, str],
+              timeout: float, readonly: Sequence[Path] = (),
+              writable: Sequence[Path] = ()) -> tuple[SandboxResult, dict[str, Any]]:
+    """Run one command in the sandbox where ``cancel`` reaches it; its result and facts.
+
+    Raises:
+        Stopped: cancelled.
+    """
+    prepared = settings.sandbox.prepare(sandbox_spec(settings, argv, workdir, env, timeout, readonly, writable))
+    try:
+        res = cancel.start(prepared)
+    finally:
+        prepared.close()
+    return res, process_facts(settings, res)
+
+
+def junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[str, Any]:
+    """Read a JUnit XML report: counts, failures and whether every required test passed.
+
+    The report is in a tree the code under test could write: it is read without following a
+    link on any component, only as a regular file, and only up to a size cap.
+    """
+    data = read_regular(grade_dir, rel, JUNIT_REPORT_CAP)
+    if data is None:
+        return {"ok": False, "why": "no JUnit report written (or not a regular file within the size cap)"}
+    try:
+        cases = junit_cases(data)
+    except (expat.ExpatError, ValueError) as e:
+        return {"ok": False, "why": f"unreadable JUnit report: {e}"}
+    passed: set[str] = set()
+    ran = failed = 0
+    for case in cases:
+        name, cls = case.name, case.cls
+        if "skipped" in case.marks:
+            continue
+        ran += 1
+        if "failure" in case.marks or "error" in case.marks:
+            failed += 1
+            continue
+        passed.update({name, f"{cls}::{name}", f"{cls}.{name}"})
+    missing = [t for t in required if t not in passed]
+    ok = ran > 0 and failed == 0 and not missing
+    why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
+    return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
+
+
+@dataclass
+class JUnitCase:
+    """One ``testcase`` of a JUnit report and which of skipped, failure, error it has."""
+
+    name: str
+    cls: str
+    marks: set[str] = field(default_factory=set)
+
+
+def junit_cases(data: bytes) -> list[JUnitCase]:
+    """Every ``testcase`` element of a JUnit report (at any depth), with which of ``skipped``,
+    ``failure`` and ``error`` it has as direct children.
+
+    Read as a stream, never built as a tree, and refused past :data:`JUNIT_MAX_DEPTH` levels:
+    the code under test can write the report, and a tree of millions of nested elements
+    within the size cap cost the runner 700 MB.
+
+    Raises:
+        expat.ExpatError: the report is not well-formed XML.
+        ValueError: it nests deeper than the cap.
+    """
+    cases: list[JUnitCase] = []
+    open_elements: list[JUnitCase | None] = []
+    # The namespace separator of ElementTree: a namespaced testcase is not a testcase there either.
+    parser = expat.ParserCreate(namespace_separator="}")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(open_elements) >= JUNIT_MAX_DEPTH:
+            raise ValueError(f"elements nested deeper than {JUNIT_MAX_DEPTH}")
+        parent = open_elements[-1] if open_elements else None
+        if parent is not None and tag in ("skipped", "failure", "error"):
+            parent.marks.add(tag)
+        case = JUnitCase(attrs.get("name", ""), attrs.get("classname", "")) if tag == "testcase" else None
+        if case is not None:
+            cases.append(case)
+        open_elements.append(case)
+
+    def end(tag: str) -> None:
+        open_elements.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.Parse(data, True)
+    return cases
+
+
+def remove_planted_report(grade_dir: Path, rel: str) -> None:
+    """Only the oracle may write its JUnit report: one the agent's patch left would pass a run
+    whose tests never reported (a candidate calling os._exit(0) while pytest imports it).
+    Removed without following a link the patch put on the way."""
+    remove_entry(grade_dir, rel)
+
+
+def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
+          changed: list[str], remaining: float) -> dict[str, Any]:
+    """Grade one attempt in a new directory; never in the agent's. Returns the ``graded`` payload.
+
+    Raises:
+        HarnessError: the hidden tests changed under the run, or the harness failed.
+        Stopped: cancelled while a guarded oracle ran.
+        subprocess.TimeoutExpired: applying the patch ran out of the time that remains.
+    """
+    hidden_paths = task.hidden_paths()
+    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths)
+    grade_dir = tw.root / f"grade-{attempt}"
+    remove_tree(grade_dir)
+    copy_tree(task.workspace, grade_dir)
+    applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
+    result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
+                              "no_forbidden_path": not forbidden, "tests_green": False}
+    if apply_msg:
+        result["apply_message"] = apply_msg[:2000]
+    if applies and not forbidden:
+        # The pack could change under a long run: grade only against the sealed tests.
+        if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, settings.pack_root)):
+            raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
+        overlay(task.hidden, grade_dir)
+        if pytest_oracle.is_guarded(task.record.oracle_cmd):
+            green = grade_guarded(settings, cancel, task, tw, attempt, changed, grade_dir, remaining, result)
+        else:
+            if task.record.junit_xml:
+                remove_planted_report(grade_dir, task.record.junit_xml)
+            env = task_env(settings, task, grade_dir, attempt, None)
+            spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining)
+            if is_oracle_cmd(task.record.oracle_cmd):
+                # The trusted function-level oracle: its package bound read-only (an editable install
+                # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
+                # the candidate starts can signal or rewrite (see sealbench.function_oracle).
+                spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
+            res = settings.sandbox.run(spec)
+            facts = process_facts(settings, res)
+            result["oracle"] = facts
+            green = res.exit_code == 0 and not res.timed_out
+            if task.record.junit_xml:
+                verdict = junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests)
+                result["junit"] = verdict
+                green = green and bool(verdict["ok"])
+            result["oracle_timed_out"] = res.timed_out
+        result["tests_green"] = green
+    # In-process forging cannot be prevented in repository tests, only flagged: the contract
+    # decides whether a flagged pass counts (by default it does not).
+    flagged = bool(result.get("forging_flags"))
+    counted = not flagged or flagged_pass_counts(settings.contract)
+    if flagged and result["tests_green"]:
+        result["flagged_pass"] = "counted" if counted else "not_counted"
+    result["task_pass"] = bool(result["tests_green"] and applies and not forbidden and counted)
+    if not settings.keep_work:
+        # The code under test wrote in it: removed without recursion, whatever its depth.
+        with contextlib.suppress(OSError):
+            remove_tree(grade_dir)
+            remove_tree(tw.root / f"oracle-{attempt}")
+    return result
+
+
+def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+                  changed: list[str], grade_dir: Path, remaining: float, result: dict[str, Any]) -> bool:
+    """Run a ``sealbench-pytest`` oracle (see :mod:`sealbench.pytest_oracle`); fills ``result``
+    with its facts, JUnit verdict and forging flags, and returns whether the tests are green."""
+    private = tw.root / f"oracle-{attempt}"
+    remove_tree(private)
+    owned = (set(tw.base) - set(changed)) | set(task.hidden_paths())
+    try:
+        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned)
+    except ValueError as e:
+        raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
+    env = {**task_env(settings, task, grade_dir, attempt, None), **guarded.env}
+    res, facts = sandboxed(settings, cancel, guarded.argv, grade_dir, env, remaining, guarded.readonly,
+                           guarded.writable)
+    verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code)
+    result["oracle"] = facts
+    result["oracle_guard"] = pytest_oracle.GUARD_LABEL
+    result["junit"] = verdict.junit
+    if verdict.ignored:
+        result["oracle_ignored"] = verdict.ignored
+    if verdict.flags:
+        result["forging_flags"] = verdict.flags
+        result["forging_detail"] = verdict.details
+    result["oracle_timed_out"] = res.timed_out
+    return res.exit_code == 0 and not res.timed_out and bool(verdict.junit["ok"])
+
+
+def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+             remaining: float) -> tuple[str, ev.Feedback | None]:
+    """What the agent is shown after failed attempt ``attempt``, and the ``feedback`` event to
+    journal when the visible tests ran (None otherwise).
+
+    Raises:
+        Stopped: cancelled while the visible tests ran.
+    """
+    policy = settings.budget.feedback
+    if policy == "none":
+        return "", None
+    if policy == "pass_fail":
+        return f"Attempt {attempt} did not pass the hidden tests.", None
+    cmd = task.record.visible_test_cmd
+    if not cmd:
+        return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
+    env = task_env(settings, task, tw.ws, attempt, None)
+    res, facts = sandboxed(settings, cancel, cmd, tw.ws, env, min(remaining, 60.0))
+    out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
+    event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
+    return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event
