@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -68,6 +69,11 @@ def test_broken_oracles_are_caught_before_lock(raw_pack: Path) -> None:
         "csv-split-001": "flaky",
     }
     assert validity.tasks["csv-split-001"].reference_passes == [True, False, True]
+    # The evidence says why the reference failed: the tests pytest named, from the first failing grade.
+    why = validity.tasks[TASK].why or ""
+    assert why.startswith("JUnit: ") and "failed: test_oracle_window.py::" in why, why
+    assert validity.tasks["csv-split-001"].why == "JUnit: 1 failed; failed: test_oracle_csv.py::test_split"
+    assert validity.tasks["t_03_rename_helper"].why is None  # the reference passed: nothing to explain
     pack = load_pack(raw_pack)
     contract, left_out = new_contract(pack, raw_pack.parent / "c.json", host="h",
                                       agent=AgentSpec(label="a", command="builtin:noop"))
@@ -143,3 +149,15 @@ def test_a_repository_test_that_asserts_nothing_is_caught_by_removing_the_stub_s
     ev = validate_pack(raw_pack, repeat=1, progress=False).tasks[TASK]
     assert (ev.valid, ev.reason) == (False, "passes a trivial solution (the stub's raise removed (returns None))")
     assert ev.reference_passes == [True] and ev.empty_change_passes == [False]
+
+
+def test_validate_exits_non_zero_when_no_task_is_valid_and_says_why(
+        raw_pack: Path, cli: Callable[..., tuple[int, str, str]]) -> None:
+    for tdir in (raw_pack / "tasks").iterdir():  # every reference changes nothing: every oracle fails it
+        shutil.rmtree(tdir / "solution")
+        shutil.copytree(tdir / "workspace", tdir / "solution")
+    seal_pack(raw_pack)
+    code, out, err = cli("pack", "validate", raw_pack, "--repeat", "1", "--no-progress")
+    assert code == 3 and "0 of 5 task oracles valid" in out
+    assert "invalid: t_11_fix_off_by_one: reference fails (JUnit: " in out
+    assert "no task of" in err and "has a valid oracle" in err

@@ -97,7 +97,11 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
           f"(reference passes and empty change fails, {validity.repeat} runs each; no trivial solution passes; "
           f"sandbox {validity.sandbox})")
     for tid, ev in bad.items():
-        print(f"  invalid: {tid}: {ev.reason}")
+        print(f"  invalid: {tid}: {ev.reason}" + (f" ({ev.why})" if ev.why else ""))
+    if validity.tasks and len(bad) == len(validity.tasks):
+        print(f"sealbench: refused: no task of {args.pack} has a valid oracle, so no contract can measure it; "
+              "fix the oracles (the reasons above), seal and validate again", file=sys.stderr)
+        return EXIT_REFUSED
     return EXIT_OK
 
 

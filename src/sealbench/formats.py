@@ -125,6 +125,11 @@ class ValidityEvidence(Model):
         description="Each trivial solution graded once (what it returns -> passed); empty when the task has "
         "no stub or was already invalid.",
     )
+    why: str | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Why the reference failed, from its first failing grade: the tests that failed or the "
+        "JUnit report's verdict, or the oracle's last line of output; absent otherwise.",
+    )
 
 
 class Validity(Model):

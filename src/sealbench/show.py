@@ -182,10 +182,11 @@ def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, Task
 
 
 def _last_line(blob: Blob | None, limit: int = 160) -> str | None:
-    return None if blob is None else _last_text_line(blob.text(), limit)
+    return None if blob is None else last_text_line(blob.text(), limit)
 
 
-def _last_text_line(text: str, limit: int = 160) -> str | None:
+def last_text_line(text: str, limit: int = 160) -> str | None:
+    """The last non-blank line of ``text``, made inert and cut at ``limit`` characters."""
     lines = [ln.strip() for ln in inert(text).splitlines() if ln.strip()]
     if not lines:
         return None
@@ -220,7 +221,7 @@ def _grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
     if g.forbidden:
         return "the patch touched forbidden paths: " + ", ".join(inert(p) for p in g.forbidden[:5])
     if g.patch_applies_clean is False:
-        why = _last_text_line(g.apply_message or "")
+        why = last_text_line(g.apply_message or "")
         return "the patch did not apply to a pristine copy" + (f": {why}" if why else "")
     if g.oracle_timed_out:
         return "the hidden tests ran out of the task's time"

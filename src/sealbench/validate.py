@@ -71,6 +71,34 @@ def _oracle_summary(ctx: _Validation, graded: dict[str, Any]) -> dict[str, Any]:
     return parse_summary((ctx.settings.run_dir / "blobs" / digest.removeprefix("sha256:")).read_bytes()) or {}
 
 
+def _why_reference_failed(ctx: _Validation, graded: Mapping[str, Any]) -> str | None:
+    """Why one failing grade of the reference failed, in words (see ValidityEvidence.why)."""
+    from .show import Blobs, failed_tests, last_text_line
+
+    if graded.get("forbidden"):
+        return "the reference touches forbidden paths: " + ", ".join(map(str, graded["forbidden"][:5]))
+    if graded.get("patch_applies_clean") is False:
+        return "the reference's patch does not apply to a pristine copy"
+    oracle = graded.get("oracle") or {}
+    if graded.get("oracle_timed_out") or oracle.get("timed_out"):
+        return "the oracle ran out of time"
+    blobs = Blobs(ctx.settings.run_dir)
+    stdout = blobs.read(oracle.get("stdout"))
+    names = failed_tests(stdout)
+    junit = graded.get("junit") or {}
+    parts = []
+    if junit and not junit.get("ok"):
+        parts.append(f"JUnit: {junit.get('why')}")
+    if names:
+        parts.append("failed: " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""))
+    if not parts:
+        tail = (last_text_line(stdout.text()) if stdout is not None else None) or (
+            last_text_line(err.text()) if (err := blobs.read(oracle.get("stderr"))) is not None else None)
+        code = oracle.get("exit_code")
+        parts.append(f"the oracle exited {code}" + (f": {tail}" if tail else ""))
+    return "; ".join(parts)[:500]
+
+
 def _returned(summary: Mapping[str, Any]) -> dict[str, list[str]]:
     returned = summary.get("returned")
     if not isinstance(returned, dict):
@@ -112,6 +140,9 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
         if not task.solution.is_dir():
             return ValidityEvidence(valid=False, reason="no reference solution", reference_passes=[],
                                     empty_change_passes=[])
+        if not task.hidden.is_dir() or not any(task.hidden.iterdir()):
+            return ValidityEvidence(valid=False, reason="no hidden tests", reference_passes=[],
+                                    empty_change_passes=[], why=f"{task.hidden} is missing or empty")
         reference = resolve_agent("reference", "builtin:reference")
         assert reference.builtin is not None
         reference.builtin(task, tw.ws, 1)
@@ -135,8 +166,10 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
     if not any(ref) and summary.get("reason"):
         # The function-level oracle says why (a result that is not plain data, for instance).
         reason = f"{reason} ({str(summary['reason'])[:300]})"
+    failing = next((g for g, ok in zip(ref_grades, ref, strict=True) if not ok), None)
+    why = _why_reference_failed(ctx, failing) if failing is not None else None
     return ValidityEvidence(valid=valid, reason=reason, reference_passes=ref, empty_change_passes=empty,
-                            trivial_passes=trivial)
+                            trivial_passes=trivial, why=why)
 
 
 @contextlib.contextmanager
