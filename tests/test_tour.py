@@ -35,5 +35,8 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "5 of 5 task_pass" in out  # the example agent passes every task on its second attempt
+    # The probe's lines never call a task a fail: it asks only for a summary.
+    probe = proc.stderr.split("sealbench probe", 1)[1].split("sealbench score", 1)[0]
+    assert "changed the workspace" in probe and ": fail (" not in probe
     assert "bundles/my-agent-2026-11-30" in out and "tie" in out
     assert (tmp_path / "bundles" / "my-agent-2026-11-30-report" / "report.html").is_file()

@@ -466,7 +466,12 @@ class Coordinator:
             self._write_patch(tid, run.patch_digest)
         self.outcomes[tid] = outcome.value
         if self.progress is not None:
-            self.progress.update(tid, outcome.value)
+            # The probe asks for a summary only: its tasks leave the workspace unchanged or change
+            # it; neither is a pass or a fail of anything.
+            shown = outcome.value
+            if self.settings.probe and outcome is not Outcome.HARNESS_ERROR and run.probe_passed is not None:
+                shown = "left it unchanged" if run.probe_passed else "changed the workspace"
+            self.progress.update(tid, shown)
 
     def _write_patch(self, tid: str, patch_digest: str) -> None:
         """patches/<task>.patch, a copy of its blob (restored on resume if a failure lost it)."""
