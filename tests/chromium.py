@@ -52,6 +52,8 @@ class PageLoad:
     text: str = ""
     screenshot: bytes = b""
     stderr: str = ""
+    results: list[Any] = field(default_factory=list)
+    """The value of each ``actions`` expression, in order (evaluated after the screenshot)."""
 
 
 class _Pipe:
@@ -101,8 +103,10 @@ def _evaluate(pipe: _Pipe, session: str, expression: str) -> Any:
     return result["result"].get("value")
 
 
-def load_page(path: Path, work_dir: Path, width: int = 1100, timeout_s: float = 30.0) -> PageLoad:
-    """Open ``path`` in headless Chromium with the network shut; record what it did.
+def load_page(path: Path, work_dir: Path, width: int = 1100, timeout_s: float = 30.0,
+              actions: tuple[str, ...] = ()) -> PageLoad:
+    """Open ``path`` in headless Chromium with the network shut; record what it did. Each of
+    ``actions``, a JavaScript expression, is evaluated in the page after its screenshot.
 
     Raises:
         RuntimeError: no chromium on PATH, or a protocol error.
@@ -148,6 +152,7 @@ def load_page(path: Path, work_dir: Path, width: int = 1100, timeout_s: float = 
         pipe.call("Emulation.setDeviceMetricsOverride", {**metrics, "height": int(height)}, session)
         shot = pipe.call("Page.captureScreenshot", {"format": "png"}, session)
         out.screenshot = base64.b64decode(shot["data"])
+        out.results = [_evaluate(pipe, session, action) for action in actions]
         # The browser may close the pipe before it answers.
         with contextlib.suppress(EOFError, RuntimeError):
             pipe.call("Browser.close")

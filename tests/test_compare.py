@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 from dataclasses import replace
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from chromium import CHROMIUM, load_page
 from conftest import SAMPLE, make_contract, needs_bwrap
 from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.compare import (
@@ -39,6 +41,7 @@ from sealbench.signing import keygen
 from sealbench.stats import mcnemar_exact
 
 needs_runs = needs_bwrap
+REPO = Path(__file__).resolve().parents[1]
 ALL = ("csv-split-001", "t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_missing_test",
        "t_22_reject_network_call")
 
@@ -144,6 +147,27 @@ def test_html_page_shows_the_verdicts_the_disagreements_and_links_each_run_s_tas
         assert 'href="../../../compare.html"' in task_page
     noop_page = (sent / "runs" / "cmp-noop" / "tasks" / f"{ALL[0]}.html").read_text(encoding="utf-8")
     assert "abstain" in noop_page
+
+
+@needs_runs
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (`make setup` installs it)")
+def test_html_page_highlights_the_discordant_tasks_in_headless_chromium(
+        bundles: Bundles, tmp_path: Path, cli: Any) -> None:
+    out = tmp_path / "cmp"
+    assert cli("compare", bundles.reference, bundles.noop, "--html", out)[0] == 0
+    sent = tmp_path / "sent"
+    shutil.copytree(out, sent)
+    page = load_page(sent / "compare.html", tmp_path / "chromium", actions=(
+        "Array.from(document.querySelectorAll('tr.discordant td:first-child'))"
+        ".map(td => getComputedStyle(td).backgroundColor)",))
+    assert page.errors == [] and page.warnings == [], page.stderr[-2000:]
+    assert [u for u in page.requests if not u.startswith(("file:", "data:"))] == []
+    (colours,) = page.results
+    assert len(colours) == 10 and all(c not in ("rgba(0, 0, 0, 0)", "transparent") for c in colours), colours
+    assert "tie: no detectable difference on this slice" in page.text
+    if os.environ.get("SEALBENCH_UPDATE_SCREENSHOT") == "1":
+        (REPO / "docs").mkdir(exist_ok=True)
+        (REPO / "docs" / "compare-page.png").write_bytes(page.screenshot)
 
 
 def test_a_tie_says_how_many_discordant_tasks_would_separate_the_runs() -> None:

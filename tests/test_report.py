@@ -407,6 +407,52 @@ def test_report_html_renders_offline_in_headless_chromium(mixed: Reported, tmp_p
         shutil.copyfile(shot, REPO / "docs" / "report-screenshot.png")
 
 
+VISIBLE_OUTCOMES = ("Array.from(document.querySelectorAll('table.sortable tbody tr'))"
+                    ".filter(r => !r.hidden).map(r => r.cells[1].textContent.trim())")
+FILTER = ("(() => { const s = document.querySelector('label select'); s.value = '{o}'; "
+          "s.dispatchEvent(new Event('change')); return " + VISIBLE_OUTCOMES + "; })()")
+SORT_BY_ELAPSED = ("(() => { const th = Array.from(document.querySelectorAll('table.sortable th'))"
+                   ".find(h => h.textContent === 'elapsed'); th.click(); return Array.from("
+                   "document.querySelectorAll('table.sortable tbody tr')).map(r => parseFloat(r.cells[4].textContent)); })()")
+
+
+def _top_of(png: bytes, dest: Path, height: int) -> None:
+    """Write the top ``height`` pixels of a screenshot (a task page is long)."""
+    import io
+
+    import matplotlib.image as mpimg
+
+    mpimg.imsave(dest, mpimg.imread(io.BytesIO(png), format="png")[:height])
+
+
+def _clean(page: Any) -> None:
+    assert page.errors == [] and page.warnings == [], (page.errors, page.warnings, page.stderr[-2000:])
+    assert re.findall(r":CONSOLE[:(]", page.stderr) == []
+    assert [u for u in page.requests if not u.startswith(("file:", "data:"))] == []
+
+
+@needs_chromium
+def test_sent_report_filters_sorts_and_links_to_task_pages_in_headless_chromium(
+        mixed: Reported, tmp_path: Path) -> None:
+    sent = tmp_path / "sent"
+    shutil.copytree(mixed.html_path.parent, sent)  # the report's folder on its own
+    page = load_page(sent / "report.html", tmp_path / "chromium",
+                     actions=(FILTER.replace("{o}", "fail"), FILTER.replace("{o}", "all"), SORT_BY_ELAPSED))
+    _clean(page)  # the inline sorter runs under the page's policy: no violation is logged
+    only_fail, every, elapsed = page.results
+    assert only_fail == ["fail"]  # the passing rows (and the abstain) are hidden
+    assert sorted(every) == ["abstain", "fail", "pass", "pass"]
+    assert elapsed == sorted(elapsed)
+    task = load_page(sent / "tasks" / "t_22_reject_network_call.html", tmp_path / "chromium-task")
+    _clean(task)
+    assert "Attempt 2: fail" in task.text and "NOTES.md" in task.text and "+attempt 2: a guess, not a fix" in task.text
+    assert "oracle stdout" in task.text and "all tasks of run-report" in task.text
+    assert re.search(r"test_oracle_\w+\.py::test_\w+", task.text), task.text[:2000]  # the failing test, by name
+    if os.environ.get("SEALBENCH_UPDATE_SCREENSHOT") == "1":
+        (REPO / "docs").mkdir(exist_ok=True)
+        _top_of(task.screenshot, REPO / "docs" / "report-task-page.png", 1600)
+
+
 @needs_chromium
 def test_browser_check_sees_outside_requests_and_console_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.html"

@@ -198,5 +198,7 @@ pre.diff .meta{color:#666}
 td.add{color:#22863a}
 td.del{color:#b31d28}
 p.alert{color:#b31d28}
+table.grading th{width:16rem;text-align:left;vertical-align:top}
+table.grading td{overflow-wrap:anywhere}
 p.note{color:#555}
 """
