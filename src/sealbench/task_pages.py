@@ -9,6 +9,7 @@ summary page forbids every load. Text from the agent or the code under test is m
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,6 +140,7 @@ def _yes(value: bool | None) -> str:
     return "?" if value is None else "yes" if value else "no"
 
 
+@functools.lru_cache(maxsize=1)
 def environment() -> Any:
     """The Jinja2 environment of the report's templates (autoescaping, every value made inert)."""
     import jinja2
