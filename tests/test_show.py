@@ -32,9 +32,9 @@ ESCAPES = ("sh -c 'printf \"\\033]0;pwned\\007\\033[2J\\033[1A\\rall tests passe
            "echo \"<script>alert(1)</script>\" >&2; echo x >> README.md; exit 0'")
 
 
-def _run(pack: Path, tmp_path: Path, command: str, name: str) -> Path:
+def _run(pack: Path, tmp_path: Path, command: str, name: str, **kw: object) -> Path:
     contract = tmp_path / f"{name}.json"
-    make_contract(pack, contract, task_ids=[TASK], command=command, run_id=f"show-{name}")
+    make_contract(pack, contract, task_ids=[TASK], command=command, run_id=f"show-{name}", **kw)
     run_dir = tmp_path / name
     execute(contract, run_dir, RunOptions(progress=False))
     return run_dir
@@ -182,3 +182,24 @@ def test_diffstat_counts_lines_per_file() -> None:
 
 def test_the_outcome_choices_of_the_parser_are_those_show_knows() -> None:
     assert cli_module._show_outcomes() == show._OUTCOMES
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("name", "command", "kw", "outcome", "words"), [
+    ("missing-program", "no-such-agent-program --go", {}, "harness_error",
+     ["the harness failed, not the agent", "execvp no-such-agent-program: No such file or directory"]),
+    ("forbidden", "sh -c 'echo \"def test_x(): pass\" > conftest.py; echo \"    return items[-n:]\" >> window.py'",
+     {"max_attempts": 1}, "fail", ["the patch touched forbidden paths: conftest.py"]),
+    ("too-slow", "sleep 30", {"max_attempts": 1, "wall_clock_s": 2}, "timeout",
+     ["the task's wall-clock cap ran out while the agent ran"]),
+])
+def test_each_cause_is_named_in_the_task_table(sealed_pack: Path, tmp_path: Path,
+                                               cli: Callable[..., tuple[int, str, str]], name: str, command: str,
+                                               kw: dict[str, object], outcome: str, words: list[str]) -> None:
+    run_dir = _run(sealed_pack, tmp_path, command, name, **kw)
+    code, out, _ = cli("show", run_dir)
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith(TASK))
+    assert f" {outcome} " in row, row
+    for w in words:
+        assert w in row, row
