@@ -266,17 +266,16 @@ class CompareReport:
 
 def model_use_words(cards: Sequence[Scorecard]) -> str | None:
     """A run's model use in words (calls, tokens, cost and cost per pass); None without model calls."""
+    from .usage import cost_words, total
+
     used = [c.model_usage for c in cards if c.model_usage is not None]
     if not used:
         return None
-    calls = sum(u.calls for u in used)
-    tokens_in, tokens_out = sum(u.input_tokens for u in used), sum(u.output_tokens for u in used)
-    currencies = {u.currency for u in used if u.currency}
-    cost = None if any(u.cost is None for u in used) or len(currencies) > 1 else sum(u.cost or 0.0 for u in used)
+    summed = total(used)
     passes = sum(1 for c in cards if c.passed)
-    money = "cost unknown" if cost is None else f"cost {cost:.4f} {next(iter(currencies), '')}".rstrip()
-    per_pass = f", {cost / passes:.4f} per pass" if cost is not None and passes else ""
-    return f"{calls} model call(s), {tokens_in} input and {tokens_out} output tokens, {money}{per_pass}"
+    per_pass = f", {summed.cost / passes:.4f} per pass" if summed.cost is not None and passes else ""
+    return (f"{summed.calls} model call(s), {summed.input_tokens} input and {summed.output_tokens} output tokens, "
+            f"cost {cost_words(summed.cost, summed.currency)}{per_pass}")
 
 
 def _refuse(message: str) -> ScoreRefusal:

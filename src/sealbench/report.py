@@ -48,7 +48,7 @@ from .scoring_io import events_from
 from .show import Blobs, TaskStory, cause, stories
 from .stats import Interval, wilson_interval
 from .task_pages import page_name, write_task_pages
-from .usage import Usage
+from .usage import cost_words, total
 
 __all__ = [
     "FIGURE_FILES",
@@ -489,14 +489,10 @@ def _elapsed(view: RunView) -> Section:
     ))
 
 
-def _cost(cost: float | None, currency: str | None) -> str:
-    return "unknown" if cost is None else f"{cost:.4f} {currency or ''}".rstrip()
-
-
 def _usage_cells(u: ModelUsage | None) -> tuple[tuple[Span, ...], ...]:
     if u is None:
         return spans("0"), spans("-"), spans("-")
-    return spans(str(u.calls)), spans(f"{u.input_tokens} / {u.output_tokens}"), spans(_cost(u.cost, u.currency))
+    return spans(str(u.calls)), spans(f"{u.input_tokens} / {u.output_tokens}"), spans(cost_words(u.cost, u.currency))
 
 
 def _model_use(view: RunView) -> Section | None:
@@ -504,20 +500,17 @@ def _model_use(view: RunView) -> Section | None:
     used = [c.model_usage for c in view.cards if c.model_usage is not None]
     if not used:
         return None
-    total = Usage()
-    for u in used:
-        total = total + Usage(u.calls, u.refused, u.failed, u.input_tokens, u.output_tokens, u.cached_tokens,
-                              u.unreported, u.cost, u.currency)
+    summed = total(used)
     passes = sum(1 for c in view.cards if c.outcome is Outcome.PASS)
-    per_pass = (_cost(total.cost / passes, total.currency) if total.cost is not None and passes
-                else "unknown" if total.cost is None else "no pass")
+    per_pass = (cost_words(summed.cost / passes, summed.currency) if summed.cost is not None and passes
+                else "unknown" if summed.cost is None else "no pass")
     rows = (
-        ("model calls", spans(f"{total.calls} ({total.refused} refused by the gateway, {total.failed} failed "
-                              f"upstream, {total.unreported} answered without usage)")),
-        ("tokens", spans(f"{total.input_tokens} input ({total.cached_tokens} cached), {total.output_tokens} output, "
+        ("model calls", spans(f"{summed.calls} ({summed.refused} refused by the gateway, {summed.failed} failed "
+                              f"upstream, {summed.unreported} answered without usage)")),
+        ("tokens", spans(f"{summed.input_tokens} input ({summed.cached_tokens} cached), {summed.output_tokens} output, "
                          "as the upstream reported them")),
-        ("cost", spans(_cost(total.cost, total.currency) + " by the contract's locked prices"
-                       + ("" if total.cost is not None else ": a model without a price, or a reply without usage"))),
+        ("cost", spans(cost_words(summed.cost, summed.currency) + " by the contract's locked prices"
+                       + ("" if summed.cost is not None else ": a model without a price, or a reply without usage"))),
         ("cost per pass", spans(per_pass + f" ({passes} pass(es))")),
     )
     return Section("Model use", (Fields("Every task's model calls, through the gateway", rows, wide=True),))

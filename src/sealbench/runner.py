@@ -38,7 +38,6 @@ from .grading import PRIVATE_CAPS, Settings, store_bytes
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
 from .pack import Pack, check_pack
-from .presets import check_installed
 from .progress import Progress
 from .sandbox import Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
@@ -319,7 +318,10 @@ def execute(
     if missing is not None:
         raise RunRefusal(missing)
     agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
-    check_installed(contract)  # a preset's installed version must be the locked one, before any line
+    if contract.agent.preset is not None:
+        from .presets import check_installed
+
+        check_installed(contract)  # a preset's installed version must be the locked one, before any line
     sandbox = open_sandbox(opts.sandbox)
     if contract.model_endpoints:
         from .gateway import read_keys

@@ -143,6 +143,13 @@ class TaskStory:
         return self.attempts[max(self.attempts)] if self.attempts else None
 
 
+_ATTEMPT_SLOTS: dict[type[ev.Event], str] = {
+    ev.AttemptStarted: "started", ev.AgentFinished: "agent", ev.PatchCaptured: "patch", ev.Graded: "graded",
+    ev.Feedback: "feedback", ev.AttemptFinished: "finished", ev.AttemptInterrupted: "interrupted",
+}
+"""Where each of an attempt's one-per-attempt events goes in its :class:`AttemptStory`."""
+
+
 def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
     """Each task's story, in denominator order (tasks with no event included, unfinished)."""
     out = {tid: TaskStory(tid) for tid in task_ids}
@@ -162,22 +169,10 @@ def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, Task
             (task.attempt(n).errors if n is not None else task.errors).append(e)
         elif n is not None:
             a = task.attempt(n)
-            if isinstance(e, ev.AttemptStarted):
-                a.started = e
-            elif isinstance(e, ev.AgentFinished):
-                a.agent = e
-            elif isinstance(e, ev.PatchCaptured):
-                a.patch = e
-            elif isinstance(e, ev.Graded):
-                a.graded = e
-            elif isinstance(e, ev.Feedback):
-                a.feedback = e
-            elif isinstance(e, ev.AttemptFinished):
-                a.finished = e
-            elif isinstance(e, ev.AttemptInterrupted):
-                a.interrupted = e
-            elif isinstance(e, ev.ModelCall):
+            if isinstance(e, ev.ModelCall):
                 a.calls.append(e)
+            elif (slot := _ATTEMPT_SLOTS.get(type(e))) is not None:
+                setattr(a, slot, e)
     return out
 
 
@@ -204,7 +199,8 @@ def failed_tests(output: Blob | None) -> list[str]:
     return [inert(m) for m in dict.fromkeys(_FAILED.findall(output.data.decode("utf-8", "replace")))]
 
 
-def _agent_words(a: ev.AgentFinished, blobs: Blobs | None) -> str:
+def agent_words(a: ev.AgentFinished, blobs: Blobs | None) -> str:
+    """How the agent's attempt ended, in words; with ``blobs``, its last line of output too."""
     if a.error:
         return f"the agent failed to run: {inert(a.error)}"
     if a.timed_out:
@@ -217,7 +213,8 @@ def _agent_words(a: ev.AgentFinished, blobs: Blobs | None) -> str:
     return f"the agent ended with {code}" + (f"; its last output: {tail}" if tail else "")
 
 
-def _grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
+def grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
+    """Why a grading did not pass, in words; with ``blobs``, the tests pytest named as failed."""
     if g.forbidden:
         return "the patch touched forbidden paths: " + ", ".join(inert(p) for p in g.forbidden[:5])
     if g.patch_applies_clean is False:
@@ -279,18 +276,18 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
     elif last.agent is not None and last.agent.workdir_rejected:
         parts.append(f"the workspace was refused: {inert(last.agent.workdir_rejected)}")
     elif outcome == "abstain" or (last.patch is not None and last.patch.empty):
-        words = _agent_words(last.agent, blobs) if last.agent is not None else None
+        words = agent_words(last.agent, blobs) if last.agent is not None else None
         if words is not None and words.startswith("the agent ended with exit code 0"):
             parts.append("the agent exited 0 without changing anything"
                          + words.removeprefix("the agent ended with exit code 0"))
         else:
             parts += ["the agent changed nothing", *([words] if words else [])]
     elif last.graded is not None:
-        parts.append(_grading_words(last.graded, blobs))
+        parts.append(grading_words(last.graded, blobs))
         if last.agent is not None and (last.agent.exit_code not in (0, None) or last.agent.error):
-            parts.append(_agent_words(last.agent, blobs))
+            parts.append(agent_words(last.agent, blobs))
     elif last.agent is not None:
-        parts.append(_agent_words(last.agent, blobs))
+        parts.append(agent_words(last.agent, blobs))
     return "; ".join(parts) + f" ({tries})"
 
 
@@ -415,7 +412,7 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
               if a.started is not None and a.started.budget_s is not None else "")]
     ag = a.agent
     if ag is not None:
-        out.append(f"    agent: {_agent_words(ag, blobs).removeprefix('the agent ')}"
+        out.append(f"    agent: {agent_words(ag, blobs).removeprefix('the agent ')}"
                    + (f", ran {_seconds(ag.elapsed_ms)}" if ag.elapsed_ms is not None else ""))
         out += _output("stdout", ag.stdout, ag.stdout_bytes, blobs, full)
         out += _output("stderr", ag.stderr, ag.stderr_bytes, blobs, full)
@@ -460,7 +457,7 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
         out.append(f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
                    f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}")
         if not g.task_pass:
-            out.append(f"      why: {_grading_words(g, blobs)}")
+            out.append(f"      why: {grading_words(g, blobs)}")
         if g.junit:
             j = g.junit
             out.append(f"      JUnit: {j.get('ran', '?')} ran, {j.get('failed', '?')} failed"

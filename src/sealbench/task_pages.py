@@ -23,11 +23,11 @@ from .show import (
     AttemptStory,
     Blobs,
     TaskStory,
-    _agent_words,
-    _grading_words,
+    agent_words,
     cause,
     diffstat,
     failed_tests,
+    grading_words,
     inert,
 )
 
@@ -115,7 +115,7 @@ def _attempt(a: AttemptStory, blobs: Blobs) -> dict[str, Any]:
     }
     if a.agent is not None:
         failed = a.agent.exit_code not in (0, None) or bool(a.agent.error)
-        view["agent_words"] = _agent_words(a.agent, blobs)
+        view["agent_words"] = agent_words(a.agent, blobs)
         view["agent_outputs"] = _process_outputs("", a.agent, blobs, open_=failed)
     if a.patch is not None and not a.patch.empty and not a.patch.rejected:
         blob = blobs.read(a.patch.patch_sha256)
@@ -127,7 +127,7 @@ def _attempt(a: AttemptStory, blobs: Blobs) -> dict[str, Any]:
                         diff_cut=len(shown) < len(text), diff_shown=len(shown), diff_total=len(text))
     if a.graded is not None:
         g = a.graded
-        view["grading_words"] = _grading_words(g, blobs)
+        view["grading_words"] = grading_words(g, blobs)
         view["oracle_outputs"] = _process_outputs("oracle ", g.oracle, blobs, open_=not g.task_pass)
         if g.oracle is not None:
             view["failed_tests"] = failed_tests(blobs.read(g.oracle.stdout))

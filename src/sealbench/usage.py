@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from . import events as ev
-from .formats import ModelEndpoint, ModelPrice
+from .formats import ModelEndpoint, ModelPrice, ModelUsage
 
 ANTHROPIC_STYLES = frozenset({"anthropic-messages"})
 """Styles whose input tokens exclude the cached ones (the others include them)."""
@@ -50,6 +50,26 @@ class Usage:
         return Usage(self.calls + other.calls, self.refused + other.refused, self.failed + other.failed,
                       self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
                       self.cached_tokens + other.cached_tokens, self.unreported + other.unreported, cost, currency)
+
+
+def recorded(u: ModelUsage) -> Usage:
+    """A scorecard's ``model_usage`` as a :class:`Usage`, to be summed."""
+    return Usage(u.calls, u.refused, u.failed, u.input_tokens, u.output_tokens, u.cached_tokens, u.unreported,
+                 u.cost, u.currency)
+
+
+def total(used: Iterable[ModelUsage]) -> Usage:
+    """The sum of scorecards' ``model_usage`` (a run's model use); its cost is unknown when any
+    task's is, or when their currencies differ."""
+    out = Usage()
+    for u in used:
+        out = out + recorded(u)
+    return out
+
+
+def cost_words(cost: float | None, currency: str | None) -> str:
+    """A cost as printed: four decimals and its currency, or "unknown"."""
+    return "unknown" if cost is None else f"{cost:.4f} {currency or ''}".rstrip()
 
 
 def upstream_failed(call: ev.ModelCall) -> bool:
