@@ -63,7 +63,7 @@ def main() -> None:
             events = [{"task_id": f"task-{i:05d}", "task_pass": i % 3 == 0, "abstain": False, "wall_seconds": 1.0}
                       for i in range(args.tasks)]
             (root / "events.json").write_text(json.dumps(events))
-            m = check(measure([SEALBENCH, "score", str(contract), str(root / "events.json")]), "score")
+            m = check(measure([SEALBENCH, "score", str(contract), str(root / "events.json"), "--json"]), "score")
             rate = json.loads(m.stdout)
             assert (rate["task_pass_count"], rate["n"]) == ((args.tasks + 2) // 3, args.tasks)
             got.setdefault("score", []).append(m.seconds)
