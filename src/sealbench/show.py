@@ -143,13 +143,6 @@ class TaskStory:
         return self.attempts[max(self.attempts)] if self.attempts else None
 
 
-_ATTEMPT_SLOTS: dict[type[ev.Event], str] = {
-    ev.AttemptStarted: "started", ev.AgentFinished: "agent", ev.PatchCaptured: "patch", ev.Graded: "graded",
-    ev.Feedback: "feedback", ev.AttemptFinished: "finished", ev.AttemptInterrupted: "interrupted",
-}
-"""Where each of an attempt's one-per-attempt events goes in its :class:`AttemptStory`."""
-
-
 def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
     """Each task's story, in denominator order (tasks with no event included, unfinished)."""
     out = {tid: TaskStory(tid) for tid in task_ids}
@@ -169,10 +162,22 @@ def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, Task
             (task.attempt(n).errors if n is not None else task.errors).append(e)
         elif n is not None:
             a = task.attempt(n)
-            if isinstance(e, ev.ModelCall):
+            if isinstance(e, ev.AttemptStarted):
+                a.started = e
+            elif isinstance(e, ev.AgentFinished):
+                a.agent = e
+            elif isinstance(e, ev.PatchCaptured):
+                a.patch = e
+            elif isinstance(e, ev.Graded):
+                a.graded = e
+            elif isinstance(e, ev.Feedback):
+                a.feedback = e
+            elif isinstance(e, ev.AttemptFinished):
+                a.finished = e
+            elif isinstance(e, ev.AttemptInterrupted):
+                a.interrupted = e
+            elif isinstance(e, ev.ModelCall):
                 a.calls.append(e)
-            elif (slot := _ATTEMPT_SLOTS.get(type(e))) is not None:
-                setattr(a, slot, e)
     return out
 
 
