@@ -58,7 +58,8 @@ def test_an_agent_that_gives_up_is_named_with_its_exit_code_and_last_stderr_line
     assert "patch: empty (nothing changed)" in out
     # score prints the summary run printed, pointing here.
     code, out, _ = cli("score", tmp_path / "gives-up.json", run_dir)
-    assert code == 0 and f"why 1 task(s) did not pass: sealbench show {run_dir}" in out
+    assert code == 0 and f"why 1 task(s) did not pass (sealbench show {run_dir} TASK tells a task's story):" in out
+    assert "exit code 3; its last output: cannot reach the model: connection refused" in out
     assert "0 of 1 task_pass" in out and "Wilson 95% interval" in out
 
 
@@ -187,7 +188,8 @@ def test_the_outcome_choices_of_the_parser_are_those_show_knows() -> None:
 @needs_bwrap
 @pytest.mark.parametrize(("name", "command", "kw", "outcome", "words"), [
     ("missing-program", "no-such-agent-program --go", {}, "harness_error",
-     ["the harness failed, not the agent", "execvp no-such-agent-program: No such file or directory"]),
+     ["the agent's command could not start in the sandbox", "execvp no-such-agent-program: No such file or directory",
+      "recorded as a harness error"]),
     ("forbidden", "sh -c 'echo \"def test_x(): pass\" > conftest.py; echo \"    return items[-n:]\" >> window.py'",
      {"max_attempts": 1}, "fail", ["the patch touched forbidden paths: conftest.py"]),
     ("too-slow", "sleep 30", {"max_attempts": 1, "wall_clock_s": 2}, "timeout",

@@ -228,27 +228,37 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .contract import load_contract
+    from .errors import Refusal
     from .score import score
     from .scoring_io import events_from
 
     contract = load_contract(Path(args.contract))
     where = Path(args.events)
-    rate = score(contract, events_from(where, contract))
+    events = events_from(where, contract)
+    summary = where.is_dir() and not args.json
+    try:
+        rate = score(contract, events)
+    except Refusal:
+        if summary:  # the why comes before the refusal, as run prints it: a harness error's cause
+            _print_run_cards(contract.run_id, where)
+        raise
     if args.json:
         _print_json(rate.model_dump(mode="json"))
         return EXIT_OK
-    from .render import print_scorecards, rate_lines, read_scorecards
+    from .render import rate_lines
 
-    if where.is_dir():
-        # The run's summary, as run printed it: the scorecards, the why, the rate.
-        cards = read_scorecards(where)
-        print_scorecards(cards, f"scorecards of {contract.run_id}", where / "scorecards.jsonl")
-        missed = sum(1 for c in cards if not c.passed)
-        if missed:
-            print(f"why {missed} task(s) did not pass: sealbench show {where}")
+    if summary:
+        # The run's summary, as run printed it: the scorecards, why the others did not pass, the rate.
+        _print_run_cards(contract.run_id, where)
     for line in rate_lines(rate):
         print(line)
     return EXIT_OK
+
+
+def _print_run_cards(run_id: str | None, run_dir: Path) -> None:
+    from .render import print_cards_and_why, read_scorecards
+
+    print_cards_and_why(run_id, run_dir, read_scorecards(run_dir))
 
 
 def _run_options(args: argparse.Namespace) -> Any:

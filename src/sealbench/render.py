@@ -58,6 +58,23 @@ def print_scorecards(cards: list[Scorecard], title: str, where: Path | None = No
         print(note)
 
 
+def print_cards_and_why(run_id: str | None, run_dir: Path, cards: list[Scorecard]) -> None:
+    """Print the scorecards, then one line per task that did not pass saying why (see
+    :func:`sealbench.show.why_lines`), read from the run's journal."""
+    print_scorecards(cards, f"scorecards of {run_id}", run_dir / "scorecards.jsonl")
+    if cards and all(c.outcome is Outcome.PASS for c in cards):
+        return  # nothing to explain; the journal is not read again
+    import contextlib
+
+    from .lock import hold_reader
+    from .show import read_run, why_lines
+
+    with hold_reader(run_dir, "score") or contextlib.nullcontext():
+        lines = why_lines(read_run(run_dir))
+    for line in lines:
+        print(line)
+
+
 def rate_lines(rate: Rate) -> list[str]:
     """The rate as evidence sentences, caps attached."""
     b = rate.budget
@@ -86,11 +103,7 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
     if result is not None and result.contract_sha256 != contract.contract_sha256:
         raise VerificationFailed([f"{contract_file}: changed during the run (the run was made under contract "
                                   f"{result.contract_sha256}, not {contract.contract_sha256})"])
-    shown = cards if cards is not None else read_scorecards(run_dir)
-    print_scorecards(shown, f"scorecards of {contract.run_id}", run_dir / "scorecards.jsonl")
-    missed = sum(1 for c in shown if c.outcome is not Outcome.PASS)
-    if missed:
-        print(f"why {missed} task(s) did not pass: sealbench show {run_dir}")
+    print_cards_and_why(contract.run_id, run_dir, cards if cards is not None else read_scorecards(run_dir))
     if result is not None and result.isolation is not None and NO_SANDBOX in result.isolation.split("+"):
         print(f"isolation: {isolation_sentence(result.isolation)}")
     try:

@@ -230,16 +230,60 @@ def grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
     if g.flagged_pass == "not_counted":
         return "the hidden tests passed while the test process was seen forging: " + ", ".join(g.forging_flags or [])
     junit = g.junit or {}
-    if junit and not junit.get("ok", False):
-        names = failed_tests(blobs.read(g.oracle.stdout, FULL_CAP) if g.oracle is not None and blobs else None)
-        return (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
-                + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
     oracle = g.oracle
-    if oracle is not None and oracle.exit_code not in (0, None):
+    if junit and not junit.get("ok", False):
+        names = failed_tests(blobs.read(oracle.stdout, FULL_CAP) if oracle is not None and blobs else None)
+        words = (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
+                 + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
+        if not names and oracle is not None and oracle.exit_code not in (0, 1):
+            # No test named: the test process itself ended badly (a crash, a kill); say how.
+            words += f"; the oracle {_process_end(oracle)}" + _crash_words(oracle, blobs)
+        return words
+    if oracle is not None and (oracle.exit_code not in (0, None) or oracle.signal):
         tail = None if blobs is None else (_last_line(blobs.read(oracle.stdout, 64 * 1024))
                                            or _last_line(blobs.read(oracle.stderr, 64 * 1024)))
-        return f"the hidden tests failed (oracle exit code {oracle.exit_code})" + (f": {tail}" if tail else "")
+        return f"the hidden tests failed (the oracle {_process_end(oracle)})" + (f": {tail}" if tail else "")
     return "the hidden tests did not pass"
+
+
+def _process_end(p: ev.ProcessFacts) -> str:
+    if p.exit_code is None:
+        return f"was killed by signal {p.signal}" if p.signal else "was killed"
+    return f"exited with code {p.exit_code}" + (f" (signal {p.signal})" if p.signal else "")
+
+
+_FATAL = re.compile(r"^(?:Fatal Python error: .*|Segmentation fault.*|.*Error: .*)$", re.MULTILINE)
+
+
+def _crash_words(p: ev.ProcessFacts, blobs: Blobs | None) -> str:
+    """The line of a crashed process's stderr that says what happened (a fatal error, else its last line)."""
+    if blobs is None:
+        return ""
+    err = blobs.read(p.stderr, 64 * 1024)
+    if err is None:
+        return ""
+    fatal = _FATAL.search(err.data.decode("utf-8", "replace"))
+    line = last_text_line(fatal.group(), 160) if fatal else _last_line(err)
+    return f": {line}" if line else ""
+
+
+_NOT_STARTED = "sandbox failed to start "
+
+
+def not_started(a: AttemptStory) -> bool:
+    """Whether the attempt's agent command never started: the sandbox could not exec it (no
+    such program, not executable), so no agent_finished was journaled, only a harness error."""
+    return a.agent is None and any(_NOT_STARTED in (e.error or "") for e in a.errors)
+
+
+def _start_detail(error: str) -> str:
+    """What the sandbox said when the command did not start (``bwrap: execvp x: No such file or
+    directory``), without the harness's own wording around it."""
+    _, found, detail = error.partition(_NOT_STARTED)
+    if not found:
+        return error
+    _, colon, said = detail.partition(": ")
+    return said if colon else error
 
 
 def cause(task: TaskStory, blobs: Blobs | None) -> str:
@@ -256,6 +300,9 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
     if outcome == "harness_error":
         error = (task.finished.error if task.finished is not None else None) or next(
             (e.error for e in [*task.errors, *(x for a in task.attempts.values() for x in a.errors)] if e.error), None)
+        if last is not None and not_started(last):
+            return (f"the agent's command could not start in the sandbox: {inert(_start_detail(error or ''))} "
+                    "(recorded as a harness error, which refuses the rate: check the contract's agent command)")
         return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
     if outcome == "unfinished":
         if last is not None and last.interrupted is not None:
@@ -361,6 +408,70 @@ def table_lines(shown: Shown, outcomes: Sequence[str] = ()) -> list[str]:
         elapsed = t.finished.elapsed_ms if t.finished is not None else None
         out.append(f"{inert(t.task_id):{width}}  {t.outcome:13} {attempts:8} {_seconds(elapsed):>8}  "
                    f"{cause(t, shown.blobs)}")
+    return out
+
+
+SUMMARY_LINES = 20
+"""Tasks that did not pass named one per line in a run's summary; the rest are counted, with the
+``sealbench show`` command that lists them."""
+
+
+def _failed_to_work(a: AttemptStory) -> bool:
+    """The attempt's agent did nothing useful: its command did not start, or it ended non-zero
+    (or failed to run) with an empty patch."""
+    if not_started(a):
+        return True
+    ag, p = a.agent, a.patch
+    return (ag is not None and (ag.exit_code not in (0, None) or bool(ag.error)) and not ag.timed_out
+            and p is not None and bool(p.empty) and not p.rejected)
+
+
+def broken_agent(shown: Shown) -> str | None:
+    """One sentence when the agent never worked: on every attempt of every task, its command
+    could not start in the sandbox, or it exited non-zero with an empty patch. It names the exit
+    codes and the last line of its stderr, since the cause is then the agent's setup, not the tasks."""
+    attempts = [a for t in shown.tasks.values() for a in t.attempts.values()]
+    if not attempts or not all(_failed_to_work(a) for a in attempts):
+        return None
+    tasks = sum(1 for t in shown.tasks.values() if t.attempts)
+    first = attempts[0]
+    if all(not_started(a) for a in attempts):
+        error = next((e.error for e in first.errors if e.error), "")
+        return (f"the agent's command could not start in the sandbox on any of the {len(attempts)} attempt(s) of "
+                f"{tasks} task(s): {inert(_start_detail(error or ''))}; check the contract's agent command")
+    codes = sorted({a.agent.exit_code for a in attempts if a.agent is not None and a.agent.exit_code is not None})
+    code = (f"exit code {codes[0]}" if len(codes) == 1 else
+            f"exit codes {', '.join(map(str, codes))}" if codes else "no exit code")
+    last = next((a.agent for a in reversed(attempts) if a.agent is not None), None)
+    tail = (_last_line(shown.blobs.read(last.stderr, 64 * 1024)) or (inert(last.error) if last.error else None)
+            if last is not None else None)
+    return (f"the agent exited non-zero with an empty patch on every one of its {len(attempts)} attempt(s) of "
+            f"{tasks} task(s) ({code})" + (f"; its stderr ends: {tail}" if tail else "; its stderr is empty")
+            + "; check the agent's command and setup")
+
+
+def why_lines(shown: Shown, limit: int = SUMMARY_LINES) -> list[str]:
+    """A run summary's why: one line per task that did not pass (the first ``limit``), its
+    outcome and :func:`cause`; the rest counted by outcome, with the ``show`` command that lists
+    them; first, :func:`broken_agent`'s sentence when it applies. No line when every task passed."""
+    import shlex
+
+    missed = [t for t in shown.tasks.values() if t.outcome != "pass"]
+    if not missed:
+        return []
+    where = shlex.quote(str(shown.where))
+    out = [f"why {len(missed)} task(s) did not pass (sealbench show {where} TASK tells a task's story):"]
+    broken = broken_agent(shown)
+    if broken is not None:
+        out.append(f"  {broken}")
+    rows = missed[:limit]
+    width = max(len(t.task_id) for t in rows)
+    out += [f"  {inert(t.task_id):{width}}  {t.outcome:13} {cause(t, shown.blobs)}" for t in rows]
+    rest = missed[limit:]
+    if rest:
+        counts = {o: n for o in _OUTCOMES if (n := sum(1 for t in rest if t.outcome == o))}
+        out.append(f"  and {len(rest)} more ({', '.join(f'{o} {n}' for o, n in counts.items())}): "
+                   f"sealbench show {where} " + " ".join(f"--outcome {o}" for o in counts))
     return out
 
 
