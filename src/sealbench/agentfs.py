@@ -282,6 +282,87 @@ def trace_digest(root: Path, caps: TreeCaps, below: tuple[str, ...] = ()) -> str
     return digest_json([TREE_FORMAT, entries])
 
 
+@dataclass(frozen=True)
+class TraceCaps:
+    """What of an agent's trace folder is kept: at most ``files`` files of at most ``file_bytes``
+    each and ``total_bytes`` together (in path order), and ``listed`` entries listed at most.
+
+    Raises:
+        ValueError: a cap is not positive.
+    """
+
+    files: int = 100
+    file_bytes: int = 8 << 20
+    total_bytes: int = 16 << 20
+    listed: int = 1000
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not value > 0:
+                raise ValueError(f"TraceCaps.{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One entry of a trace folder: as :func:`scan` lists it, with the file's bytes when kept."""
+
+    path: str
+    kind: str
+    digest: str
+    size: int | None = None
+    data: bytes | None = None
+    not_kept: str | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """An agent's trace folder as read: its tree digest (:func:`trace_digest`'s), the first
+    :attr:`TraceCaps.listed` entries, and how many more there were."""
+
+    digest: str
+    entries: list[TraceEntry]
+    omitted: int
+
+
+def read_trace(root: Path, caps: TreeCaps, keep: TraceCaps, below: tuple[str, ...] = ()) -> Trace:
+    """The trace folder ``root/below...``: its digest and its files' bytes, within ``keep``.
+
+    Every file is opened component by component without following a link
+    (:func:`read_regular`); a file whose bytes changed since its digest was taken, a link, a
+    special file and a file past a cap are listed without their bytes, with why.
+
+    Raises:
+        TreeRejected: the folder is over ``caps`` (see :func:`trace_digest`).
+    """
+    scanned = scan(root, caps, what="the trace folder", strict=False, below=below)
+    digest = digest_json([TREE_FORMAT, [[rel, kind, d] for rel, kind, d in scanned]])
+    entries: list[TraceEntry] = []
+    kept = total = 0
+    prefix = "/".join(below)
+    for rel, kind, d in scanned[: keep.listed]:
+        if kind == "l":
+            entries.append(TraceEntry(rel, kind, d, not_kept="a symbolic link (never followed)"))
+            continue
+        if kind == "s":
+            entries.append(TraceEntry(rel, kind, "", not_kept="not a regular file"))
+            continue
+        data = read_regular(root, f"{prefix}/{rel}" if prefix else rel, keep.file_bytes)
+        if data is None or sha256_bytes(data) != d:
+            size = None if data is None else len(data)
+            why = (f"larger than the {keep.file_bytes} bytes kept of one file, or no longer a regular file there"
+                   if data is None else "it changed while it was read")
+            entries.append(TraceEntry(rel, kind, d, size, not_kept=why))
+        elif kept >= keep.files or total + len(data) > keep.total_bytes:
+            entries.append(TraceEntry(rel, kind, d, len(data), not_kept=(
+                f"past the {keep.files} files kept" if kept >= keep.files
+                else f"past the {keep.total_bytes} bytes kept of one trace folder")))
+        else:
+            kept += 1
+            total += len(data)
+            entries.append(TraceEntry(rel, kind, d, len(data), data))
+    return Trace(digest, entries, max(0, len(scanned) - keep.listed))
+
+
 def reset_dir(parent: Path, name: str, subdirs: tuple[str, ...] = ()) -> None:
     """Remove whatever the agent left at ``parent/name`` and make it a fresh empty directory.
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import events as ev
-from .agentfs import TreeRejected, trace_digest
+from .agentfs import TraceCaps, TreeRejected, read_trace, trace_digest
 from .agents import render_argv
 from .digest import sha256_bytes
 from .errors import describe_storage_failure, storage_failure
@@ -301,13 +301,31 @@ def wait_gap(cancel: Cancellation, since: float, gap_s: float, deadline: float) 
     cancel.pause(max(0.0, min(until, deadline) - time.monotonic()))
 
 
+TRACE_CAPS: Final = TraceCaps()
+"""What of an agent's trace folder a run keeps as blobs (see :class:`sealbench.agentfs.TraceCaps`)."""
+TRANSCRIPTS_KEPT_FROM: Final = 3
+"""The derivation version from which the trace folder's files are kept (and listed on
+agent_finished); a run started under an older one keeps only the folder's digest."""
+
+
 def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
-    """The digest of the agent's trace folder, read without following it anywhere."""
+    """The agent's trace folder, read without following it anywhere: its digest and, from
+    derivation version 3 on, its files, kept as blobs (``agent_finished`` fields)."""
+    below = (META_DIR, "trace")
     try:
         # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
-        return {"transcript": trace_digest(tw.ws, settings.tree_caps, below=(META_DIR, "trace"))}
+        if settings.derivation_version < TRANSCRIPTS_KEPT_FROM:
+            return {"transcript": trace_digest(tw.ws, settings.tree_caps, below=below)}
+        trace = read_trace(tw.ws, settings.tree_caps, TRACE_CAPS, below=below)
     except TreeRejected as e:
         return {"transcript": None, "transcript_rejected": e.reason}
+    files = [ev.TraceFile(path=t.path, type=t.kind, sha256=t.digest or None,
+                          **ev.present(bytes=t.size, not_kept=t.not_kept,
+                                       blob=store_bytes(settings.run_dir, t.data) if t.data is not None else None))
+             for t in trace.entries]
+    # Absent when the folder is empty (most agents write nothing there): the line stays short.
+    return {"transcript": trace.digest, **ev.present(transcript_files=files or None,
+                                                      transcript_files_omitted=trace.omitted or None)}
 
 
 @dataclass

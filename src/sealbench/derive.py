@@ -37,14 +37,17 @@ from .formats import (
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
 
-DERIVATION_VERSION: Final = 2
+DERIVATION_VERSION: Final = 3
 """The version of the rules this release derives new runs with (see the module docstring).
 
 1: the rules of the first release that recorded one. 2: the same rules, over journals that may
 hold ``submitted``, ``duplicate_result`` and ``model_call`` events (each task's trace holds its
 ``submitted`` and ``model_call`` lines, and a task whose agent called a model gets
 ``model_usage`` in its scorecard): a release that knows only version 1 cannot read them, and
-says the bundle was made by a newer release rather than failing it."""
+says the bundle was made by a newer release rather than failing it. 3: the same rules, over
+journals whose ``agent_finished`` events may list the agent's trace folder
+(``transcript_files``), each kept file a blob the bundle carries and ``verify`` checks; the
+traces hold those lines, so the task's trace digest covers the transcript."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -422,7 +425,7 @@ class Rules:
     readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
 
 
-RESUMABLE: Final = frozenset({1, 2})
+RESUMABLE: Final = frozenset({1, 2, 3})
 """The versions of the runs this release continues on resume: their rules are the ones it
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""
@@ -433,6 +436,7 @@ _RULES_1 = Rules(derive=derive, rate_bytes=rate_bytes, probe_summary=probe_summa
 RULES: Final[Mapping[int, Rules]] = {
     1: _RULES_1,
     2: _RULES_1,
+    3: _RULES_1,
 }
 
 

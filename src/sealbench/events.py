@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, TypeAlias, Union
+from typing import Annotated, Any, Final, Literal, TypeAlias, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -218,6 +218,20 @@ class Submitted(Event):
     kind: Literal["submitted"] = SUBMITTED
 
 
+class TraceFile(Model):
+    """One entry of the agent's trace folder (``SEALBENCH_TRACE_DIR``), as the harness read it
+    without following a link; a regular file within the caps is kept as a blob."""
+
+    path: str | None = Field(None, description="Its path inside the trace folder ('/'-separated).")
+    type: str | None = Field(None, description="f (file), x (executable file), l (symlink, never followed) "
+                             "or s (anything else), as in the tree digest.")
+    sha256: str | None = Field(None, description="Its entry digest in the tree digest: the file's bytes, or the "
+                               "link's target text; null for s.")
+    bytes: int | None = Field(None, description="Its size in bytes (a file's).")
+    blob: Blob = Field(None, description="Blob of the file's bytes; null when not kept.")
+    not_kept: str | None = Field(None, description="Why its bytes were not kept (a cap, a link, a special file).")
+
+
 class AgentFinished(ProcessFacts, Event):
     """The agent's attempt ended (its process facts, or a Python agent's)."""
 
@@ -225,6 +239,10 @@ class AgentFinished(ProcessFacts, Event):
     prompt_sha256: str | None = Field(None, description="Digest of the prompt the agent was given.")
     transcript: str | None = Field(None, description="Tree digest of the agent's trace folder.")
     transcript_rejected: str | None = Field(None, description="Why the trace folder was not read.")
+    transcript_files: list[TraceFile] | None = Field(None, description="The trace folder's entries in path order "
+                                                     "(derivation version 3 on; absent when it is empty).")
+    transcript_files_omitted: int | None = Field(None, description="Entries of the trace folder past the "
+                                                 "listing's cap, not listed.")
     action: Any = Field(None, description="What a built-in or Python agent returned (free-form; never a blob).")
     error: str | None = Field(None, description="Why the agent failed without an exit code.")
 
@@ -374,14 +392,21 @@ HEADERS: Final = (RunStarted, RunResumed)
 """The events that carry a run header."""
 
 
+_EACH: Final = "[]"
+"""Suffix of a path step that is a list: each of its items is followed."""
+
+
 def _blob_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> tuple[tuple[str, ...], ...]:
     paths: list[tuple[str, ...]] = []
     for name, info in model.model_fields.items():
         if BLOB_MARK in info.metadata:
             paths.append((*prefix, name))
         for arg in getattr(info.annotation, "__args__", ()) or (info.annotation,):
+            step = name
+            if get_origin(arg) is list:
+                arg, step = get_args(arg)[0], name + _EACH
             if isinstance(arg, type) and issubclass(arg, Model) and not issubclass(arg, Event):
-                paths += _blob_paths(arg, (*prefix, name))
+                paths += _blob_paths(arg, (*prefix, step))
     return tuple(paths)
 
 
@@ -392,13 +417,24 @@ BLOB_FIELDS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
 
 
 def blob_fields(event: Event) -> Iterator[tuple[str, str]]:
-    """``(dotted field name, value)`` of every blob the event names (null fields left out)."""
+    """``(dotted field name, value)`` of every blob the event names (null fields left out); an
+    item of a list is named by its index (``transcript_files.0.blob``)."""
     for path in BLOB_FIELDS.get(event.kind, ()):
-        value: Any = event
-        for name in path:
-            value = getattr(value, name, None)
+        yield from _follow(event, path, ())
+
+
+def _follow(value: Any, path: tuple[str, ...], names: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    if not path:
         if value is not None:
-            yield ".".join(path), value
+            yield ".".join(names), value
+        return
+    step = path[0]
+    if step.endswith(_EACH):
+        name = step.removesuffix(_EACH)
+        for i, item in enumerate(getattr(value, name, None) or ()):
+            yield from _follow(item, path[1:], (*names, name, str(i)))
+    else:
+        yield from _follow(getattr(value, step, None), path[1:], (*names, step))
 
 
 # ----------------------------------------------------------------------------- reading

@@ -24,6 +24,7 @@ from . import pytest_oracle
 from .agentfs import TreeCaps, read_regular, remove_entry, remove_tree
 from .agents import ResolvedAgent
 from .contract import flagged_pass_counts
+from .derive import DERIVATION_VERSION
 from .digest import same_digest, sha256_bytes, tree_digest
 from .errors import HarnessError
 from .files import write_atomic
@@ -67,6 +68,9 @@ class Settings:
     """The narration probe's template, used instead of each task's."""
     gateway: Gateway | None = None
     """The run's model gateway, when the contract declares model endpoints and the agent is a command."""
+    derivation_version: int = DERIVATION_VERSION
+    """The rules the run is derived by (a resumed run keeps the version it started under): what
+    its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
 
     @property
     def max_attempts(self) -> int:

@@ -372,7 +372,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     settings = Settings(contract=contract, budget=contract.budget, pack_root=pack.root, run_dir=base,
                         sandbox=sandbox, agent=agent, limits=opts.limits, tree_caps=opts.tree_caps,
                         workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
-                        template_override=template, gateway=gateway)
+                        template_override=template, gateway=gateway, derivation_version=header.derivation())
     executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
     requests = Requests()
     coordinator = Coordinator(journal=journal, executor=executor, settings=settings, jobs=opts.jobs,

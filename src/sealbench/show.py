@@ -343,6 +343,173 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
     return "; ".join(parts) + f" ({tries})"
 
 
+# --------------------------------------------------------------------------- transcripts
+
+MESSAGES_CAP = 2000
+"""Messages of one transcript file read as a conversation at most (the rest are counted)."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation transcript: who said it, and what, as text."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TranscriptFile:
+    """One file of an attempt's trace folder, as shown: the journal's entry, its stored bytes
+    when kept, and its messages when it is a conversation in a known chat format."""
+
+    entry: ev.TraceFile
+    blob: Blob | None
+    messages: list[Message] | None
+    more_messages: int = 0
+
+    @property
+    def why_not_shown(self) -> str | None:
+        e = self.entry
+        if e.blob is None:
+            return f"not kept: {inert(e.not_kept or 'no reason recorded')}"
+        if self.blob is None:
+            return f"{e.blob} is missing from blobs/"
+        return None
+
+
+def _part_text(part: Any) -> str:
+    """A content part (OpenAI's or Anthropic's) as text: its text, or its kind and fields."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        return json.dumps(part, ensure_ascii=False)
+    if isinstance(part.get("text"), str):
+        return str(part["text"])
+    kind = part.get("type", "part")
+    if kind == "tool_result":
+        return f"[tool result] {_content_text(part.get('content'))}"
+    if kind == "tool_use":
+        return f"[tool use] {part.get('name')} {json.dumps(part.get('input'), ensure_ascii=False)}"
+    return f"[{kind}] " + json.dumps({k: v for k, v in part.items() if k != "type"}, ensure_ascii=False)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "\n".join(_part_text(p) for p in content)
+    return _part_text(content)
+
+
+def _message(item: Any) -> Message | None:
+    if not isinstance(item, dict) or not isinstance(item.get("role"), str) or "content" not in item:
+        return None
+    text = _content_text(item["content"])
+    for call in item.get("tool_calls") or []:  # OpenAI's assistant tool calls
+        fn = call.get("function", {}) if isinstance(call, dict) else {}
+        text += f"\n[tool call] {fn.get('name')}({fn.get('arguments', '')})"
+    return Message(item["role"], text)
+
+
+def chat_messages(data: bytes) -> tuple[list[Message], int] | None:
+    """The messages of a transcript in a known chat format, and how many past the cap; None
+    when it is not one: a JSON list of ``{role, content}`` messages (OpenAI chat, Anthropic
+    messages), an object holding one under ``messages`` (mini-swe-agent's trajectory, an
+    Anthropic request), or JSON Lines of such messages. Content may be a string or a list of
+    parts (text, tool use, tool result)."""
+    text = data.decode("utf-8", "replace")
+    items: Any
+    try:
+        items = json.loads(text)
+    except ValueError:
+        try:
+            items = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError:
+            return None
+    if isinstance(items, dict):
+        items = items.get("messages")
+    if not isinstance(items, list) or not items:
+        return None
+    messages: list[Message] = []
+    for item in items:
+        m = _message(item)
+        if m is None:
+            return None  # one item that is not a message: not a conversation, shown raw
+        if len(messages) < MESSAGES_CAP:
+            messages.append(m)
+    return messages, max(0, len(items) - MESSAGES_CAP)
+
+
+def transcript_files(a: ev.AgentFinished, blobs: Blobs) -> list[TranscriptFile]:
+    """The attempt's trace folder files as listed on its agent_finished event, read from blobs/."""
+    out = []
+    for entry in a.transcript_files or []:
+        blob = blobs.read(entry.blob) if entry.blob is not None else None
+        parsed = chat_messages(blob.data) if blob is not None and not blob.truncated else None
+        out.append(TranscriptFile(entry, blob, parsed[0] if parsed else None, parsed[1] if parsed else 0))
+    return out
+
+
+def entry_words(f: TranscriptFile) -> str:
+    """One trace folder entry in words: its path, kind, size, and whether it is shown."""
+    e = f.entry
+    kind = {"l": "a link", "s": "a special file", "x": "an executable file"}.get(e.type or "", "a file")
+    size = f", {e.bytes} bytes" if e.bytes is not None else ""
+    what = f"a conversation of {len(f.messages) + f.more_messages} message(s)" if f.messages is not None else None
+    why = f.why_not_shown
+    if why is None and f.blob is not None and f.blob.matches is False:
+        why = "WARNING: these bytes do not match their digest"
+    return f"{inert(e.path or '?')}: {kind}{size}" + (f", {what}" if what else "") + (f" ({why})" if why else "")
+
+
+def _transcript_lines(a: ev.AgentFinished, blobs: Blobs, full: bool) -> list[str]:
+    if a.transcript_rejected:
+        return [f"    transcript: not read ({inert(a.transcript_rejected)})"]
+    if not a.transcript:
+        return []
+    files = transcript_files(a, blobs)
+    if not files:
+        return [f"    transcript: tree {a.transcript}"]
+    out = [f"    transcript: tree {a.transcript}, {len(files)} entr{'y' if len(files) == 1 else 'ies'}"
+           + (f" (and {a.transcript_files_omitted} more, not listed)" if a.transcript_files_omitted else "") + ":"]
+    for f in files:
+        out.append(f"      {entry_words(f)}")
+        if f.messages is not None:
+            shown = f.messages if full else f.messages[-20:]
+            if len(shown) < len(f.messages):
+                out.append(f"        ... {len(f.messages) - len(shown)} earlier message(s) (--full shows them)")
+            for m in shown:
+                body = inert(m.text)
+                if not full and len(body) > 1000:
+                    body = body[:1000] + f" ... ({len(body) - 1000} more characters)"
+                lines = body.rstrip("\n").split("\n") or [""]
+                out.append(f"        [{inert(m.role)}] {lines[0]}")
+                out += [f"        {' ' * (len(inert(m.role)) + 2)} {ln}" for ln in lines[1:]]
+        elif f.blob is not None and f.why_not_shown is None:
+            text = f.blob.text()
+            if not full and len(text) > SHOWN_CHARS:
+                out.append(f"        the last {SHOWN_CHARS} characters (--full for all):")
+                text = text[-SHOWN_CHARS:]
+            out += [f"        | {ln}" for ln in text.rstrip("\n").split("\n")]
+    return out
+
+
+def _transcript_json(a: ev.AgentFinished, blobs: Blobs, full: bool) -> list[dict[str, Any]]:
+    out = []
+    for f in transcript_files(a, blobs):
+        doc: dict[str, Any] = {**f.entry.model_dump(mode="json", exclude_unset=True),
+                               "format": None if f.blob is None else "chat" if f.messages is not None else "raw"}
+        if f.messages is not None:
+            doc["messages"] = [{"role": m.role, "text": m.text} for m in f.messages]
+            doc["messages_not_read"] = f.more_messages
+        elif f.blob is not None:
+            doc["text"] = _blob_json(blobs, f.entry.blob, full)
+        if f.blob is not None:
+            doc["matches_digest"] = f.blob.matches
+        out.append(doc)
+    return out
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -532,10 +699,7 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
                    + (f", ran {_seconds(ag.elapsed_ms)}" if ag.elapsed_ms is not None else ""))
         out += _output("stdout", ag.stdout, ag.stdout_bytes, blobs, full)
         out += _output("stderr", ag.stderr, ag.stderr_bytes, blobs, full)
-        if ag.transcript:
-            out.append(f"    transcript: tree {ag.transcript}")
-        elif ag.transcript_rejected:
-            out.append(f"    transcript: not read ({inert(ag.transcript_rejected)})")
+        out += _transcript_lines(ag, blobs, full)
     if a.calls:
         u = usage_of(a.calls)
         out.append(f"    model calls: {u.calls} ({u.refused} refused, {u.failed} failed upstream); tokens "
@@ -661,12 +825,14 @@ def task_json(shown: Shown, task: TaskStory, *, full: bool = False) -> dict[str,
         for e in (a.agent, a.patch, a.graded, a.feedback):
             if e is not None:
                 for name, digest in ev.blob_fields(e):
-                    texts[f"{e.kind}.{name}"] = _blob_json(shown.blobs, digest, full)
+                    if not name.startswith("transcript_files."):  # under "transcript", with its entry
+                        texts[f"{e.kind}.{name}"] = _blob_json(shown.blobs, digest, full)
         attempts.append({"attempt": n, "result": a.result, "started": dump(a.started), "agent": dump(a.agent),
                          "patch": dump(a.patch), "grading": dump(a.graded), "feedback": dump(a.feedback),
                          "finished": dump(a.finished), "interrupted": dump(a.interrupted),
                          "model_calls": [dump(c) for c in a.calls],
-                         "harness_errors": [dump(e) for e in a.errors], "outputs": texts})
+                         "harness_errors": [dump(e) for e in a.errors], "outputs": texts,
+                         "transcript": _transcript_json(a.agent, shown.blobs, full) if a.agent is not None else []})
     return {"task_id": task.task_id, "outcome": task.outcome, "cause": cause(task, shown.blobs),
             "started": dump(task.started), "attempts": attempts, "charges": [dump(c) for c in task.charges],
             "harness_errors": [dump(e) for e in task.errors], "finished": dump(task.finished)}

@@ -22,15 +22,21 @@ from .files import write_atomic
 from .show import (
     AttemptStory,
     Blobs,
+    Message,
     TaskStory,
+    TranscriptFile,
     agent_words,
     cause,
     diffstat,
+    entry_words,
     failed_tests,
     grading_words,
     inert,
+    transcript_files,
 )
 
+PAGE_MESSAGES = 500
+"""Messages of one conversation transcript printed on a page (its last)."""
 PAGE_CHARS = 64_000
 """Characters of one output printed on a page (its end), and of a diff (its start)."""
 TASKS_DIR = "tasks"
@@ -93,6 +99,28 @@ def _process_outputs(prefix: str, facts: ev.ProcessFacts | None, blobs: Blobs, *
             _output(f"{prefix}stderr", facts.stderr, facts.stderr_bytes, blobs, open_=open_)]
 
 
+@dataclass(frozen=True)
+class _Transcript:
+    words: str
+    messages: list[Message] | None
+    more: int
+    raw: _Output | None
+
+
+def _transcript_view(f: TranscriptFile) -> _Transcript:
+    """One trace folder file on the page: a conversation (each message capped), or its text."""
+    words = entry_words(f)
+    if f.messages is not None:
+        shown = f.messages[-PAGE_MESSAGES:]
+        cut = [Message(m.role, m.text if len(m.text) <= PAGE_CHARS else m.text[:PAGE_CHARS] + " ...") for m in shown]
+        return _Transcript(words, cut, len(f.messages) - len(shown) + f.more_messages, None)
+    if f.blob is None or f.why_not_shown is not None:
+        return _Transcript(words, None, 0, None)
+    text = f.blob.text()
+    summary = f"{len(f.blob.data)} bytes" + (f", the last {PAGE_CHARS} characters" if len(text) > PAGE_CHARS else "")
+    return _Transcript(words, None, 0, _Output(inert(f.entry.path or "?"), summary, text[-PAGE_CHARS:], False))
+
+
 def _diff_class(line: str) -> str:
     if line.startswith(("+++", "---", "diff --git", "index ", "new file", "deleted file", "similarity", "rename ")):
         return "meta"
@@ -111,12 +139,13 @@ def _attempt(a: AttemptStory, blobs: Blobs) -> dict[str, Any]:
         "grading": a.graded, "feedback": a.feedback, "finished": a.finished, "interrupted": a.interrupted,
         "errors": a.errors, "agent_words": "", "agent_outputs": [], "diffstat": [], "diff": None,
         "diff_cut": False, "diff_shown": 0, "diff_total": 0, "failed_tests": [], "grading_words": "",
-        "oracle_outputs": [], "feedback_outputs": [],
+        "oracle_outputs": [], "feedback_outputs": [], "transcript": [],
     }
     if a.agent is not None:
         failed = a.agent.exit_code not in (0, None) or bool(a.agent.error)
         view["agent_words"] = agent_words(a.agent, blobs)
         view["agent_outputs"] = _process_outputs("", a.agent, blobs, open_=failed)
+        view["transcript"] = [_transcript_view(f) for f in transcript_files(a.agent, blobs)]
     if a.patch is not None and not a.patch.empty and not a.patch.rejected:
         blob = blobs.read(a.patch.patch_sha256)
         if blob is not None:
@@ -203,4 +232,10 @@ p.alert{color:#b31d28}
 table.grading th{width:16rem;text-align:left;vertical-align:top}
 table.grading td{overflow-wrap:anywhere}
 p.note{color:#555}
+div.chat{border-left:3px solid #ccc;padding-left:.6rem;margin:.3rem 0}
+div.chat .role{font-weight:600;text-transform:lowercase}
+div.chat.role-assistant{border-color:#6f42c1}
+div.chat.role-user{border-color:#1f6f9f}
+div.chat.role-system{border-color:#888}
+div.chat.role-tool{border-color:#00734f}
 """
