@@ -62,7 +62,8 @@ def test_every_line_of_every_committed_journal_reads_and_writes_back_its_bytes(j
 
 def test_the_blob_fields_are_those_the_bundles_have_always_copied() -> None:
     assert dict(events.BLOB_FIELDS) == {
-        events.AGENT_FINISHED: (("stdout",), ("stderr",)),
+        # Each kept file of the agent's trace folder (derivation version 3 on).
+        events.AGENT_FINISHED: (("stdout",), ("stderr",), ("transcript_files[]", "blob")),
         events.GRADED: (("oracle", "stdout"), ("oracle", "stderr")),
         events.FEEDBACK: (("visible_tests", "stdout"), ("visible_tests", "stderr")),
         events.PATCH_CAPTURED: (("patch_sha256",),),
