@@ -329,6 +329,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 outcomes.append(outcome)
                 print(f"  {outcome.verdict:<10} {outcome.defence.id:<44} {outcome.seconds:5.1f} s  "
                       f"{outcome.detail if outcome.verdict != 'caught' else 'by ' + outcome.detail}", flush=True)
+        # An entry whose tests errored (a fixture that did not build under the pool's load, not
+        # a test that passed without its defence) runs once more, alone, before it counts.
+        # NOT CAUGHT is never retried: a test that passed once with its defence removed proves
+        # nothing, whatever a second run says.
+        for i, outcome in enumerate(outcomes):
+            if outcome.verdict != "ERROR":
+                continue
+            again = mutate(outcome.defence, base, scratch)
+            first = outcome.detail.strip().splitlines()[-1:] or [""]
+            print(f"  {again.verdict:<10} {again.defence.id:<44} {again.seconds:5.1f} s  alone, after an error "
+                  f"in the pool ({first[0].strip()[:160]}): "
+                  f"{again.detail if again.verdict != 'caught' else 'by ' + again.detail}", flush=True)
+            outcomes[i] = again
         order = {d.id: i for i, d in enumerate(defences)}
         outcomes.sort(key=lambda o: order[o.defence.id])
     failed = [o for o in outcomes if o.verdict != "caught"]
@@ -336,7 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"defences: {len(outcomes) - len(failed)} of {len(outcomes)} removals caught in {elapsed:.0f} s "
           f"({jobs} at a time; load average {_load()} at the end)")
     for o in failed:
-        print(f"defences: {o.verdict}: {o.defence.id} ({o.defence.claim})", file=sys.stderr)
+        # The detail again, last: a log cut to its tail still says why.
+        print(f"defences: {o.verdict}: {o.defence.id} ({o.defence.claim})\n{o.detail}", file=sys.stderr)
     return 1 if failed else 0
 
 
