@@ -71,7 +71,8 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
         path = "/v1/messages" if style == "anthropic" else "/chat/completions"
         headers = {"x-api-key": token, "anthropic-version": "2023-06-01"} if style == "anthropic" \
             else {"Authorization": f"Bearer {token}"}
-        body: dict[str, Any] = {"model": s["model"], "messages": [{"role": "user", "content": "fix it"}],
+        prompt = s.get("content", "fix it")
+        body: dict[str, Any] = {"model": s["model"], "messages": [{"role": "user", "content": prompt}],
                                 "max_tokens": 100}
         if s.get("stream"):
             body["stream"] = True

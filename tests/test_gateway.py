@@ -71,7 +71,7 @@ def endpoints(stub: StubServer) -> list[ModelEndpoint]:
 
 
 def gateway_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, list[dict[str, Any]]], *,
-                max_attempts: int = 1, name: str = "gw", probe: bool = False
+                max_attempts: int = 1, name: str = "gw", probe: bool = False, caps: dict[str, Any] | None = None,
                 ) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
     agent_dir = tmp_path / f"{name}-agent"
     agent_dir.mkdir()
@@ -84,6 +84,9 @@ def gateway_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[
                                                mounts=[str(agent_dir)]),
                                oracle_validity="unavailable")
     contract = contract.model_copy(update={"model_endpoints": endpoints(stub)})
+    if caps:
+        assert contract.budget is not None
+        contract = contract.model_copy(update={"budget": contract.budget.model_copy(update=caps)})
     write_atomic(contract_file, model_json(lock_contract(contract, name, LOCK_TIME, pack)))
     run_dir = tmp_path / name
     execute(contract_file, run_dir, RunOptions(progress=False, keep_work=True))
@@ -536,3 +539,250 @@ def test_exploit_agent_sends_many_large_bodies_at_once_to_fill_the_gateways_memo
     assert sum(r.startswith(b"HTTP/1.1 503") for r in replies) == len(refused) >= 3
     assert all(r.startswith((b"HTTP/1.1 503", b"HTTP/1.1 408")) for r in replies), replies  # none waits forever
     assert stub.script.served == 0
+
+
+# --- infrastructure is not the agent ------------------------------------------------------
+
+
+def _stub_of(key: str, replies: list[StubReply]) -> StubServer:
+    return start(replies, key=key)
+
+
+def test_exploit_upstream_stopped_is_a_harness_error_that_refuses_the_rate_never_the_agent_s_fail(
+        sealed_pack: Path, tmp_path: Path, key: str, cli: Any) -> None:
+    dead = _stub_of(key, [StubReply(text=FIX, repeat=True)])
+    dead.close()  # the declared endpoint is down for the whole run
+    plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}]}
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, dead, plan, name="down")
+    made = calls(events)
+    assert [c["payload"]["status"] for c in made] == [502]
+    assert made[0]["payload"]["error"].startswith("the model endpoint failed")
+    errors = [e for e in events if e["kind"] == "harness_error"]
+    assert len(errors) == 1 and "the model endpoint failed while attempt 1 ran" in errors[0]["payload"]["error"]
+    assert cards[0]["outcome"] == "harness_error"
+    code, out, err = cli("score", run_dir / "scoring_contract.json", run_dir)
+    assert code == 3 and "task_pass" not in out.split("why")[0]
+    assert "the model endpoint failed" in out + err and "0 of 1" not in out
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_an_upstream_error_status_at_the_attempt_s_end_is_passed_through_and_not_the_agent_s(
+        sealed_pack: Path, tmp_path: Path, key: str, status: int) -> None:
+    server = _stub_of(key, [StubReply(status=status, repeat=True)])
+    try:
+        plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}]}
+        run_dir, events, cards = gateway_run(sealed_pack, tmp_path, server, plan, name=f"st{status}")
+    finally:
+        server.close()
+    # Passed through as the upstream sent it, once: the gateway never retries on its own.
+    assert [s["status"] for s in agent_log(run_dir)["steps"]] == [status]
+    assert [c["payload"]["status"] for c in calls(events)] == [status]
+    assert cards[0]["outcome"] == "harness_error"
+    error = next(e for e in events if e["kind"] == "harness_error")["payload"]["error"]
+    assert f"answered HTTP {status}" in error
+
+
+def test_an_upstream_that_recovered_before_the_end_leaves_the_result_to_the_agent(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    server = _stub_of(key, [StubReply(status=503), StubReply(text="def last_n(items, n):\n    return []\n",
+                                                             repeat=True)])
+    try:
+        plan = {"1": [{"do": "chat", "model": "stub-model"},
+                      {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+        _, events, cards = gateway_run(sealed_pack, tmp_path, server, plan, name="recovered")
+    finally:
+        server.close()
+    assert [c["payload"]["status"] for c in calls(events)] == [503, 200]
+    assert cards[0]["outcome"] == "fail"  # its last call was answered: a wrong fix is the agent's
+    assert not [e for e in events if e["kind"] == "harness_error"]
+
+
+# --- caps on model use beside the retry and wall-clock caps ---------------------------------
+
+THREE_CALLS = {"1": [{"do": "chat", "model": "stub-model"}, {"do": "chat", "model": "stub-model"},
+                     {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+
+
+@pytest.mark.parametrize(("cap", "value"), [("max_model_tokens", 200), ("max_model_calls", 2)])
+def test_exploit_agent_keeps_calling_past_a_cap_and_is_refused_with_the_cap_named(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer, cap: str, value: int) -> None:
+    # Each call uses 120 input and 30 output tokens: after two, 300 tokens and 2 calls are used.
+    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, stub, THREE_CALLS, name=cap.replace("_", "-"),
+                                         caps={cap: value}, probe=True)
+    assert [s["status"] for s in agent_log(run_dir)["steps"]] == [200, 200, 429]
+    made = [c["payload"] for c in calls(events)]
+    assert [c.get("cap") for c in made] == [None, None, cap]
+    assert f"({cap} {value}) is reached" in made[2]["refused"]
+    assert "no more model calls" in agent_log(run_dir)["steps"][2]["reply"]
+    assert cards[0]["outcome"] == "fail"  # the fix never arrived: its write came with the refused call
+    assert cards[0]["model_usage"]["cap_reached"] == cap and cards[0]["model_usage"]["refused"] == 1
+    bundle = make_bundle(run_dir, tmp_path / "bundles")
+    verify_bundle(bundle)  # raises VerificationFailed when anything does not re-derive
+
+
+def test_a_cost_cap_binds_across_attempts_by_the_locked_prices(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    server = start([StubReply(text="def last_n(items, n):\n    return []\n", model="stub-model", repeat=True,
+                              usage=StubUsage(input_tokens=120, output_tokens=30, cached_tokens=100))], key=key)
+    try:
+        # 20 uncached x 1.0 + 100 cached x 0.5 + 30 out x 2.0 per million: 130e-6 per call.
+        plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}],
+                "2": [{"do": "chat", "model": "stub-model", "write": "window.py"},
+                      {"do": "chat", "model": "stub-model", "write": "window.py"}]}
+        only_priced = [e for e in endpoints(server) if e.prices]
+        _, events, cards = _run_with_endpoints(sealed_pack, tmp_path, server, plan, only_priced,
+                                                     max_attempts=2, caps={"max_model_cost": 0.0002})
+    finally:
+        server.close()
+    made = [(c["attempt"], c["payload"]["status"], c["payload"].get("cap")) for c in calls(events)]
+    assert made == [(1, 200, None), (2, 200, None), (2, 429, "max_model_cost")]
+    assert cards[0]["model_usage"]["cap_reached"] == "max_model_cost"
+    assert cards[0]["model_usage"]["cost"] == pytest.approx(260e-6)
+
+
+def _run_with_endpoints(sealed_pack: Path, tmp_path: Path, server: StubServer, plan: dict[str, Any],
+                        declared: list[ModelEndpoint], *, max_attempts: int, caps: dict[str, Any]
+                        ) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
+    agent_dir = tmp_path / "cost-agent"
+    agent_dir.mkdir()
+    shutil.copy(AGENT, agent_dir / "agent.py")
+    (agent_dir / "plan.json").write_text(json.dumps(plan))
+    contract_file = tmp_path / "cost.contract.json"
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, contract_file, [TASK], host="test machine", max_attempts=max_attempts,
+                               agent=AgentSpec(label="gateway test agent", command=f"python {agent_dir}/agent.py",
+                                               mounts=[str(agent_dir)]),
+                               oracle_validity="unavailable", model_caps=caps)
+    contract = contract.model_copy(update={"model_endpoints": declared})
+    write_atomic(contract_file, model_json(lock_contract(contract, "cost", LOCK_TIME, pack)))
+    run_dir = tmp_path / "cost"
+    execute(contract_file, run_dir, RunOptions(progress=False))
+    events = read_chain(run_dir / "journal.jsonl").events
+    cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+    return run_dir, events, cards
+
+
+def test_caps_are_refused_at_lock_without_endpoints_or_without_a_price_for_every_model(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    from sealbench.errors import ContractError
+
+    pack = load_pack(sealed_pack)
+    draft, _ = new_contract(pack, tmp_path / "c.json", [TASK], host="test machine",
+                            agent=AgentSpec(label="a", command="true"), oracle_validity="unavailable",
+                            model_caps={"max_model_cost": 1.0})
+    with pytest.raises(ContractError, match="needs model_endpoints"):
+        lock_contract(draft, "caps", LOCK_TIME, pack)
+    with pytest.raises(ContractError, match=r"a locked price for every model .*anthropic/claude-stub"):
+        lock_contract(draft.model_copy(update={"model_endpoints": endpoints(stub)}), "caps", LOCK_TIME, pack)
+    with pytest.raises(ContractError, match=r"budget: .*max_model_calls"):
+        new_contract(pack, tmp_path / "c.json", [TASK], host="test machine", agent=AgentSpec(label="a", command="true"),
+                     oracle_validity="unavailable", model_caps={"max_model_calls": 0})
+
+
+def test_a_resumed_task_s_caps_count_the_calls_made_before_the_crash() -> None:
+    from sealbench import events as ev
+    from sealbench.formats import Budget
+    from sealbench.gateway import ledger_of
+
+    declared = [ModelEndpoint(name="openai", style="openai-chat", base_url="http://127.0.0.1:9/v1",
+                              models=["m"], key_env=KEY_ENV,
+                              prices={"m": ModelPrice(input=1.0, output=2.0, read_on="2026-11-30")})]
+    made = [ev.ModelCall(task_id="t", attempt=1, endpoint="openai", model="m", status=200, input_tokens=100,
+                         output_tokens=10),
+            ev.ModelCall(task_id="t", attempt=1, endpoint="openai", model="m", status=403, refused="undeclared"),
+            ev.ModelCall(task_id="t", attempt=2, endpoint="openai", model="m", status=502, error="down")]
+    ledger = ledger_of(made, declared)
+    assert (ledger.calls, ledger.tokens, ledger.tokens_known) == (2, 110, True)
+    assert ledger.cost == pytest.approx(120e-6) and ledger.cost_known
+    budget = Budget(max_attempts=2, wall_clock_s=60, max_model_calls=3, max_model_tokens=111)
+    assert ledger.reached(budget) is None
+    assert ledger.reached(budget.model_copy(update={"max_model_calls": 2})) == "max_model_calls"
+    unreported = ledger_of([*made, ev.ModelCall(task_id="t", attempt=2, endpoint="openai", model="m", status=200)],
+                           declared)
+    # A reply without usage: the use is unknown, and the token cap is taken as reached.
+    assert unreported.reached(budget.model_copy(update={"max_model_calls": None})) == "max_model_tokens"
+
+
+# --- replay: a recorded run re-executed with nothing leaving the machine -------------------
+
+
+def _recorded_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, Any]) -> tuple[Path, Path]:
+    """A run through the stub with no narration probe, and its bundle: (contract file, bundle)."""
+    agent_dir = tmp_path / "replay-agent"
+    agent_dir.mkdir()
+    shutil.copy(AGENT, agent_dir / "agent.py")
+    (agent_dir / "plan.json").write_text(json.dumps(plan))
+    contract_file = tmp_path / "replay.contract.json"
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, contract_file, [TASK], host="test machine", max_attempts=1,
+                               agent=AgentSpec(label="gateway test agent", command=f"python {agent_dir}/agent.py",
+                                               mounts=[str(agent_dir)]),
+                               oracle_validity="unavailable", narration_probe=False)
+    contract = contract.model_copy(update={"model_endpoints": endpoints(stub)})
+    write_atomic(contract_file, model_json(lock_contract(contract, "recorded", LOCK_TIME, pack)))
+    execute(contract_file, tmp_path / "recorded", RunOptions(progress=False))
+    return contract_file, make_bundle(tmp_path / "recorded", tmp_path / "bundles")
+
+
+REPLAYED = {"1": [{"do": "chat", "model": "stub-model", "stream": True, "write": "window.py"},
+                  {"do": "anthropic", "model": "claude-stub"},
+                  {"do": "chat", "model": "undeclared-model"}]}
+
+
+def test_a_recorded_run_replays_with_the_upstream_stopped_to_the_same_patches_and_scorecards(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    contract_file, bundle = _recorded_run(sealed_pack, tmp_path, stub, REPLAYED)
+    stub.close()  # nothing answers upstream now ...
+    monkeypatch.delenv(KEY_ENV)  # ... and no key is there to read
+    code, out, err = cli("run", contract_file, "--replay", bundle, "--out", tmp_path / "replay", "--no-progress")
+    assert code == 0, (out, err)
+    replay_dir = tmp_path / "replay"
+    events = read_chain(replay_dir / "journal.jsonl").events
+    made = [c["payload"] for c in calls(events)]
+    assert [(c["status"], c.get("replayed"), c.get("refused") is not None) for c in made] == [
+        (200, True, False), (200, True, False), (403, None, True)]  # the gateway's own refusal, decided again
+    first = events[0]["payload"]
+    assert first["replay_of"]["run_id"] == "recorded" and first["replay_of"]["run_nonce"]
+    original = [json.loads(line) for line in (bundle / "scorecards.jsonl").read_text().splitlines()]
+    again = [json.loads(line) for line in (replay_dir / "scorecards.jsonl").read_text().splitlines()]
+    keep = ("outcome", "passed", "patch_sha256", "attempts_used", "first_attempt_passed", "model_usage")
+    assert [{k: c.get(k) for k in keep} for c in again] == [{k: c.get(k) for k in keep} for c in original]
+    assert again[0]["outcome"] == "pass"
+    # A reproduction is not a run of the run_id: the index does not hold it, and compare refuses it.
+    code, listed, _ = cli("runs", "list")
+    assert "recorded" in listed and str(replay_dir) not in listed
+    replayed_bundle = make_bundle(replay_dir, tmp_path / "replayed-bundles")
+    code, out, _ = cli("verify", replayed_bundle)
+    assert code == 0 and "a replay of run recorded" in out
+    code, _, err = cli("compare", bundle, replayed_bundle)
+    assert code == 3 and "is a replay of run recorded" in err
+
+
+def test_exploit_an_agent_that_asks_something_else_in_a_replay_diverges_at_that_call(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    contract_file, bundle = _recorded_run(sealed_pack, tmp_path, stub, REPLAYED)
+    stub.close()
+    # The agent changes its mind about its second request: the replay cannot answer it.
+    changed = json.loads(json.dumps(REPLAYED))
+    changed["1"][1]["content"] = "fix it differently"
+    (tmp_path / "replay-agent" / "plan.json").write_text(json.dumps(changed))
+    execute(contract_file, tmp_path / "replay", RunOptions(progress=False, replay=bundle))
+    made = [c["payload"] for c in calls(read_chain(tmp_path / "replay" / "journal.jsonl").events)]
+    assert [c["status"] for c in made] == [200, 409, 403]
+    assert made[1]["diverged"] == "the request differs from the recorded call 1 at messages.0.content"
+    assert made[1]["refused"].startswith("replay: the request differs")
+
+
+def test_replay_refuses_a_bundle_of_another_contract(sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    contract_file, bundle = _recorded_run(sealed_pack, tmp_path, stub, REPLAYED)
+    other = tmp_path / "other.contract.json"
+    data = json.loads(contract_file.read_text())
+    pack = load_pack(sealed_pack)
+    draft, _ = new_contract(pack, other, [TASK], host="test machine", max_attempts=2,
+                            agent=AgentSpec(label="x", command="true"), oracle_validity="unavailable",
+                            narration_probe=False)
+    draft = draft.model_copy(update={"model_endpoints": endpoints(stub)})
+    write_atomic(other, model_json(lock_contract(draft, "other", LOCK_TIME, pack)))
+    assert data["run_id"] == "recorded"
+    with pytest.raises(RunRefusal, match="holds another contract"):
+        execute(other, tmp_path / "replay", RunOptions(progress=False, replay=bundle))

@@ -676,3 +676,53 @@ def test_a_validation_without_pytest_installed_is_refused(sealed_pack: Path, tmp
     assert done.returncode == 3, done.stderr
     assert "pytest is not installed beside sealbench" in done.stderr
     assert (sealed_pack / "pack.json").read_bytes() == before  # no task was judged invalid
+
+
+# --- which tests decide: every test in the report, or only the required ones ----------------
+
+PASSED_BY_WRONG = ["test_oracle_window::test_returns_exactly_n_items",
+                   "test_oracle_window::test_whole_list_when_n_is_large"]
+
+
+@pytest.mark.parametrize(("decided_by", "required", "outcome"), [
+    ("required", PASSED_BY_WRONG, "pass"),       # the failing test is not required: allowed to fail
+    ("all", PASSED_BY_WRONG, "fail"),            # today's rule: every test in the report passes
+    ("required", [*PASSED_BY_WRONG, "test_oracle_window::test_zero_gives_nothing"], "fail"),
+    ("required", ["test_oracle_window::test_that_never_ran"], "fail"),  # a required test must run
+])
+def test_a_failing_test_that_is_not_required_decides_only_under_the_all_rule(
+        tmp_path: Path, decided_by: str, required: list[str], outcome: str) -> None:
+    pack = make_pack(tmp_path, "pack", required_tests=required, decided_by=decided_by)
+    graded, card, _ = run(tmp_path, {"window.py": WRONG}, name="subset", pack=pack)
+    assert graded["junit"]["ran"] == 3 and graded["junit"]["failed"] == 1
+    assert graded["oracle"]["exit_code"] == 1  # pytest's "some tests failed", allowed under "required"
+    assert card["outcome"] == outcome and flags(graded) == []
+
+
+def test_the_rule_is_in_the_seal_and_absent_when_it_is_all(tmp_path: Path) -> None:
+    plain = load_pack(make_pack(tmp_path, "plain")).manifest.seal
+    same = load_pack(make_pack(tmp_path, "same", decided_by="all")).manifest.seal
+    subset = load_pack(make_pack(tmp_path, "subset", required_tests=PASSED_BY_WRONG,
+                                 decided_by="required")).manifest.seal
+    assert plain is not None and same is not None and subset is not None
+    assert plain.pack_sha256 == same.pack_sha256 != subset.pack_sha256
+    # "all" is never written: every pack sealed before the rule existed keeps its digest.
+    assert "decided_by" not in load_pack(tmp_path / "same").tasks[TASK].record.model_dump(mode="json")
+
+
+def test_required_rule_without_required_tests_is_refused_at_seal(tmp_path: Path) -> None:
+    from sealbench.errors import PackError
+
+    with pytest.raises(PackError, match=r"decided_by: 'required' needs required_tests"):
+        make_pack(tmp_path, "none-required", decided_by="required")
+
+
+def test_verdict_rules_as_a_table() -> None:
+    passed = {"a", "b"}
+    assert pytest_oracle.verdict(3, 1, passed, ["a", "b"], "required")["ok"] is True
+    assert pytest_oracle.verdict(3, 1, passed, ["a", "b"], "all")["ok"] is False
+    assert pytest_oracle.verdict(3, 1, passed, ["c"], "required")["why"] == "not passed: ['c']"
+    assert pytest_oracle.verdict(0, 0, set(), ["a"], "required")["why"] == "no test ran"
+    assert pytest_oracle.verdict(2, 0, passed, [], "required")["ok"] is False
+    assert [pytest_oracle.exit_passes(c, "required") for c in (0, 1, 2, 5, None)] == [True, True, False, False, False]
+    assert [pytest_oracle.exit_passes(c, "all") for c in (0, 1)] == [True, False]

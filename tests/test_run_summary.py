@@ -45,14 +45,16 @@ def _why(out: str, task: str = TASK) -> str:
 
 @needs_bwrap
 def test_summary_names_a_command_that_is_not_found(sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
-    code, out, err, _ = _run(cli, sealed_pack, tmp_path, "not-found", "no-such-agent-program --go", max_attempts=1)
+    # A program relative to the workspace: the check before the run leaves it to each attempt
+    # (tests/test_preflight.py refuses a missing program on PATH before the journal).
+    code, out, err, _ = _run(cli, sealed_pack, tmp_path, "not-found", "./no-such-agent-program --go", max_attempts=1)
     assert code == 3 and "harness errors" in err
     row = _why(out)
     assert "harness_error" in row
     assert "the agent's command could not start in the sandbox" in row
-    assert "execvp no-such-agent-program: No such file or directory" in row
+    assert "execvp ./no-such-agent-program: No such file or directory" in row
     assert ("the agent's command could not start in the sandbox on any of the 1 attempt(s) of 1 task(s): "
-            "bwrap: execvp no-such-agent-program: No such file or directory; check the contract's agent command") in out
+            "bwrap: execvp ./no-such-agent-program: No such file or directory; check the contract's agent command") in out
 
 
 @needs_bwrap

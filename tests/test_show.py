@@ -187,8 +187,8 @@ def test_the_outcome_choices_of_the_parser_are_those_show_knows() -> None:
 
 @needs_bwrap
 @pytest.mark.parametrize(("name", "command", "kw", "outcome", "words"), [
-    ("missing-program", "no-such-agent-program --go", {}, "harness_error",
-     ["the agent's command could not start in the sandbox", "execvp no-such-agent-program: No such file or directory",
+    ("missing-program", "./no-such-agent-program --go", {}, "harness_error",
+     ["the agent's command could not start in the sandbox", "execvp ./no-such-agent-program: No such file or directory",
       "recorded as a harness error"]),
     ("forbidden", "sh -c 'echo \"def test_x(): pass\" > conftest.py; echo \"    return items[-n:]\" >> window.py'",
      {"max_attempts": 1}, "fail", ["the patch touched forbidden paths: conftest.py"]),

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import events as ev
 from .agentfs import TraceCaps, TreeRejected, read_trace, trace_digest
@@ -52,7 +52,11 @@ from .grading import (
 )
 from .pack import Task
 from .sandbox import Prepared
+from .usage import ENDPOINT_FAILED
 from .workspace import META_DIR, TaskWorkspace
+
+if TYPE_CHECKING:
+    from .gateway import AttemptAccess
 
 PROBE_PASS: Final = "probe_pass"
 PROBE_FAIL: Final = "probe_fail"
@@ -186,6 +190,8 @@ class Ready:
     prompt: str
     prompt_file: Path
     prepared: Prepared | None
+    access: AttemptAccess | None = None
+    """The attempt's way to the model gateway (a model-backed command agent), closed with ``prepared``."""
 
 
 def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, feedback: str) -> str:
@@ -214,6 +220,7 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
     if attempt > 1:
         tw.reset_meta()
     prepared = None
+    access = None
     agent = settings.agent
     if agent.kind == "command":
         values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
@@ -236,7 +243,7 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
             raise
         if access is not None:
             prepared = access.guard(prepared)
-    return Ready(attempt, prompt, prompt_file, prepared)
+    return Ready(attempt, prompt, prompt_file, prepared, access)
 
 
 def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, ready: Ready,
@@ -472,6 +479,12 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
         assert result is not None
         done["finished"] = ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
                                               elapsed_ms=int((time.monotonic() - started) * 1000))
+        upstream = ready.access.endpoint_failure() if ready is not None and ready.access is not None else None
+        if upstream is not None and result not in (Outcome.PASS.value, PROBE_PASS):
+            # The attempt ended while the declared model endpoint was failing: what the agent
+            # could not do without its model is the infrastructure's failure, never the agent's.
+            return facts(error=f"{ENDPOINT_FAILED} while attempt {attempt} ran ({upstream}); the attempt "
+                               f"ended {result}, which is not counted as the agent's")
         if settings.probe or result != Outcome.FAIL.value or attempt >= settings.max_attempts:
             return facts()
         gap_s = settings.budget.attempt_gap_s

@@ -466,6 +466,8 @@ class VerifyReport:
     """How the agent was isolated (:func:`derive.isolation_of`)."""
     run_nonce: str | None = None
     """The random nonce of the run's first event; None in journals made before nonces."""
+    replay_of: dict[str, Any] | None = None
+    """The run this one replayed (``run --replay``), or None for a measured run."""
 
     @property
     def signed(self) -> bool:
@@ -484,6 +486,9 @@ class VerifyReport:
             f"  isolation: {isolation_sentence(self.isolation)}",
             f"  pack: {self.pack}",
             f"  narration probe: {self.probe_sentence or 'not run (the contract declares none)'}",
+            *([f"  a replay of run {self.replay_of.get('run_id')} (nonce {self.replay_of.get('run_nonce')}): "
+               "every model reply came from that run's record; a reproduction, not a measurement"]
+              if self.replay_of else []),
         ]
 
 
@@ -500,6 +505,7 @@ class BundleFacts:
     pack: str
     isolation: str
     run_nonce: str | None
+    replay_of: dict[str, Any] | None = None
 
 
 def _check_signature(files: Mapping[str, bytes], public_pem: bytes | None) -> tuple[list[str], str]:
@@ -624,7 +630,8 @@ def check_bundle(
     facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
                    probe_sentence=r.probe.get("sentence") if r.probe else None,
                    started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
-                   isolation=isolation_of(headers), run_nonce=nonce)
+                   isolation=isolation_of(headers), run_nonce=nonce,
+                   replay_of=headers[0].replay_of if headers and first.event is headers[0] else None)
     return [], facts
 
 
@@ -700,7 +707,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
         files_checked=sum(1 for rel in files if rel not in (SUMS, SIGNATURE)),
         signature=facts.signature, pack=facts.pack, contract=facts.contract, rate=facts.rate,
         scorecards=facts.scorecards, probe_sentence=facts.probe_sentence, started_at=facts.started_at,
-        isolation=facts.isolation, run_nonce=facts.run_nonce,
+        isolation=facts.isolation, run_nonce=facts.run_nonce, replay_of=facts.replay_of,
     )
 
 

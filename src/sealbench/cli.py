@@ -153,6 +153,9 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         wall_clock_s=args.wall_clock_s,
         feedback=args.feedback,
         attempt_gap_s=args.attempt_gap_s,
+        model_caps={k: v for k, v in (("max_model_calls", args.max_model_calls),
+                                      ("max_model_tokens", args.max_model_tokens),
+                                      ("max_model_cost", args.max_model_cost)) if v is not None},
         narration_probe=not args.no_narration_probe,
         oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
         seed=args.seed,
@@ -169,6 +172,8 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
               f"check model_endpoints (base_url, key_env, prices) in {out} before the lock")
     for tid, why in left_out.items():
         print(f"left out before lock: {tid}: {why}")
+    if agent is not None and not agent.command.startswith("builtin:"):
+        _warn_if_agent_cannot_start(agent)
     from .pytest_oracle import runs_pytest_unguarded
 
     unguarded = [t for t in contract.task_ids if runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd)]
@@ -177,6 +182,33 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
               f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
               "to guard them")
     return EXIT_OK
+
+
+def _warn_if_agent_cannot_start(agent: Any) -> None:
+    """What ``run`` would refuse about the agent's command, said now, before the lock."""
+    from .errors import SealbenchError
+    from .grading import command_path
+    from .preflight import problems
+    from .sandbox import open_sandbox
+
+    try:
+        sandbox = open_sandbox("auto")
+        found = problems(agent.command, agent.mounts, sandbox, command_path())
+    except SealbenchError as e:
+        print(f"note: the agent's command was not checked in a sandbox here: {e}")
+        return
+    for problem in found:
+        print(f"warning: {problem}; run will refuse this contract until then")
+
+
+def cmd_agent_check(args: argparse.Namespace) -> int:
+    from .agent_check import check_agent
+
+    result = check_agent(Path(args.contract), args.task, sandbox=args.sandbox,
+                         pack=Path(args.pack) if args.pack else None)
+    for line in result.lines():
+        print(line)
+    return EXIT_OK if result.ok else EXIT_REFUSED
 
 
 def cmd_agents_list(args: argparse.Namespace) -> int:
@@ -265,7 +297,7 @@ def _run_options(args: argparse.Namespace) -> Any:
     from .runner import RunOptions
 
     opts = RunOptions(sandbox=args.sandbox, keep_work=args.keep_work,
-                      workspace_quota=not args.no_workspace_quota)
+                      workspace_quota=not args.no_workspace_quota, pack=Path(args.pack) if args.pack else None)
     if args.jobs is not None:
         if args.jobs < 1:
             from .errors import UsageError
@@ -288,7 +320,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("pass --out RUN_DIR (or --resume RUN_DIR)")
     opts = _run_options(args)
     opts.resume = bool(args.resume)
-    resume = f"sealbench run {args.contract} --resume {run_dir}"
+    opts.replay = Path(args.replay) if args.replay else None
+    resume = (f"sealbench run {args.contract} --resume {run_dir}" + (f" --pack {args.pack}" if args.pack else "")
+              + (f" --replay {args.replay}" if args.replay else ""))
     result = _execute_resumable(resume, Path(args.contract), run_dir, opts, command_line=args.command_line)
     if result.interrupted:
         print(f"interrupted; continue with: {resume}", file=sys.stderr)
@@ -313,7 +347,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     opts.resume = args.resume
     run_dir = Path(args.out)
-    resume = f"sealbench probe {args.contract} --out {run_dir} --resume"
+    resume = f"sealbench probe {args.contract} --out {run_dir} --resume" + (f" --pack {args.pack}" if args.pack else "")
     result = _execute_resumable(resume, Path(args.contract), run_dir, opts, probe=True,
                                 command_line=args.command_line)
     if result.interrupted:
@@ -532,6 +566,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt-gap-s", type=float, metavar="SECONDS",
                    help="start each retry only at a whole multiple of SECONDS after the previous attempt "
                         "ended, so grading time does not reach the agent (counts against the wall clock)")
+    p.add_argument("--max-model-calls", type=int, metavar="N",
+                   help="per task, at most N model calls forwarded through the gateway, over its attempts "
+                        "(default: no cap)")
+    p.add_argument("--max-model-tokens", type=int, metavar="N",
+                   help="per task, refuse further model calls once N tokens (input plus output, as reported) "
+                        "are used (default: no cap)")
+    p.add_argument("--max-model-cost", type=float, metavar="AMOUNT",
+                   help="per task, refuse further model calls once they cost AMOUNT by the locked prices "
+                        "(default: no cap; needs a price for every allowed model)")
     p.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
     p.add_argument("--oracle-validity-unavailable", action="store_true",
                    help="lock without oracle-validity evidence (every report says so)")
@@ -545,8 +588,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", required=True, help="a new id for this study (a run_id is run once per machine)")
     p.set_defaults(func=cmd_contract_lock)
 
-    agents = sub.add_parser("agents", help="agent presets: real agents installed by exact version").add_subparsers(
-        dest="agents_command", parser_class=_Parser, required=True)
+    agents = sub.add_parser("agents", aliases=["agent"],
+                            help="agent presets (real agents installed by exact version), and a check of an "
+                                 "agent's setup").add_subparsers(dest="agents_command", parser_class=_Parser,
+                                                                 required=True)
+    p = agents.add_parser("check", help="run the contract's agent once on one task in scratch, never counted: "
+                                        "does it start, reach its model, leave a patch (exit 3 when not)")
+    p.add_argument("contract", help="the contract (locked or not); it is not changed")
+    p.add_argument("--task", metavar="ID", help="the task to try (default: the contract's first)")
+    p.add_argument("--sandbox", choices=_sandbox_names(), default="auto",
+                   help="where the agent runs (default: auto, the sandbox run would use)")
+    p.add_argument("--pack", metavar="PATH", help="the pack's folder, when it moved (default: the contract's pack.path)")
+    p.set_defaults(func=cmd_agent_check)
     p = agents.add_parser("list", help="every preset, its pinned version and API style, and what is installed")
     p.set_defaults(func=cmd_agents_list)
     p = agents.add_parser("install", help="install a preset's agent from its package registry, by exact version")
@@ -567,6 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", required=name == "probe", help="run directory (the probe writes into RUN_DIR/probe/)")
         if name == "run":
             p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run; no attempt is given back")
+            p.add_argument("--replay", metavar="BUNDLE",
+                           help="run again with every model call answered from BUNDLE's record (this contract's "
+                                "bundle): nothing leaves the machine, a differing request is journaled as a "
+                                "divergence; a reproduction, never counted as a run (default: a measured run)")
         else:
             p.add_argument("--resume", action="store_true", help="continue a stopped probe")
         p.add_argument("--jobs", type=int, help="tasks at once (default: 4 per core, 2 to 16, fewer where the "
@@ -575,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="'none' runs agents unisolated; the run records it and reports say so "
                        "(default: auto, the first sandbox that isolates and starts here; never none)")
         p.add_argument("--keep-work", action="store_true", help="keep workspaces and grading copies")
+        p.add_argument("--pack", metavar="PATH",
+                       help="the pack's folder, when it moved from the contract's pack.path: checked against "
+                            "the locked digest and recorded in the journal (default: the contract's pack.path)")
         p.add_argument("--no-workspace-quota", action="store_true",
                        help="bind workspaces from the host (their files can be watched while the agent runs) "
                             "instead of a size-capped tmpfs; an agent can then fill the disk (recorded)")

@@ -447,5 +447,8 @@ def compare(bundles: Sequence[Path], *, allow_mixed_isolation: bool = False, req
         except VerificationFailed as e:
             raise _refuse(f"{path} does not verify ({len(e.problems)} problem(s); first: {e.problems[0]}); "
                           f"see `sealbench verify {path}`") from None
+        if report.replay_of is not None:
+            raise _refuse(f"{path} is a replay of run {report.replay_of.get('run_id')}: its model replies came from "
+                          "that run's record, so it reproduces a run and measures nothing; compare measured runs")
         sides.append(Side.of(report))
     return compare_sides(sides, allow_mixed_isolation=allow_mixed_isolation)

@@ -7,13 +7,15 @@ reads and writes the files.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from .digest import digest_json
 from .errors import ContractError
-from .files import read_model
+from .files import describe_validation_error, read_model
 from .formats import (
     AccessClass,
     AgentSpec,
@@ -53,6 +55,8 @@ DEFAULT_FORBIDDEN = (
 # fails an agent that makes one.
 UNGUARDED_PYTEST_FORBIDDEN = ("pyproject.toml", "*.egg-info/*")
 UNSPECIFIED = (None, "", "unspecified")
+MODEL_CAPS = ("max_model_calls", "max_model_tokens", "max_model_cost")
+"""The budget's caps on a task's model use, which the gateway enforces."""
 
 
 def contract_digest(contract: ScoringContract) -> str:
@@ -105,6 +109,7 @@ def new_contract(
     wall_clock_s: float | None = None,
     feedback: str = "none",
     attempt_gap_s: float | None = None,
+    model_caps: Mapping[str, float | int] | None = None,
     narration_probe: bool = True,
     oracle_validity: str = "required",
     seed: int = 0,
@@ -172,6 +177,12 @@ def new_contract(
             if (task.hidden / arg).is_file() and arg not in forbidden:
                 forbidden.append(arg)
     rel = os.path.relpath(pack.root, contract_file.resolve().parent)
+    try:
+        budget = Budget.model_validate({"max_attempts": int(attempts), "wall_clock_s": float(wall),
+                                        "feedback": feedback, "attempt_gap_s": attempt_gap_s,
+                                        **dict(model_caps or {})})
+    except ValidationError as e:
+        raise ContractError(f"budget: {describe_validation_error(e)}") from None
     contract = ScoringContract(
         task_ids=ids,
         controls=Controls(
@@ -184,8 +195,7 @@ def new_contract(
             terms_read_on=terms_read_on,
         ),
         agent=agent,
-        budget=Budget(max_attempts=int(attempts), wall_clock_s=float(wall), feedback=feedback,  # type: ignore[arg-type]
-                      attempt_gap_s=attempt_gap_s),
+        budget=budget,
         forbidden_paths=forbidden,
         pack=PackRef(path=rel, sha256=seal.pack_sha256),
         seed=seed,
@@ -250,6 +260,19 @@ def _check_endpoints(contract: ScoringContract) -> None:
         if stray:
             raise ContractError(f"model endpoint {endpoint.name!r}: prices for {stray}, which are not among its "
                                 f"models {endpoint.models}")
+    budget = contract.budget
+    caps = [c for c in MODEL_CAPS if budget is not None and getattr(budget, c) is not None]
+    if caps and not endpoints:
+        raise ContractError(f"budget: {', '.join(caps)} needs model_endpoints: a cap on model use binds only "
+                            "through the gateway")
+    if budget is not None and budget.max_model_cost is not None:
+        unpriced = [f"{e.name}/{m}" for e in endpoints for m in e.models if m not in (e.prices or {})]
+        if unpriced:
+            raise ContractError(f"budget: max_model_cost needs a locked price for every model the endpoints allow; "
+                                f"none for {unpriced[:5]}")
+        currencies = {p.currency for e in endpoints for p in (e.prices or {}).values()}
+        if len(currencies) > 1:
+            raise ContractError(f"budget: max_model_cost needs one currency across the prices, not {sorted(currencies)}")
 
 
 def _check_against_pack(contract: ScoringContract, pack: Pack) -> None:

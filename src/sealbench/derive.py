@@ -105,7 +105,9 @@ def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpo
         card["model_usage"] = ModelUsage(
             calls=used.calls, refused=used.refused, failed=used.failed, unreported=used.unreported,
             input_tokens=used.input_tokens, output_tokens=used.output_tokens, cached_tokens=used.cached_tokens,
-            cost=round(used.cost, 9) if used.cost is not None else None, currency=used.currency)
+            cost=round(used.cost, 9) if used.cost is not None else None, currency=used.currency,
+            cap_reached=next((line.event.cap for line in task_events
+                              if isinstance(line.event, ev.ModelCall) and line.event.cap is not None), None))
     # Complete only when every control is present and within its published cap.
     card["scorecard_complete"] = (
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)

@@ -142,6 +142,10 @@ class RunHeader(Event):
     agent: dict[str, Any] | None = Field(None, description="The agent under test (kind, label, command).")
     workspace_quota: bool | None = Field(None, description="False when the run opted out of the workspaces' disk "
                                          "quota (run --no-workspace-quota); absent otherwise.")
+    pack_path: str | None = Field(None, description="The pack's directory when `run --pack` located a pack that "
+                                  "moved from the contract's pack.path (derivation version 3 on); absent otherwise.")
+    replay_of: dict[str, Any] | None = Field(None, description="The run this one replays (`run --replay`: its "
+                                             "run_id and run_nonce); absent in a measured run.")
 
     def derivation(self) -> int:
         """The derivation version: 1 when absent (journals from before it was recorded), -1
@@ -356,6 +360,12 @@ class ModelCall(Event):
     cached_tokens: int | None = Field(None, description="Cached input tokens as reported; null when absent.")
     refused: str | None = Field(None, description="Why the gateway refused the request (never sent upstream).")
     error: str | None = Field(None, description="What failed on the way: the upstream, or the agent went away.")
+    cap: Literal["max_model_calls", "max_model_tokens", "max_model_cost"] | None = Field(
+        None, description="The budget cap that refused the request (with refused; derivation version 3 on).")
+    replayed: bool | None = Field(None, description="True when a replay answered it from the replayed bundle's "
+                                  "record instead of forwarding it (run --replay).")
+    diverged: str | None = Field(None, description="In a replay: why the request could not be answered from the "
+                                 "record (the first field that differs from the recorded request, ...).")
 
 
 class DuplicateResult(Event):

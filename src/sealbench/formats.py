@@ -83,6 +83,13 @@ class TaskRecord(Model):
         description="Test names (JUnit classname::name or name) that must all pass; needs junit_xml "
         "or a sealbench-pytest oracle.",
     )
+    decided_by: Literal["all", "required"] = Field(
+        "all", exclude_if=lambda v: v == "all",
+        description="Which tests decide a pass. 'all' (absent): every test in the JUnit report passes, the "
+        "required tests among them, and the oracle exits 0. 'required': only required_tests decide (each "
+        "must pass; others may fail, as SWE-bench's FAIL_TO_PASS and PASS_TO_PASS), and the oracle may "
+        "exit 1, pytest's code for some tests failed.",
+    )
     junit_xml: str | None = Field(
         None, description="Relative path of the JUnit XML report the oracle writes; null for sealbench-pytest, "
         "whose report the harness writes outside the workspace."
@@ -235,6 +242,23 @@ class Budget(Model):
         description="If set, the next attempt starts only when a whole multiple of this many seconds "
         "has passed since the previous attempt's agent stopped, so how long grading took does not "
         "reach the next attempt. The wait counts against wall_clock_s.",
+    )
+    max_model_calls: int | None = Field(
+        None, ge=1, exclude_if=lambda v: v is None,
+        description="If set, each task's agent may have at most this many model calls forwarded, over all its "
+        "attempts; the gateway refuses the next ones (HTTP 429) and journals each.",
+    )
+    max_model_tokens: int | None = Field(
+        None, ge=1, exclude_if=lambda v: v is None,
+        description="If set, once a task's forwarded calls have used this many tokens (input plus output, as "
+        "the upstream reports them), the gateway refuses its next calls. A call in flight may take the task "
+        "past it; a reply without usage makes the use unknown, and the cap is then taken as reached.",
+    )
+    max_model_cost: float | None = Field(
+        None, gt=0, exclude_if=lambda v: v is None,
+        description="If set, once a task's forwarded calls have cost this much by the locked prices, the gateway "
+        "refuses its next calls (a call in flight may take the task past it; an unknown cost counts as "
+        "reached). Needs a price for every model the endpoints allow.",
     )
 
 
@@ -393,6 +417,9 @@ class ModelUsage(Model):
     cost: float | None = Field(description="Cost by the locked price table; null when unknown (a model without a "
                                "price, a reply without usage), never zero for that.")
     currency: str | None = Field(description="The prices' currency; null when no price applied.")
+    cap_reached: Literal["max_model_calls", "max_model_tokens", "max_model_cost"] | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="The budget cap that refused the task's first refused-for-a-cap call; absent when no cap did.")
 
 
 class Scorecard(Model):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -41,11 +42,13 @@ from typing import TYPE_CHECKING, Any, Final
 from . import events as ev
 from . import model_api, scratch
 from .errors import HarnessError, RunRefusal
-from .formats import ModelEndpoint, ScoringContract
+from .formats import Budget, ModelEndpoint, ScoringContract
 from .sandbox import Prepared, Relay, SandboxResult
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web
+
+    from .replay import Record
 
 RELAY_PORT: Final = 7700
 """The loopback port the relay listens on inside every sandbox (its network namespace is its own)."""
@@ -124,6 +127,14 @@ class _Call:
     reply_bytes: int = 0
     refused: str | None = None
     error: str | None = None
+    upstream_failed: str | None = None
+    """Why the model endpoint failed this call (unreachable, 5xx, 429, a reply cut short): the
+    infrastructure's failure, never the agent's."""
+    cap: str | None = None
+    """The budget cap that refused the call."""
+    replayed: bool = False
+    diverged: str | None = None
+    usage: model_api.Usage | None = None
     latency_ms: int = 0
 
 
@@ -142,6 +153,8 @@ class _Attempt:
     pending: set[asyncio.Future[None]] = field(default_factory=set)
     last_write: asyncio.Future[None] | None = None
     closed: bool = False
+    upstream_failing: str | None = None
+    """Set by the last forwarded call to end: why the model endpoint failed it, or None."""
 
 
 class _Refuse(asyncio.Protocol):
@@ -179,6 +192,67 @@ class _Counted(asyncio.Protocol):
         self._inner.connection_lost(exc)
 
 
+@dataclass
+class Ledger:
+    """One task's model use so far, over its attempts, as the budget's caps count it."""
+
+    calls: int = 0
+    """Calls forwarded (or being forwarded) upstream."""
+    tokens: int = 0
+    """Input plus output tokens as reported."""
+    tokens_known: bool = True
+    """False once a forwarded call was answered without usage: the use can no longer be bounded."""
+    cost: float = 0.0
+    cost_known: bool = True
+
+    def reached(self, budget: Budget | None) -> str | None:
+        """The first cap of ``budget`` this use has reached, or None."""
+        if budget is None:
+            return None
+        if budget.max_model_calls is not None and self.calls >= budget.max_model_calls:
+            return "max_model_calls"
+        if budget.max_model_tokens is not None and (not self.tokens_known or self.tokens >= budget.max_model_tokens):
+            return "max_model_tokens"
+        if budget.max_model_cost is not None and (not self.cost_known or self.cost >= budget.max_model_cost):
+            return "max_model_cost"
+        return None
+
+
+def ledger_of(calls: Sequence[ev.ModelCall], endpoints: Sequence[ModelEndpoint]) -> Ledger:
+    """A task's use from its journaled calls (a resumed run's gateway starts from it)."""
+    from .usage import call_cost
+
+    by_name = {e.name: e for e in endpoints}
+    out = Ledger()
+    for call in calls:
+        if call.refused is not None:
+            continue
+        endpoint = by_name.get(call.endpoint or "")
+        _add(out, call.status, call.input_tokens, call.output_tokens,
+             call_cost(call, endpoint.style if endpoint else None,
+                       (endpoint.prices or {}).get(call.model or "") if endpoint else None), count=True)
+    return out
+
+
+def _add(ledger: Ledger, status: int | None, input_tokens: int | None, output_tokens: int | None,
+         cost: float | None, *, count: bool) -> None:
+    if count:
+        ledger.calls += 1
+    if input_tokens is None and output_tokens is None:
+        if status is not None and status < 400:
+            ledger.tokens_known = False  # answered, and nobody knows for how much
+    else:
+        ledger.tokens += (input_tokens or 0) + (output_tokens or 0)
+    if cost is None:
+        ledger.cost_known = False
+    else:
+        ledger.cost += cost
+
+
+_CAP_WORDS: Final = {"max_model_calls": "model calls", "max_model_tokens": "model tokens",
+                     "max_model_cost": "model cost"}
+
+
 class Gateway:
     """One run's gateway (see the module docstring). :meth:`start` before use, :meth:`close` after.
 
@@ -188,8 +262,15 @@ class Gateway:
 
     def __init__(self, endpoints: Sequence[ModelEndpoint], keys: Mapping[str, str],
                  record: Callable[[ev.Event], object], store: Callable[[bytes], str],
-                 limits: GatewayLimits | None = None) -> None:
+                 limits: GatewayLimits | None = None, *, budget: Budget | None = None,
+                 used: Mapping[str, Ledger] | None = None, replay: Record | None = None) -> None:
         self.endpoints = {e.name: e for e in endpoints}
+        self.budget = budget
+        self.replay = replay
+        """In a replay, the record every call is answered from (nothing is forwarded)."""
+        # Each task's use over its attempts (seeded from the journal on resume); only the loop
+        # thread reads and writes it.
+        self._ledgers: dict[str, Ledger] = {tid: dataclasses.replace(led) for tid, led in (used or {}).items()}
         self._keys = dict(keys)
         self._key_bytes = [k.encode() for k in self._keys.values()]
         self._record = record
@@ -358,7 +439,26 @@ class Gateway:
             raise
         finally:
             call.latency_ms = int((loop.time() - call.t0) * 1000)
+            self._account(att, call)
             self._write_later(att, call)
+
+    def _account(self, att: _Attempt, call: _Call) -> None:
+        """The call's usage, read on the loop thread as it ends, added to its task's ledger
+        before the agent's next request can be checked against a cap."""
+        from .usage import call_cost
+
+        forwarded = call.refused is None and call.endpoint is not None and call.status is not None
+        if not forwarded or call.endpoint is None:
+            return
+        endpoint = self.endpoints[call.endpoint]
+        usage = model_api.reply_usage(endpoint.style, bytes(call.reply), bool(call.streamed)) if call.reply \
+            else model_api.NO_USAGE
+        call.usage = usage
+        probe = ev.ModelCall(status=call.status, model=call.model, input_tokens=usage.input_tokens,
+                             output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens)
+        cost = call_cost(probe, endpoint.style, (endpoint.prices or {}).get(call.model or ""))
+        _add(self._ledgers.setdefault(att.task_id, Ledger()), call.status, usage.input_tokens, usage.output_tokens,
+             cost, count=False)
 
     def _refuse(self, call: _Call, status: int, style: str, why: str) -> web.StreamResponse:
         from aiohttp import web
@@ -432,7 +532,56 @@ class Gateway:
         if not isinstance(model, str) or model not in endpoint.models:
             return self._refuse(call, 403, style, f"model {str(model)[:200]!r} is not declared for endpoint "
                                                   f"{endpoint.name!r} (declared: {', '.join(endpoint.models)})")
+        ledger = self._ledgers.setdefault(att.task_id, Ledger())
+        cap = ledger.reached(self.budget)
+        if cap is not None:
+            call.cap = cap
+            return self._refuse(call, 429, style, self._cap_words(cap, ledger))
+        ledger.calls += 1  # counted as it leaves: calls in flight count against the cap too
+        if self.replay is not None:
+            return self._recorded(att, endpoint, call)
         return await self._forward(endpoint, headers, call, request)
+
+    def _recorded(self, att: _Attempt, endpoint: ModelEndpoint, call: _Call) -> web.StreamResponse:
+        """A replay's answer: the reply recorded for this attempt's call of this index, once the
+        request is the recorded one; otherwise a divergence (409)."""
+        from aiohttp import web
+
+        from .replay import DIVERGED, divergence
+
+        assert self.replay is not None and call.request is not None
+        rec = self.replay.calls.get((att.task_id, att.attempt, call.index))
+        why = divergence(rec, call.index, call.request)
+        if why is not None or rec is None:
+            call.diverged = why
+            return self._refuse(call, DIVERGED, endpoint.style, f"replay: {why}")
+        call.replayed = True
+        status = rec.status if rec.status is not None else 502
+        call.status = status
+        if status >= 500 or status == 429:
+            call.upstream_failed = f"the model endpoint answered HTTP {status} (as recorded)"
+        if rec.response is None:
+            call.error = rec.error
+            if rec.error and rec.error.startswith("the model endpoint failed"):
+                call.upstream_failed = f"{rec.error} (as recorded)"
+            body = model_api.error_body(endpoint.style, f"sealbench gateway: {rec.error or 'no reply recorded'}",
+                                        "api_error")
+            return web.json_response(body, status=status)
+        call.reply += rec.response
+        call.reply_bytes = len(rec.response)
+        kind = "text/event-stream" if rec.streamed else "application/json"
+        return web.Response(status=status, body=rec.response, headers={"Content-Type": kind})
+
+    def _cap_words(self, cap: str, ledger: Ledger) -> str:
+        budget = self.budget
+        assert budget is not None
+        limit = getattr(budget, cap)
+        used = {"max_model_calls": f"{ledger.calls} forwarded",
+                "max_model_tokens": f"{ledger.tokens} used" if ledger.tokens_known else "use unknown (a reply "
+                                    "without usage)",
+                "max_model_cost": f"{ledger.cost:.6g} spent" if ledger.cost_known else "cost unknown"}[cap]
+        return (f"the task's budget cap on {_CAP_WORDS[cap]} ({cap} {limit:g}) is reached ({used}); no more "
+                "model calls for this task")
 
     async def _forward(self, endpoint: ModelEndpoint, headers: dict[str, str], call: _Call,
                        request: web.BaseRequest) -> web.StreamResponse:
@@ -448,12 +597,15 @@ class Gateway:
             upstream = await self._session.post(url, data=call.request, headers=upstream_headers,
                                                  allow_redirects=False)
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            call.error = f"the model endpoint failed: {type(e).__name__}: {e}"[:500]
+            call.error = call.upstream_failed = f"the model endpoint failed: {type(e).__name__}: {e}"[:500]
             call.status = 502
             body = model_api.error_body(endpoint.style, f"sealbench gateway: {call.error}", "api_error")
             return web.json_response(body, status=502)
         async with upstream:
             call.status = upstream.status
+            if upstream.status >= 500 or upstream.status == 429:
+                # Passed through as it came, never retried here: the agent sees what the model said.
+                call.upstream_failed = f"the model endpoint answered HTTP {upstream.status}"
             reply = web.StreamResponse(status=upstream.status, headers={
                 k: upstream.headers[k] for k in _PASSED_REPLY_HEADERS if k in upstream.headers})
             await reply.prepare(request)
@@ -465,7 +617,8 @@ class Gateway:
                         call.reply += chunk[:cap - len(call.reply)]
                     await reply.write(chunk)
             except (aiohttp.ClientError, TimeoutError) as e:
-                call.error = f"the model endpoint failed mid-reply: {type(e).__name__}: {e}"[:500]
+                call.error = call.upstream_failed = (
+                    f"the model endpoint failed mid-reply: {type(e).__name__}: {e}"[:500])
                 return reply
             await reply.write_eof()
             return reply
@@ -496,9 +649,10 @@ class Gateway:
     def _write(self, att: _Attempt, call: _Call) -> None:
         reply = bytes(call.reply)
         forwarded = call.refused is None and call.endpoint is not None and call.status is not None
-        usage = model_api.NO_USAGE
-        if forwarded and call.endpoint is not None and reply:
-            usage = model_api.reply_usage(self.endpoints[call.endpoint].style, reply, bool(call.streamed))
+        if forwarded:
+            # In the order the calls ended: the endpoint's state when the attempt ends.
+            att.upstream_failing = call.upstream_failed
+        usage = call.usage or model_api.NO_USAGE
         event = ev.ModelCall(
             task_id=att.task_id, attempt=att.attempt, index=call.index, started_at=call.started_at,
             latency_ms=call.latency_ms, status=call.status, endpoint=call.endpoint, model=call.model,
@@ -509,7 +663,8 @@ class Gateway:
             response_bytes=call.reply_bytes,
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
             **ev.present(response_truncated=True if call.reply_bytes > len(reply) else None,
-                         refused=call.refused, error=call.error))
+                         refused=call.refused, error=call.error, cap=call.cap,
+                         replayed=True if call.replayed else None, diverged=call.diverged))
         try:
             self._record(event)
         except Exception:  # the journal failed: the run is stopping on it already
@@ -535,6 +690,12 @@ class AttemptAccess:
         if not self._closed:
             self._closed = True
             self._gateway.close_attempt(self._att)
+
+    def endpoint_failure(self) -> str | None:
+        """Why the model endpoint failed the attempt's last forwarded call, once closed (None
+        when that call succeeded or the agent made none): the attempt then ended while the
+        infrastructure was failing, which is not the agent's failure."""
+        return self._att.upstream_failing if self._closed else None
 
     def guard(self, prepared: Prepared) -> Prepared:
         """``prepared``, closing this access when it is closed (the sandbox is gone by then)."""

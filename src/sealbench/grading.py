@@ -145,12 +145,16 @@ class Cancellation:
         return result
 
 
+def command_path() -> str:
+    """``PATH`` inside the sandbox for every command of a task: this Python's bin, then the system's."""
+    return ":".join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+
+
 def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file: Path | None) -> dict[str, str]:
     """The environment of a sandboxed command of ``task`` (its agent, oracle or visible tests)."""
     seed = task.record.seed if task.record.seed is not None else settings.contract.seed
-    bin_dirs = [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
     return {
-        "PATH": ":".join(dict.fromkeys(bin_dirs)),
+        "PATH": command_path(),
         "HOME": "/tmp/home",
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": str(seed),
@@ -222,8 +226,9 @@ def sandboxed(settings: Settings, cancel: Cancellation, argv: Sequence[str], wor
     return res, process_facts(settings, res)
 
 
-def junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[str, Any]:
-    """Read a JUnit XML report: counts, failures and whether every required test passed.
+def junit_verdict(grade_dir: Path, rel: str, required: Sequence[str], decided_by: str = "all") -> dict[str, Any]:
+    """Read a JUnit XML report: counts, failures and whether the tests that decide passed (see
+    :func:`pytest_oracle.verdict` for the two rules).
 
     The report is in a tree the code under test could write: it is read without following a
     link on any component, only as a regular file, and only up to a size cap.
@@ -246,10 +251,7 @@ def junit_verdict(grade_dir: Path, rel: str, required: Sequence[str]) -> dict[st
             failed += 1
             continue
         passed.update({name, f"{cls}::{name}", f"{cls}.{name}"})
-    missing = [t for t in required if t not in passed]
-    ok = ran > 0 and failed == 0 and not missing
-    why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
-    return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
+    return pytest_oracle.verdict(ran, failed, passed, required, decided_by)
 
 
 @dataclass
@@ -344,9 +346,10 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
             res = settings.sandbox.run(spec)
             facts = process_facts(settings, res)
             result["oracle"] = facts
-            green = res.exit_code == 0 and not res.timed_out
+            rule = task.record.decided_by
+            green = pytest_oracle.exit_passes(res.exit_code, rule if task.record.junit_xml else "all") and not res.timed_out
             if task.record.junit_xml:
-                verdict = junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests)
+                verdict = junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests, rule)
                 result["junit"] = verdict
                 green = green and bool(verdict["ok"])
             result["oracle_timed_out"] = res.timed_out
@@ -380,7 +383,8 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
     env = {**task_env(settings, task, grade_dir, attempt, None), **guarded.env}
     res, facts = sandboxed(settings, cancel, guarded.argv, grade_dir, env, remaining, guarded.readonly,
                            guarded.writable)
-    verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code)
+    rule = task.record.decided_by
+    verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code, rule)
     result["oracle"] = facts
     result["oracle_guard"] = pytest_oracle.GUARD_LABEL
     result["junit"] = verdict.junit
@@ -390,7 +394,7 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
         result["forging_flags"] = verdict.flags
         result["forging_detail"] = verdict.details
     result["oracle_timed_out"] = res.timed_out
-    return res.exit_code == 0 and not res.timed_out and bool(verdict.junit["ok"])
+    return pytest_oracle.exit_passes(res.exit_code, rule) and not res.timed_out and bool(verdict.junit["ok"])
 
 
 def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,

@@ -9,7 +9,7 @@ call these on bytes they hold.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
 from .formats import ApiStyle
@@ -136,23 +136,73 @@ def reply_usage(style: ApiStyle | str, body: bytes, streamed: bool) -> Usage:
 # ----------------------------------------------------------------------------- replies (the stub)
 
 
-def reply_body(style: ApiStyle | str, model: str, text: str, usage: Usage, reply_id: str) -> dict[str, Any]:
-    """A whole non-streamed reply carrying ``text``, in the style's shape."""
+class ToolCall(NamedTuple):
+    """One tool call a reply makes: the call's id, the tool's name, and its arguments (a JSON object)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def arguments_json(self) -> str:
+        """The arguments as the OpenAI styles carry them: a JSON string."""
+        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def _chunks(text: str, size: int = 16) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _chat_tool_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments_json()}}
+
+
+def _function_call_item(call: ToolCall, item_id: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name, "arguments": arguments,
+            "status": status}
+
+
+def _function_call_id(reply_id: str, n: int) -> str:
+    return f"fc_{reply_id}_{n}"
+
+
+def _tool_use_block(call: ToolCall, whole: bool) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments if whole else {}}
+
+
+def reply_body(style: ApiStyle | str, model: str, text: str, usage: Usage, reply_id: str,
+               tool_calls: Sequence[ToolCall] = ()) -> dict[str, Any]:
+    """A whole non-streamed reply carrying ``text`` and then ``tool_calls``, in the style's shape.
+
+    With tool calls, an empty ``text`` is left out (``content: null`` in OpenAI chat; no message
+    item or text block in the others) and the reply stops for the tools (``finish_reason:
+    "tool_calls"``, ``stop_reason: "tool_use"``). Without, it is a text reply.
+    """
     inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
     if style == "openai-chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["content"] = text or None
+            message["tool_calls"] = [_chat_tool_call(call) for call in tool_calls]
         return {"id": reply_id, "object": "chat.completion", "created": 0, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": message,
+                             "finish_reason": "tool_calls" if tool_calls else "stop"}],
                 "usage": {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out,
                           "prompt_tokens_details": {"cached_tokens": cached}}}
     if style == "openai-responses":
+        output: list[dict[str, Any]] = []
+        if text or not tool_calls:
+            output.append({"type": "message", "id": reply_id + "-m", "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        output += [_function_call_item(call, _function_call_id(reply_id, n), call.arguments_json(), "completed")
+                   for n, call in enumerate(tool_calls)]
         return {"id": reply_id, "object": "response", "created_at": 0, "status": "completed", "model": model,
-                "output": [{"type": "message", "id": reply_id + "-m", "status": "completed", "role": "assistant",
-                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "output": output,
                 "usage": {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out,
                           "input_tokens_details": {"cached_tokens": cached}}}
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not tool_calls else []
+    content += [_tool_use_block(call, True) for call in tool_calls]
     return {"id": reply_id, "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "content": content, "stop_reason": "tool_use" if tool_calls else "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cached}}
 
 
@@ -162,10 +212,25 @@ def _event(data: dict[str, Any], name: str | None = None) -> bytes:
 
 
 def reply_stream(style: ApiStyle | str, model: str, pieces: list[str], usage: Usage,
-                 reply_id: str) -> Iterator[bytes]:
-    """The server-sent events of a streamed reply: one event per piece of text, usage last."""
+                 reply_id: str, tool_calls: Sequence[ToolCall] = ()) -> Iterator[bytes]:
+    """The server-sent events of a streamed reply: one event per piece of text, usage last.
+
+    With ``tool_calls``, each call follows the text (an empty text is left out), its arguments
+    streamed in pieces as the style does: ``delta.tool_calls`` chunks (OpenAI chat), a
+    ``function_call`` output item with ``response.function_call_arguments.delta`` events
+    (Responses, whose stream then carries every item's lifecycle from ``response.created``),
+    a ``tool_use`` block with ``input_json_delta`` pieces (Anthropic).
+    """
     inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
     text = "".join(pieces)
+    if tool_calls:
+        if style == "openai-chat":
+            yield from _chat_tool_stream(model, pieces, usage, reply_id, tool_calls)
+        elif style == "openai-responses":
+            yield from _responses_tool_stream(model, pieces, usage, reply_id, tool_calls)
+        else:
+            yield from _messages_tool_stream(model, pieces, usage, reply_id, tool_calls)
+        return
     if style == "openai-chat":
         base = {"id": reply_id, "object": "chat.completion.chunk", "created": 0, "model": model}
         for piece in pieces:
@@ -191,6 +256,88 @@ def reply_stream(style: ApiStyle | str, model: str, pieces: list[str], usage: Us
         yield _event({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
                       "usage": {"output_tokens": out}}, "message_delta")
         yield _event({"type": "message_stop"}, "message_stop")
+
+
+def _chat_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
+                      tool_calls: Sequence[ToolCall]) -> Iterator[bytes]:
+    text = "".join(pieces)
+    base = {"id": reply_id, "object": "chat.completion.chunk", "created": 0, "model": model}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return _event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+
+    for piece in pieces if text else []:
+        yield chunk({"content": piece})
+    for n, call in enumerate(tool_calls):
+        yield chunk({"tool_calls": [{"index": n, "id": call.id, "type": "function",
+                                     "function": {"name": call.name, "arguments": ""}}]})
+        for piece in _chunks(call.arguments_json()):
+            yield chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]})
+    yield chunk({}, "tool_calls")
+    yield _event({**base, "choices": [], "usage": reply_body("openai-chat", model, text, usage, reply_id)["usage"]})
+    yield b"data: [DONE]\n\n"
+
+
+def _responses_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
+                           tool_calls: Sequence[ToolCall]) -> Iterator[bytes]:
+    text = "".join(pieces)
+    whole = reply_body("openai-responses", model, text, usage, reply_id, tool_calls)
+    seq = 0
+
+    def event(name: str, **fields: Any) -> bytes:
+        nonlocal seq
+        seq += 1
+        return _event({"type": name, "sequence_number": seq - 1, **fields}, name)
+
+    yield event("response.created", response={**whole, "status": "in_progress", "output": [], "usage": None})
+    yield event("response.in_progress", response={**whole, "status": "in_progress", "output": [], "usage": None})
+    for index, item in enumerate(whole["output"]):
+        at: dict[str, Any] = {"output_index": index}
+        if item["type"] == "message":
+            part = item["content"][0]
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            yield event("response.output_item.added", **at, item={**item, "status": "in_progress", "content": []})
+            yield event("response.content_part.added", **where, part={**part, "text": ""})
+            for piece in pieces:
+                yield event("response.output_text.delta", **where, delta=piece)
+            yield event("response.output_text.done", **where, text=text)
+            yield event("response.content_part.done", **where, part=part)
+        else:
+            where = {"item_id": item["id"], "output_index": index}
+            yield event("response.output_item.added", **at, item={**item, "arguments": "", "status": "in_progress"})
+            for piece in _chunks(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **where, delta=piece)
+            yield event("response.function_call_arguments.done", **where, arguments=item["arguments"])
+        yield event("response.output_item.done", **at, item=item)
+    yield event("response.completed", response=whole)
+
+
+def _messages_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
+                          tool_calls: Sequence[ToolCall]) -> Iterator[bytes]:
+    inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
+    yield _event({"type": "message_start", "message": {
+        "id": reply_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached}}}, "message_start")
+    index = 0
+    if "".join(pieces):
+        yield _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                     "content_block_start")
+        for piece in pieces:
+            yield _event({"type": "content_block_delta", "index": 0,
+                          "delta": {"type": "text_delta", "text": piece}}, "content_block_delta")
+        yield _event({"type": "content_block_stop", "index": 0}, "content_block_stop")
+        index = 1
+    for call in tool_calls:
+        yield _event({"type": "content_block_start", "index": index, "content_block": _tool_use_block(call, False)},
+                     "content_block_start")
+        for piece in _chunks(call.arguments_json()):
+            yield _event({"type": "content_block_delta", "index": index,
+                          "delta": {"type": "input_json_delta", "partial_json": piece}}, "content_block_delta")
+        yield _event({"type": "content_block_stop", "index": index}, "content_block_stop")
+        index += 1
+    yield _event({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                  "usage": {"output_tokens": out}}, "message_delta")
+    yield _event({"type": "message_stop"}, "message_stop")
 
 
 def error_body(style: ApiStyle | str, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:

@@ -13,10 +13,29 @@ Script (JSON: a list of replies; TOML: ``[[reply]]`` tables)::
       "model": "stub-model",                       # optional: only for requests of this model
       "usage": {"input_tokens": 12, "output_tokens": 7, "cached_tokens": 0},   # optional
       "status": 200,                               # optional: another status sends an error reply
-      "repeat": false}]                            # optional: true never uses the reply up
+      "repeat": false},                            # optional: true never uses the reply up
+     {"text": "Fixing it.",                        # optional with tool calls
+      "tool_calls": [{"name": "write_file",        # optional: the tools the reply calls, in order
+                      "arguments": {"path": "add.py", "content": "..."},   # a JSON object
+                      "id": "call_fix"}]}]         # optional: call_<N>_<n> (toolu_<N>_<n> for Anthropic)
+
+or in TOML the second one as::
+
+    [[reply]]
+    text = "Fixing it."
+    [[reply.tool_calls]]
+    name = "write_file"
+    arguments = { path = "add.py", content = "..." }
 
 A request takes the first reply not yet used whose ``model`` is absent or its own; with none
-left it gets a 503 error reply saying so.
+left it gets a 503 error reply saying so. A reply with tool calls is rendered as each style's
+API makes them (OpenAI chat ``message.tool_calls`` with ``finish_reason: "tool_calls"``,
+Responses ``function_call`` output items, Anthropic ``tool_use`` content blocks with
+``stop_reason: "tool_use"``), streamed or not; the agent's next request (carrying the tool
+results) simply takes the next reply. A call without an ``id`` gets ``call_<N>_<n>``
+(``toolu_<N>_<n>`` in Anthropic's style): ``N`` the reply's number among those served (as in
+its ``stub-N`` id), ``n`` the call's place in the reply from 0; the same requests in the same
+order get the same ids, and a ``repeat`` reply's calls get new ones each time.
 """
 
 from __future__ import annotations
@@ -32,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError, field_validator
 
 from . import model_api
 from .errors import UsageError
@@ -61,10 +80,31 @@ class StubUsage(_Strict):
     cached_tokens: int = Field(0, ge=0)
 
 
+class StubToolCall(_Strict):
+    """One tool call a scripted reply makes."""
+
+    name: str = Field(min_length=1, description="The tool's name.")
+    arguments: dict[str, JsonValue] = Field(description="The tool's arguments: a JSON object.")
+    id: str | None = Field(None, min_length=1, description="The call's id; null: call_<N>_<n> (toolu_<N>_<n> "
+                           "for Anthropic), N the reply's number among those served, n the call's place from 0.")
+
+    @field_validator("arguments")
+    @classmethod
+    def _finite(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise ValueError("the arguments hold a number JSON cannot carry (nan or inf)") from None
+        return value
+
+
 class StubReply(_Strict):
     """One scripted reply."""
 
     text: str = Field("", description="The assistant's text.")
+    tool_calls: list[StubToolCall] = Field(
+        default_factory=list, description="Tool calls the reply makes after its text, each {name, arguments: a "
+        "JSON object, id: optional}; empty: a text-only reply. With calls, an empty text is left out.")
     model: str | None = Field(None, description="Only for requests naming this model; null: any.")
     usage: StubUsage = Field(default_factory=StubUsage, description="Usage the reply reports.")
     status: int = Field(200, ge=200, le=599, description="HTTP status; not 200 sends an error reply.")
@@ -120,6 +160,13 @@ def _pieces(text: str, size: int = 16) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] or [""]
 
 
+def _tool_calls(style: str, reply: StubReply, served: int) -> list[model_api.ToolCall]:
+    """The reply's tool calls, each with its id (the scripted one, else ``call_<served>_<n>``)."""
+    prefix = "toolu_" if model_api.family(style) == "anthropic" else "call_"
+    return [model_api.ToolCall(call.id or f"{prefix}{served}_{n}", call.name, dict(call.arguments))
+            for n, call in enumerate(reply.tool_calls)]
+
+
 async def _answer(request: web.BaseRequest, script: Script, latency_s: float, key: str | None) -> web.StreamResponse:
     from aiohttp import web
 
@@ -150,14 +197,15 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
                                                       "api_error"), status=reply.status)
     usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens)
     reply_id = f"stub-{script.served}"
+    calls = _tool_calls(style, reply, script.served)
     if body.get("stream") is True:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        for chunk in model_api.reply_stream(style, model, _pieces(reply.text), usage, reply_id):
+        for chunk in model_api.reply_stream(style, model, _pieces(reply.text), usage, reply_id, calls):
             await resp.write(chunk)
         await resp.write_eof()
         return resp
-    return web.json_response(model_api.reply_body(style, model, reply.text, usage, reply_id))
+    return web.json_response(model_api.reply_body(style, model, reply.text, usage, reply_id, calls))
 
 
 @dataclass
@@ -175,6 +223,9 @@ class StubServer:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
+        """Stop serving (idempotent: a test may stop the upstream before its fixture does)."""
+        if self._loop.is_closed():
+            return
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
 

@@ -131,6 +131,11 @@ def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = Non
                             "(the harness writes its JUnit report outside the workspace)")
     elif record.required_tests and not record.junit_xml:
         raise PackError(f"{task_json}: required_tests: needs junit_xml (or a {HARNESS_PYTEST} oracle) to be checked")
+    if record.decided_by == "required" and not record.required_tests:
+        raise PackError(f"{task_json}: decided_by: 'required' needs required_tests, the tests that decide")
+    if record.decided_by == "required" and not (record.junit_xml or is_guarded(record.oracle_cmd)):
+        raise PackError(f"{task_json}: decided_by: 'required' needs junit_xml (or a {HARNESS_PYTEST} oracle): "
+                        "only a test report tells which tests passed")
     if record.visible_test_cmd and is_guarded(record.visible_test_cmd):
         raise PackError(f"{task_json}: visible_test_cmd: {HARNESS_PYTEST} is for oracles; the visible tests are "
                         "the agent's own (use python -m pytest ...)")

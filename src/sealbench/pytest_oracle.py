@@ -181,8 +181,8 @@ def read_private(path: Path, cap: int) -> bytes | None:
         os.close(fd)
 
 
-def junit_verdict(data: bytes | None, required: Sequence[str]) -> dict[str, Any]:
-    """Counts, failures and whether every required test passed, from a JUnit report's bytes."""
+def junit_verdict(data: bytes | None, required: Sequence[str], decided_by: str = "all") -> dict[str, Any]:
+    """Counts, failures and whether the tests that decide passed, from a JUnit report's bytes."""
     if data is None:
         return {"ok": False, "why": "no JUnit report written"}
     try:
@@ -200,7 +200,7 @@ def junit_verdict(data: bytes | None, required: Sequence[str]) -> dict[str, Any]
             failed += 1
             continue
         passed.update(_names(cls, name))
-    return _verdict(ran, failed, passed, required)
+    return verdict(ran, failed, passed, required, decided_by)
 
 
 def _names(cls: str, name: str) -> set[str]:
@@ -208,14 +208,31 @@ def _names(cls: str, name: str) -> set[str]:
     return {name, f"{cls}::{name}", f"{cls}.{name}"}
 
 
-def _verdict(ran: int, failed: int, passed: set[str], required: Sequence[str]) -> dict[str, Any]:
+def verdict(ran: int, failed: int, passed: set[str], required: Sequence[str], decided_by: str = "all"
+            ) -> dict[str, Any]:
+    """A test report's verdict under a task's rule (``TaskRecord.decided_by``): ``all``, every test
+    that ran passed and the required ones among them; ``required``, each required test passed
+    (a required test that did not run fails it) and the others may fail."""
     missing = [t for t in required if t not in passed]
-    ok = ran > 0 and failed == 0 and not missing
-    why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed else f"not passed: {missing[:5]}")
+    if decided_by == "required":
+        ok = ran > 0 and bool(required) and not missing
+        why = None if ok else ("no test ran" if ran == 0 else "no required tests" if not required
+                               else f"not passed: {missing[:5]}")
+    else:
+        ok = ran > 0 and failed == 0 and not missing
+        why = None if ok else ("no test ran" if ran == 0 else f"{failed} failed" if failed
+                               else f"not passed: {missing[:5]}")
     return {"ok": ok, "ran": ran, "failed": failed, "missing_required": missing, "why": why}
 
 
-def _guard_verdict(tests: dict[str, str], required: Sequence[str]) -> dict[str, Any]:
+def exit_passes(exit_code: int | None, decided_by: str = "all") -> bool:
+    """Whether the oracle's exit code allows a pass: 0, or under the ``required`` rule also 1
+    (pytest's code when some test failed; the report then decides). Interrupted (2), internal
+    error (3), usage error (4), nothing collected (5) and a signal never pass."""
+    return exit_code == 0 or (decided_by == "required" and exit_code == 1)
+
+
+def _guard_verdict(tests: dict[str, str], required: Sequence[str], decided_by: str = "all") -> dict[str, Any]:
     """The same verdict, from the outcomes the guard saw (``classname::name`` -> outcome)."""
     ran = failed = 0
     passed: set[str] = set()
@@ -228,7 +245,7 @@ def _guard_verdict(tests: dict[str, str], required: Sequence[str]) -> dict[str, 
             continue
         cls, _, name = key.rpartition("::")
         passed.update(_names(cls, name))
-    return _verdict(ran, failed, passed, required)
+    return verdict(ran, failed, passed, required, decided_by)
 
 
 @dataclass
@@ -290,18 +307,22 @@ def _parse_record(data: bytes | None, key: bytes) -> _Record:
     return rec
 
 
-def read_verdict(oracle: GuardedOracle, required: Sequence[str], exit_code: int | None = 0) -> GuardedVerdict:
-    """Read what a guarded run left in its private directory: the JUnit verdict, checked
-    against the guard's own account, and the flags (the guard's and those this check finds).
+def read_verdict(oracle: GuardedOracle, required: Sequence[str], exit_code: int | None = 0,
+                 decided_by: str = "all") -> GuardedVerdict:
+    """Read what a guarded run left in its private directory: the JUnit verdict under the task's
+    rule (``decided_by``), checked against the guard's own account, and the flags (the guard's
+    and those this check finds).
 
-    A record that is cut short or does not authenticate is a flag only when the process
-    exited 0: a timeout or a crash already fails, and is no sign of forging.
+    A record that is cut short or does not authenticate is a flag only when the exit code
+    allows a pass (:func:`exit_passes`): a timeout or a crash already fails, and is no sign of
+    forging.
     """
     private = oracle.private
     report = read_private(private / pytest_guard.REPORT_NAME, REPORT_CAP)
-    junit = junit_verdict(report, required)
+    junit = junit_verdict(report, required, decided_by)
     rec = _parse_record(read_private(private / pytest_guard.RECORD_NAME, RECORD_CAP), oracle.key)
-    flags = [f for f in rec.flags if exit_code == 0 or f[0] not in ("record_tampered", "session_cut_short")]
+    passing_exit = exit_passes(exit_code, decided_by)
+    flags = [f for f in rec.flags if passing_exit or f[0] not in ("record_tampered", "session_cut_short")]
     end = rec.end
     if end is not None:
         recorded = end.get("report_sha256")
@@ -310,7 +331,7 @@ def read_verdict(oracle: GuardedOracle, required: Sequence[str], exit_code: int 
             flags.append(("report_write", "the JUnit report differs from the one pytest wrote"))
         tests = end.get("tests")
         if isinstance(tests, dict) and junit["ok"]:
-            seen = _guard_verdict({str(k): str(v) for k, v in tests.items()}, required)
+            seen = _guard_verdict({str(k): str(v) for k, v in tests.items()}, required, decided_by)
             if not seen["ok"] or (seen["ran"], seen["failed"]) != (junit["ran"], junit["failed"]):
                 flags.append(("report_mismatch",
                               f"JUnit: {junit['ran']} ran, {junit['failed']} failed; the harness saw "

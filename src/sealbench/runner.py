@@ -19,8 +19,9 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from . import __version__, pytest_oracle, runs_index
+from . import __version__, preflight, pytest_oracle, runs_index
 from . import events as ev
 from .agentfs import TreeCaps, remove_tree
 from .agents import PythonAgent, ResolvedAgent, resolve_agent
@@ -34,13 +35,16 @@ from .errors import RunRefusal, StorageError, describe_storage_failure, storage_
 from .executors import Executor, LocalExecutor
 from .files import write_atomic
 from .formats import Budget, ModelEndpoint, Outcome, Scorecard, ScoringContract
-from .grading import PRIVATE_CAPS, Settings, store_bytes
+from .grading import PRIVATE_CAPS, Settings, command_path, store_bytes
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
 from .pack import Pack, check_pack
 from .progress import Progress
 from .sandbox import Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
+
+if TYPE_CHECKING:
+    from .replay import Record
 
 __all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunResult", "check_memory", "default_jobs",
            "execute", "memory_per_job", "render_prompt", "write_derived", "write_probe_summary"]
@@ -125,6 +129,12 @@ class RunOptions:
     """Wall clock and boot id the journal records (None: the system's); see :mod:`sealbench.clock`."""
     runs_index: Path | None = None
     """Data directory of the runs index (None: the user's; see :func:`runs_index.data_dir`)."""
+    replay: Path | None = None
+    """A bundle of this contract's run to replay (``run --replay``): the gateway answers every
+    model call from its record and forwards nothing (see :mod:`sealbench.replay`)."""
+    pack: Path | None = None
+    """Where the contract's pack is now, when it moved from the contract's ``pack.path``
+    (``run --pack``): checked against the locked digest, and recorded in the journal."""
     executor: Callable[[Settings, int], Executor] | None = None
     """Makes the executor the attempts run on, from the run's settings and ``jobs`` (None: the
     local thread pool, :class:`sealbench.executors.LocalExecutor`)."""
@@ -194,7 +204,8 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
 
 
 def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] | None, probe: bool,
-            sandbox: Sandbox, agent: ResolvedAgent, *, workspace_quota: bool = True) -> ev.RunStarted:
+            sandbox: Sandbox, agent: ResolvedAgent, *, workspace_quota: bool = True,
+            moved_to: Path | None = None, replay_of: dict[str, Any] | None = None) -> ev.RunStarted:
     """The run_started event of a new run (a resume journals it as run_resumed, with the run's nonce)."""
     provenance = pack.manifest.provenance
     return ev.RunStarted(
@@ -207,7 +218,32 @@ def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] |
         python=platform.python_version(), platform=platform.platform(terse=True),
         sandbox=sandbox.describe(), agent=agent.describe(),
         # Absent (as before quotas) when on: only the opt-out is recorded.
-        **ev.present(workspace_quota=None if workspace_quota else False))
+        **ev.present(workspace_quota=None if workspace_quota else False,
+                     pack_path=str(moved_to) if moved_to is not None else None, replay_of=replay_of))
+
+
+def _locate_pack(contract: ScoringContract, contract_file: Path, moved_to: Path | None) -> Pack:
+    """The contract's pack, at ``pack.path`` or where ``run --pack`` says it moved; its seal
+    checked and its digest the locked one (a moved pack is the same pack, never an edit).
+
+    Raises:
+        RunRefusal: no pack there (naming the contract's pack.path and --pack), or another digest.
+        PackError, VerificationFailed: the pack does not match its own seal.
+    """
+    assert contract.pack is not None
+    where = moved_to.resolve() if moved_to is not None else pack_path(contract, contract_file)
+    if not (where / "pack.json").is_file():
+        if moved_to is not None:
+            raise RunRefusal(f"--pack {moved_to}: no pack there (no pack.json)")
+        raise RunRefusal(f"the contract's pack.path {contract.pack.path!r} names no pack ({where} has no pack.json); "
+                         "if the pack moved, give its new folder with --pack PATH (its digest must be the locked one)")
+    pack = check_pack(where, contract.task_ids)
+    if pack.sealed_digest != contract.pack.sha256:
+        at = f"the pack at --pack {moved_to}" if moved_to is not None else "the pack's digest"
+        raise RunRefusal(f"{at} has digest {pack.sealed_digest}, not the contract's {contract.pack.sha256}"
+                         if moved_to is not None else
+                         f"{at} {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
+    return pack
 
 
 def write_derived(run_dir: Path, events: Iterable[ev.Line], task_ids: Sequence[str],
@@ -254,10 +290,20 @@ def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, ba
             raise RunRefusal(f"cannot resume: the run was started by a sealbench that derives its results under rules "
                              f"version {started_under!r}, and this one ({__version__}) derives under version "
                              f"{DERIVATION_VERSION}; resume it with the release that started it")
+        if first.replay_of != header.replay_of:
+            journal.close()
+            raise RunRefusal("cannot resume: " + ("a replay continues only with --replay and the bundle it replays"
+                                                  if first.replay_of is not None else
+                                                  "a measured run cannot be continued as a replay"))
+        if header.pack_path is not None and started_under < 3:
+            journal.close()
+            raise RunRefusal(f"cannot resume with --pack: the run was started under derivation version "
+                             f"{started_under}, whose journal cannot record a moved pack; put the pack back at "
+                             f"the contract's pack.path {contract.pack.path if contract.pack else None!r}")
         # The run's own nonce; None in journals made before nonces.
         header = header.model_copy(update=dict(run_nonce=first.run_nonce, derivation_version=started_under))
         try:
-            if not probe:
+            if not probe and header.replay_of is None:
                 runs_index.continue_run(contract, run_dir, header, data=opts.runs_index)
         except BaseException:
             journal.close()
@@ -311,9 +357,7 @@ def execute(
     contract = load_contract(contract_file)
     require_locked(contract)
     assert contract.budget is not None and contract.agent is not None and contract.pack is not None
-    pack = check_pack(pack_path(contract, contract_file), contract.task_ids)
-    if pack.sealed_digest != contract.pack.sha256:
-        raise RunRefusal(f"the pack's digest {pack.sealed_digest} differs from the contract's {contract.pack.sha256}")
+    pack = _locate_pack(contract, contract_file, opts.pack)
     missing = pytest_oracle.missing_pytest(pack.tasks[t].record.oracle_cmd for t in contract.task_ids)
     if missing is not None:
         raise RunRefusal(missing)
@@ -322,16 +366,31 @@ def execute(
         from .presets import check_installed
 
         check_installed(contract)  # a preset's installed version must be the locked one, before any line
+    record = None
+    if opts.replay is not None:
+        from .replay import load_record
+
+        if probe:
+            raise RunRefusal("the narration probe is not replayed; replay the run itself (run --replay)")
+        if not contract.model_endpoints:
+            raise RunRefusal("--replay: the contract declares no model endpoints, so there is nothing to replay")
+        record = load_record(opts.replay, contract)
     sandbox = open_sandbox(opts.sandbox)
-    if contract.model_endpoints:
+    if agent.kind == "command":
+        # Inside the sandbox's own view, before any line: a program or script it cannot see
+        # would make every attempt a harness error and spend the run_id (see preflight).
+        preflight.refuse_unless_starts(contract.agent.command, contract.agent.mounts, sandbox, command_path())
+    if contract.model_endpoints and record is None:
         from .gateway import read_keys
 
         read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps, quota=opts.workspace_quota)
     base = run_dir / "probe" if probe else run_dir
-    header = _header(contract, pack, command_line, probe, sandbox, agent, workspace_quota=opts.workspace_quota)
-    if not (opts.resume or probe or (base / "journal.jsonl").exists()):
+    header = _header(contract, pack, command_line, probe, sandbox, agent, workspace_quota=opts.workspace_quota,
+                     moved_to=pack.root if opts.pack is not None else None,
+                     replay_of=record.replay_of() if record is not None else None)
+    if not (opts.resume or probe or record is not None or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.
         runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
@@ -339,7 +398,7 @@ def execute(
         with hold_writer(base, command_line):
             _sweep_leftovers(run_dir, base, opts.keep_work)
             return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
-                                   probe=probe, on_started=on_started)
+                                   probe=probe, on_started=on_started, record=record)
     except OSError as e:
         failure = storage_failure(e)
         if failure is None:
@@ -349,7 +408,8 @@ def execute(
 
 def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
                     sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted, *,
-                    probe: bool, on_started: Callable[[Journal], None] | None) -> RunResult:
+                    probe: bool, on_started: Callable[[Journal], None] | None,
+                    record: Record | None = None) -> RunResult:
     assert contract.budget is not None
     jpath = base / "journal.jsonl"
     clock = opts.clock or Clock()
@@ -365,10 +425,18 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         # Started inside the try below, closed before the journal: its model_call lines are
         # appended (durably, under the journal's lock) from its own writer thread, each before
         # its attempt's agent_finished, which the coordinator writes once the attempt returns.
-        from .gateway import Gateway, read_keys
+        from .gateway import Gateway, ledger_of, read_keys
 
-        gateway = Gateway(contract.model_endpoints, read_keys(contract, sandbox.kind), journal.append,
-                          lambda data: store_bytes(base, data))
+        # A resumed task's caps count the calls it made before the crash.
+        made: dict[str, list[ev.ModelCall]] = {}
+        for line in events:
+            if isinstance(line.event, ev.ModelCall) and line.event.task_id is not None:
+                made.setdefault(line.event.task_id, []).append(line.event)
+        keys = read_keys(contract, sandbox.kind) if record is None else {}  # a replay reads no key
+        gateway = Gateway(contract.model_endpoints, keys, journal.append,
+                          lambda data: store_bytes(base, data), budget=contract.budget,
+                          used={tid: ledger_of(calls, contract.model_endpoints) for tid, calls in made.items()},
+                          replay=record)
     settings = Settings(contract=contract, budget=contract.budget, pack_root=pack.root, run_dir=base,
                         sandbox=sandbox, agent=agent, limits=opts.limits, tree_caps=opts.tree_caps,
                         workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
@@ -399,7 +467,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                 _restore_patches(base, prior)
         else:
             j(header)
-            if not probe:
+            if not probe and record is None:
                 runs_index.journal_started(contract, run_dir, data=opts.runs_index)
         if on_started is not None:
             on_started(journal)
@@ -442,7 +510,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
                        interrupted_by=stopped_by, contract_sha256=contract.contract_sha256, scorecards=cards,
                        isolation=isolation_of([*headers, header]))
-    if not probe:
+    if not probe and header.replay_of is None:  # a replay is a reproduction, never a run of the run_id
         runs_index.record_end(contract, result, data=opts.runs_index)
     return result
 

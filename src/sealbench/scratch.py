@@ -8,7 +8,8 @@ command that works in the same place removes the scratch whose process is gone:
 * ``.<run_id>.partial-<pid>-<random>``: a bundle being assembled beside its target;
 * ``.<pack>.importing-<pid>-<random>``: a pack being imported beside its target;
 * ``sealbench-<what>-<pid>-<random>`` in the temporary directory: validation scratch, the
-  sandbox's smoke test, its loopback resolv.conf and the model gateway's sockets.
+  sandbox's smoke test, the agent command's check before a run, ``agent check``'s run, the
+  sandbox's loopback resolv.conf and the model gateway's sockets.
 
 Scratch of a live process is never touched. Liveness is judged by pid on this machine: a
 dead writer's pid reused by another process only delays the removal until that one is gone,
@@ -28,7 +29,7 @@ from typing import Final
 TEMP_FILE: Final = re.compile(r"^\..+\.tmp-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 PARTIAL_BUNDLE: Final = re.compile(r"^\..+\.partial-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 IMPORTING_PACK: Final = re.compile(r"^\..+\.importing-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
-TEMP_DIR_SCRATCH: Final = re.compile(r"^sealbench-(?:validate|smoke|resolv|gateway)-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
+TEMP_DIR_SCRATCH: Final = re.compile(r"^sealbench-(?:validate|smoke|resolv|gateway|preflight|agentcheck)-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 
 
 def pid_alive(pid: int) -> bool:

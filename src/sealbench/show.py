@@ -22,7 +22,7 @@ from typing import Any
 from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
-from .usage import upstream_failed, usage_of
+from .usage import ENDPOINT_FAILED, upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
@@ -303,6 +303,9 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
         if last is not None and not_started(last):
             return (f"the agent's command could not start in the sandbox: {inert(_start_detail(error or ''))} "
                     "(recorded as a harness error, which refuses the rate: check the contract's agent command)")
+        if error is not None and error.startswith(ENDPOINT_FAILED):
+            return (f"the declared model endpoint failed, not the agent: {inert(error)} (recorded as a harness "
+                    "error, which refuses the rate: check the endpoint, then rerun under a new run_id)")
         return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
     if outcome == "unfinished":
         if last is not None and last.interrupted is not None:

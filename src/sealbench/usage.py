@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from . import events as ev
 from .formats import ModelEndpoint, ModelPrice, ModelUsage
 
 ANTHROPIC_STYLES = frozenset({"anthropic-messages"})
 """Styles whose input tokens exclude the cached ones (the others include them)."""
+ENDPOINT_FAILED: Final = "the model endpoint failed"
+"""How the harness error of an attempt that ended while its model endpoint was failing begins
+(:func:`sealbench.attempt.run_attempt`): a cause that is neither the agent's nor the harness's."""
 _MILLION = 1_000_000
 
 

@@ -141,6 +141,7 @@ def make_record(
     junit_xml: str | None = None,
     required_tests: Sequence[str] = (),
     language: str = "python",
+    decided_by: Literal["all", "required"] = "all",
 ) -> TaskRecord:
     """A task record with a placeholder hidden-tests digest (the writer fills it).
 
@@ -158,6 +159,7 @@ def make_record(
             language=language,
             junit_xml=junit_xml,
             required_tests=list(required_tests),
+            decided_by=decided_by,
             provenance=provenance,
         )
     except ValidationError as e:

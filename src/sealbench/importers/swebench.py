@@ -13,7 +13,8 @@ dataset) and problem_statement. Each task becomes:
 * oracle: the harness's pytest (``sealbench-pytest``, with ``-o pythonpath=src`` for a src/
   layout and ``-o pythonpath=.`` otherwise, since the repository is not installed) on the
   FAIL_TO_PASS and PASS_TO_PASS node ids (on the hidden test files when some ids are not node
-  ids); required_tests = FAIL_TO_PASS + PASS_TO_PASS, named as pytest's report names them;
+  ids); required_tests = FAIL_TO_PASS + PASS_TO_PASS, named as pytest's report names them,
+  and decided_by = "required": those tests decide, and other tests of the files may fail;
 * prompt.md: the problem statement.
 
 The clone is only read, never written: trees are read through a private scratch repository
@@ -259,6 +260,8 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, digest, options.license, instance),
         required_tests=_unique([junit_test_name(t) for t in ids]),
+        # SWE-bench's rule: FAIL_TO_PASS and PASS_TO_PASS decide; other tests of the files may fail.
+        decided_by="required",
     )
     return TaskDraft(record=record, prompt=get_str(rec, "problem_statement").rstrip() + "\n",
                      workspace=workspace, hidden=tests, solution=fix, origin=rec.where)

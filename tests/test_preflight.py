@@ -1,0 +1,103 @@
+"""Mistakes caught before the journal exists: an agent whose program or script the sandbox
+cannot see is refused by `run` (exit 3) before any line, and its run_id is not spent; `contract
+new` warns about the same at once. Every run here is real: the CLI, bubblewrap, the sample pack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import make_contract, needs_bwrap
+from sealbench.grading import command_path
+from sealbench.preflight import problems
+from sealbench.sandbox import open_sandbox
+
+Cli = Callable[..., tuple[int, str, str]]
+TASK = "t_11_fix_off_by_one"
+AGENT = "import pathlib, sys\npathlib.Path('window.py').write_text('# the agent was here\\n')\n"
+
+
+def _contract(pack: Path, tmp_path: Path, name: str, command: str, mounts: list[str] | None = None) -> Path:
+    contract = tmp_path / f"{name}.json"
+    make_contract(pack, contract, task_ids=[TASK], command=command, run_id=f"pre-{name}", mounts=mounts or [],
+                  max_attempts=1)
+    return contract
+
+
+def _script(tmp_path: Path) -> Path:
+    folder = tmp_path / "agents"
+    folder.mkdir()
+    script = folder / "agent.py"
+    script.write_text(AGENT, encoding="utf-8")
+    return script
+
+
+def _refused_before_any_line(cli: Cli, contract: Path, run_dir: Path) -> str:
+    code, out, err = cli("run", contract, "--out", run_dir, "--no-progress")
+    assert code == 3, (out, err)
+    assert "would not start inside the sandbox" in err and "run_id is not spent" in err
+    assert not (run_dir / "journal.jsonl").exists()
+    return err
+
+
+@needs_bwrap
+def test_a_program_that_is_on_no_path_is_refused_before_any_journal_line(
+        sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
+    contract = _contract(sealed_pack, tmp_path, "missing", "no-such-agent-program --prompt {prompt_file}")
+    err = _refused_before_any_line(cli, contract, tmp_path / "run")
+    assert "the agent's program 'no-such-agent-program' is not on the sandbox's PATH" in err
+    # The run_id was not spent: the index knows no run of it.
+    code, out, _ = cli("runs", "list")
+    assert code == 0 and "pre-missing" not in out
+
+
+@needs_bwrap
+def test_a_script_that_is_not_mounted_is_refused_and_the_message_names_agent_mount(
+        sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
+    script = _script(tmp_path)
+    contract = _contract(sealed_pack, tmp_path, "unmounted", f"python3 {script}")
+    err = _refused_before_any_line(cli, contract, tmp_path / "run")
+    assert f"{script}, named in the agent's command, exists on this machine but is not visible" in err
+    assert "--agent-mount" in err
+    # The same contract with the script mounted starts, and its agent ran.
+    mounted = _contract(sealed_pack, tmp_path, "mounted", f"python3 {script}", mounts=[str(script.parent)])
+    code, out, err = cli("run", mounted, "--out", tmp_path / "run-mounted", "--no-progress")
+    assert code == 0, (out, err)
+    assert (tmp_path / "run-mounted" / "journal.jsonl").is_file() and "fail" in out
+
+
+@needs_bwrap
+def test_a_program_given_by_an_absolute_path_that_is_not_mounted_is_refused(
+        sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
+    script = _script(tmp_path)
+    script.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    script.chmod(0o755)
+    contract = _contract(sealed_pack, tmp_path, "absolute", f"{script} {{workspace}}")
+    err = _refused_before_any_line(cli, contract, tmp_path / "run")
+    assert f"the agent's program {str(script)!r} is not visible inside the bubblewrap sandbox" in err
+
+
+@needs_bwrap
+def test_contract_new_warns_at_once_about_an_unmounted_script(sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
+    script = _script(tmp_path)
+    code, out, err = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {script}",
+                         "--agent-label", "mine", "--task", TASK)
+    assert code == 0, err
+    assert f"warning: {script}, named in the agent's command" in out and "run will refuse" in out
+    code, out, _ = cli("contract", "new", sealed_pack, "-o", tmp_path / "d.json", "--agent", f"python3 {script}",
+                       "--agent-label", "mine", "--task", TASK, "--agent-mount", script.parent)
+    assert code == 0 and "warning" not in out
+
+
+@needs_bwrap
+@pytest.mark.parametrize("command", [
+    "sh -c 'echo hi > /tmp/out'",          # a path the agent writes, absent on the host too
+    "./agent-in-the-workspace --go",     # resolved in each task's workspace, at run time
+    "{workspace}/run.sh",                # a placeholder, filled per attempt
+    "python3 -c 'print(1)' /dev/null",   # a host path the sandbox shows too
+])
+def test_what_the_check_cannot_know_or_finds_visible_is_left_to_the_run(command: str) -> None:
+    assert problems(command, [], open_sandbox("bubblewrap"), command_path()) == []
