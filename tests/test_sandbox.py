@@ -938,3 +938,58 @@ def test_auto_never_falls_back_to_a_backend_that_does_not_isolate(monkeypatch: p
     })
     with pytest.raises(RunRefusal, match=r"no sandbox available \(bubblewrap .*\); install bubblewrap"):
         open_sandbox("auto", bwrap_executable="/nonexistent/bwrap")
+
+
+# --- the workspace copied into its quota'd tmpfs ahead of the start ------------------------
+
+
+def _quota_spec(work: Path, argv: Sequence[str]) -> SandboxSpec:
+    from sealbench.agentfs import TreeCaps
+
+    return SandboxSpec(argv=tuple(argv), workdir=work, env={"PATH": "/usr/bin:/bin"}, timeout_s=30.0,
+                       stdout_path=None, stderr_path=None, workdir_caps=TreeCaps(max_bytes=1 << 20))
+
+
+@needs_bwrap
+def test_a_workspace_copied_in_ahead_is_what_the_command_sees_and_its_writes_come_back(tmp_path: Path) -> None:
+    box = sandbox_module.open_sandbox("bubblewrap")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "in.txt").write_text("from the host\n")
+    held = box.prepare(_quota_spec(tmp_path / "work", ["sh", "-c", "cat in.txt; echo back > out.txt"]))
+    try:
+        held.fill_ahead()
+        held.fill_ahead()  # once only
+        result = held.start()
+    finally:
+        held.close()
+    assert result.exit_code == 0 and result.stdout == b"from the host\n"
+    assert (tmp_path / "work" / "out.txt").read_text() == "back\n"
+
+
+@needs_bwrap
+def test_closing_a_held_sandbox_while_its_copy_is_under_way_on_another_thread_is_clean(tmp_path: Path) -> None:
+    box = sandbox_module.open_sandbox("bubblewrap")
+    for i in range(20):
+        work = tmp_path / f"work{i}"
+        work.mkdir()
+        for n in range(50):
+            (work / f"f{n}.txt").write_text("x" * 1000)
+        held = box.prepare(_quota_spec(work, ["true"]))
+        errors: list[BaseException] = []
+
+        def fill(h: Any = held, errors: list[BaseException] = errors) -> None:
+            try:
+                h.fill_ahead()
+            except HarnessError:
+                pass  # bwrap was killed under it: the start would have said so
+            except BaseException as e:  # anything else is the bug this looks for
+                errors.append(e)
+
+        t = threading.Thread(target=fill)
+        t.start()
+        time.sleep(0.001 * (i % 5))
+        held.close()
+        t.join(10)
+        assert not t.is_alive() and errors == []
+        with pytest.raises(HarnessError):
+            held.start()  # a closed sandbox never runs its command

@@ -33,6 +33,7 @@ from typing import Protocol
 from .agentfs import remove_tree
 from .attempt import AttemptFacts, AttemptSpec, Setup, run_attempt, set_up
 from .grading import Cancellation, Settings
+from .sandbox import Prepared
 from .workspace import TaskWorkspace
 
 
@@ -106,6 +107,10 @@ class LocalExecutor:
         self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt")
         self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup")
         self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup")
+        # A set-up is ready once its sandbox is spawned; copying the workspace into the
+        # sandbox's quota'd tmpfs follows here, so a short task never waits for it and a long
+        # one's agent starts without it (the agent's start waits for a copy under way).
+        self._fills = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-fill")
         # Set-ups are CPU work: a few at a time, so that the first tasks are ready first.
         self._setups = threading.Semaphore(os.cpu_count() or 1)
         self._lock = threading.Lock()
@@ -137,6 +142,23 @@ class LocalExecutor:
         with self._lock:
             self._warmed[spec.key] = fut
         fut.add_done_callback(lambda _f: self._results.put(None))
+        fut.add_done_callback(self._fill_ahead)
+
+    def _fill_ahead(self, fut: Future[Setup]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        ready = fut.result().ready
+        if ready is None or ready.prepared is None:
+            return
+        prepared = ready.prepared
+        with contextlib.suppress(RuntimeError):  # the executor is closing: the start copies it
+            self._fills.submit(self._fill, prepared)
+
+    @staticmethod
+    def _fill(prepared: Prepared) -> None:
+        # A failure here is the start's to report: it copies again, and says why it could not.
+        with contextlib.suppress(Exception):
+            prepared.fill_ahead()
 
     def _set_up(self, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
         with self._setups:
@@ -241,6 +263,7 @@ class LocalExecutor:
             self._wound_down = True
             warmed = list(self._warmed.values())
             self._warmed.clear()
+        self._fills.shutdown(wait=True, cancel_futures=True)
         for fut in warmed:
             _drop(fut)
         self._setups_ahead.shutdown(wait=True, cancel_futures=True)

@@ -713,6 +713,9 @@ class _Guarded:
     def kill(self) -> None:
         self._prepared.kill()
 
+    def fill_ahead(self) -> None:
+        self._prepared.fill_ahead()
+
     def close(self) -> None:
         try:
             self._prepared.close()

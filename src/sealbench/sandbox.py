@@ -361,6 +361,13 @@ class Prepared(Protocol):
         may be called twice."""
         ...
 
+    def fill_ahead(self) -> None:
+        """Do now what :meth:`start` would do first and need not wait for (copying the working
+        directory into its quota'd tmpfs), for a command set up ahead of its turn. The caller
+        promises that the host directories do not change between this and :meth:`start`. A
+        backend with nothing to do ahead does nothing."""
+        ...
+
 
 class Sandbox(Protocol):
     """A way to run one untrusted command under :class:`Limits`."""
@@ -1071,6 +1078,12 @@ class PreparedProcess:
         self._reaping = False
         self._quota_fds: list[tuple[Path, TreeCaps, int]] = []
         self._status_head = bytearray()
+        self._filled: bool | None = None
+        """Whether the quota'd directories were copied in (:meth:`fill_ahead`); None: not yet."""
+        # The copy in may run on another thread than start and close (fill_ahead): it holds
+        # this lock, and so does every other use of the quota descriptors.
+        self._fill_lock = threading.Lock()
+        self._closed = False
 
     def _pipe(self) -> tuple[int, int]:
         pair = os.pipe()
@@ -1213,10 +1226,13 @@ class PreparedProcess:
         if self._started:
             raise HarnessError("a prepared sandbox command runs once")
         self._started = True
+        if self._closed:
+            raise HarnessError(f"{self.spec.argv[0]!r} was closed before it started")
         timeout = self.spec.timeout_s if timeout_s is None else max(0.0, timeout_s)
         try:
-            quota = self._proc is not None and self._block is not None and self._box.quota_applies(self.spec)
-            if quota and self._quota_dirs() and not self._fill_workdir():
+            with self._fill_lock:  # waits for a copy under way on another thread (fill_ahead)
+                filled = self._fill()
+            if not filled:
                 self._close_gate()  # the quota'd workdir was not reached: the command never runs
             with self._kill_lock:
                 if self._killed:
@@ -1231,11 +1247,40 @@ class PreparedProcess:
                     self._close_fd(self._block[1])
                     self._block = None
             result = self._supervise(start, timeout)
-            if self._quota_fds:
-                result = dataclasses.replace(result, workdir_rejected=self._drain_workdir())
+            with self._fill_lock:
+                if self._quota_fds:
+                    result = dataclasses.replace(result, workdir_rejected=self._drain_workdir())
             return result
         except OSError as exc:
             raise HarnessError(f"{self._box.kind} sandbox failed for {self.spec.argv[0]!r}: {exc}") from exc
+
+    def fill_ahead(self) -> None:
+        """Copy the quota'd directories into their tmpfs now, while the command waits at its
+        gate, so that :meth:`start` only opens the gate (see :meth:`Prepared.fill_ahead`).
+
+        Raises:
+            HarnessError: as :meth:`start` would for the copy.
+        """
+        with self._fill_lock:
+            if self._started or self._filled is not None:
+                return
+            try:
+                self._fill()
+            except OSError as exc:
+                raise HarnessError(f"{self._box.kind} sandbox failed for {self.spec.argv[0]!r}: {exc}") from exc
+
+    def _fill(self) -> bool:
+        """Copy the quota'd directories in, once; False when bwrap died before they could be.
+        Called with the fill lock held. A copy that failed is tried again by the next call."""
+        if self._filled is None:
+            quota = self._proc is not None and self._block is not None and self._box.quota_applies(self.spec)
+            if quota and self._quota_dirs():
+                while self._quota_fds:  # what a failed copy left: begun again from the start
+                    os.close(self._quota_fds.pop()[2])
+                self._filled = self._fill_workdir()
+            else:
+                self._filled = True
+        return self._filled
 
     def _quota_dirs(self) -> list[tuple[Path, TreeCaps]]:
         spec = self.spec
@@ -1299,9 +1344,16 @@ class PreparedProcess:
 
     def close(self) -> None:
         """Kill what is left (a command that never started included) and free everything."""
-        while self._quota_fds:
-            os.close(self._quota_fds.pop()[2])
         proc = self._proc
+        if proc is not None and proc.returncode is None:
+            # A copy in under way on another thread ends once bwrap is gone; then its lock is free.
+            with contextlib.suppress(OSError):
+                _signal_group(proc.pid, signal.SIGKILL)
+        with self._fill_lock:
+            self._filled = False
+            self._closed = True
+            while self._quota_fds:
+                os.close(self._quota_fds.pop()[2])
         try:
             if proc is not None and proc.returncode is None:
                 _signal_group(proc.pid, signal.SIGKILL)
