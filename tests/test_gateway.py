@@ -736,6 +736,7 @@ def test_a_recorded_run_replays_with_the_upstream_stopped_to_the_same_patches_an
     monkeypatch.delenv(KEY_ENV)  # ... and no key is there to read
     code, out, err = cli("run", contract_file, "--replay", bundle, "--out", tmp_path / "replay", "--no-progress")
     assert code == 0, (out, err)
+    assert "a replay of run recorded" in out and "measures nothing" in out  # the summary says so
     replay_dir = tmp_path / "replay"
     events = read_chain(replay_dir / "journal.jsonl").events
     made = [c["payload"] for c in calls(events)]
@@ -752,6 +753,10 @@ def test_a_recorded_run_replays_with_the_upstream_stopped_to_the_same_patches_an
     code, listed, _ = cli("runs", "list")
     assert "recorded" in listed and str(replay_dir) not in listed
     replayed_bundle = make_bundle(replay_dir, tmp_path / "replayed-bundles")
+    code, _, err = cli("runs", "rebuild", tmp_path)  # rebuilt from the files, it still is none
+    assert code == 0, err
+    code, listed, _ = cli("runs", "show", "recorded")
+    assert str(replay_dir) not in listed and str(replayed_bundle) not in listed
     code, out, _ = cli("verify", replayed_bundle)
     assert code == 0 and "a replay of run recorded" in out
     code, _, err = cli("compare", bundle, replayed_bundle)

@@ -81,7 +81,8 @@ def test_two_concurrent_resumes_one_is_refused_naming_the_writer(sealed_pack: Pa
 @needs_exe
 def test_resume_beside_a_live_run_is_refused_at_once(sealed_pack: Path, tmp_path: Path) -> None:
     contract = tmp_path / "c.json"
-    make_contract(sealed_pack, contract, task_ids=IDS, command=SLOW_AGENT, run_id="beside")
+    # Slower than SLOW_AGENT: the live run must outlast two more commands' starts on a busy machine.
+    make_contract(sealed_pack, contract, task_ids=IDS, command="sh -c 'sleep 6'", run_id="beside")
     run_dir = tmp_path / "run"
     live = start("run", str(contract), "--out", str(run_dir), "--jobs", "1")
     try:

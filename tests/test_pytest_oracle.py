@@ -726,3 +726,17 @@ def test_verdict_rules_as_a_table() -> None:
     assert pytest_oracle.verdict(2, 0, passed, [], "required")["ok"] is False
     assert [pytest_oracle.exit_passes(c, "required") for c in (0, 1, 2, 5, None)] == [True, True, False, False, False]
     assert [pytest_oracle.exit_passes(c, "all") for c in (0, 1)] == [True, False]
+
+
+def test_exploit_a_required_name_is_not_covered_by_a_namesake_that_passed_in_another_file() -> None:
+    # A required bare name that failed in one file, and a test of the same name that passed in
+    # another: the required test did not pass, whatever the other one did.
+    report = (b'<testsuite><testcase classname="tests.test_a" name="test_x"><failure/></testcase>'
+              b'<testcase classname="tests.test_b" name="test_x"/>'
+              b'<testcase classname="tests.test_b" name="test_y"/></testsuite>')
+    got = pytest_oracle.junit_verdict(report, ["test_x", "tests.test_b::test_y"], "required")
+    assert got["ok"] is False and got["missing_required"] == ["test_x"]
+    skipped = report.replace(b"<failure/>", b"<skipped/>")
+    assert pytest_oracle.junit_verdict(skipped, ["test_x"], "required")["ok"] is False
+    # Named in full, the test that passed is what it says.
+    assert pytest_oracle.junit_verdict(report, ["tests.test_b::test_x"], "required")["ok"] is True

@@ -134,6 +134,9 @@ class _Call:
     """The budget cap that refused the call."""
     replayed: bool = False
     diverged: str | None = None
+    forwarded: bool = False
+    """Sent upstream (or answered from a replay's record): it counts against the task's caps."""
+    accounted: bool = False
     usage: model_api.Usage | None = None
     latency_ms: int = 0
 
@@ -239,8 +242,10 @@ def _add(ledger: Ledger, status: int | None, input_tokens: int | None, output_to
     if count:
         ledger.calls += 1
     if input_tokens is None and output_tokens is None:
-        if status is not None and status < 400:
-            ledger.tokens_known = False  # answered, and nobody knows for how much
+        if status is None or status < 400:
+            # Answered without usage, or sent and then cut off by the agent before any answer
+            # (the upstream may bill it all the same): nobody knows for how much.
+            ledger.tokens_known = False
     else:
         ledger.tokens += (input_tokens or 0) + (output_tokens or 0)
     if cost is None:
@@ -271,6 +276,7 @@ class Gateway:
         # Each task's use over its attempts (seeded from the journal on resume); only the loop
         # thread reads and writes it.
         self._ledgers: dict[str, Ledger] = {tid: dataclasses.replace(led) for tid, led in (used or {}).items()}
+        self._cap_locks: dict[str, asyncio.Lock] = {}
         self._keys = dict(keys)
         self._key_bytes = [k.encode() for k in self._keys.values()]
         self._record = record
@@ -447,9 +453,9 @@ class Gateway:
         before the agent's next request can be checked against a cap."""
         from .usage import call_cost
 
-        forwarded = call.refused is None and call.endpoint is not None and call.status is not None
-        if not forwarded or call.endpoint is None:
+        if not call.forwarded or call.accounted or call.endpoint is None or call.refused is not None:
             return
+        call.accounted = True
         endpoint = self.endpoints[call.endpoint]
         usage = model_api.reply_usage(endpoint.style, bytes(call.reply), bool(call.streamed)) if call.reply \
             else model_api.NO_USAGE
@@ -533,14 +539,29 @@ class Gateway:
             return self._refuse(call, 403, style, f"model {str(model)[:200]!r} is not declared for endpoint "
                                                   f"{endpoint.name!r} (declared: {', '.join(endpoint.models)})")
         ledger = self._ledgers.setdefault(att.task_id, Ledger())
-        cap = ledger.reached(self.budget)
-        if cap is not None:
-            call.cap = cap
-            return self._refuse(call, 429, style, self._cap_words(cap, ledger))
-        ledger.calls += 1  # counted as it leaves: calls in flight count against the cap too
-        if self.replay is not None:
-            return self._recorded(att, endpoint, call)
-        return await self._forward(endpoint, headers, call, request)
+        # Under a token or cost cap a task's calls go upstream one at a time, each checked once
+        # the one before it is accounted: a cap is then passed by one call's use at most.
+        serial = self.budget is not None and (self.budget.max_model_tokens is not None
+                                              or self.budget.max_model_cost is not None)
+        lock = self._cap_locks.setdefault(att.task_id, asyncio.Lock()) if serial else None
+        if lock is not None:
+            await lock.acquire()
+        try:
+            cap = ledger.reached(self.budget)
+            if cap is not None:
+                call.cap = cap
+                return self._refuse(call, 429, style, self._cap_words(cap, ledger))
+            ledger.calls += 1  # counted as it leaves: calls in flight count against the cap too
+            call.forwarded = True
+            if self.replay is not None:
+                reply = self._recorded(att, endpoint, call)
+            else:
+                reply = await self._forward(endpoint, headers, call, request)
+            self._account(att, call)
+            return reply
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _recorded(self, att: _Attempt, endpoint: ModelEndpoint, call: _Call) -> web.StreamResponse:
         """A replay's answer: the reply recorded for this attempt's call of this index, once the

@@ -241,17 +241,21 @@ def junit_verdict(grade_dir: Path, rel: str, required: Sequence[str], decided_by
     except (expat.ExpatError, ValueError) as e:
         return {"ok": False, "why": f"unreadable JUnit report: {e}"}
     passed: set[str] = set()
+    not_passed: set[str] = set()
     ran = failed = 0
     for case in cases:
         name, cls = case.name, case.cls
+        aliases = {name, f"{cls}::{name}", f"{cls}.{name}"}
         if "skipped" in case.marks:
+            not_passed.update(aliases)
             continue
         ran += 1
         if "failure" in case.marks or "error" in case.marks:
             failed += 1
+            not_passed.update(aliases)
             continue
-        passed.update({name, f"{cls}::{name}", f"{cls}.{name}"})
-    return pytest_oracle.verdict(ran, failed, passed, required, decided_by)
+        passed.update(aliases)
+    return pytest_oracle.verdict(ran, failed, passed, required, decided_by, not_passed)
 
 
 @dataclass

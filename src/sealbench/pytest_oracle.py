@@ -191,16 +191,19 @@ def junit_verdict(data: bytes | None, required: Sequence[str], decided_by: str =
         return {"ok": False, "why": f"unreadable JUnit report: {e}"}
     ran = failed = 0
     passed: set[str] = set()
+    not_passed: set[str] = set()
     for case in root.iter("testcase"):
         name, cls = case.get("name", ""), case.get("classname", "")
         if case.find("skipped") is not None:
+            not_passed.update(_names(cls, name))
             continue
         ran += 1
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
+            not_passed.update(_names(cls, name))
             continue
         passed.update(_names(cls, name))
-    return verdict(ran, failed, passed, required, decided_by)
+    return verdict(ran, failed, passed, required, decided_by, not_passed)
 
 
 def _names(cls: str, name: str) -> set[str]:
@@ -208,12 +211,16 @@ def _names(cls: str, name: str) -> set[str]:
     return {name, f"{cls}::{name}", f"{cls}.{name}"}
 
 
-def verdict(ran: int, failed: int, passed: set[str], required: Sequence[str], decided_by: str = "all"
-            ) -> dict[str, Any]:
+def verdict(ran: int, failed: int, passed: set[str], required: Sequence[str], decided_by: str = "all",
+            not_passed: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """A test report's verdict under a task's rule (``TaskRecord.decided_by``): ``all``, every test
     that ran passed and the required ones among them; ``required``, each required test passed
-    (a required test that did not run fails it) and the others may fail."""
-    missing = [t for t in required if t not in passed]
+    (a required test that did not run fails it) and the others may fail.
+
+    A required name passes only when every test it names passed: ``passed`` and ``not_passed``
+    hold each test's aliases (``cls::name``, ``cls.name``, ``name``), so a required ``test_x``
+    that failed in one file is not covered by a ``test_x`` that passed in another."""
+    missing = [t for t in required if t not in passed or t in not_passed]
     if decided_by == "required":
         ok = ran > 0 and bool(required) and not missing
         why = None if ok else ("no test ran" if ran == 0 else "no required tests" if not required
@@ -236,16 +243,19 @@ def _guard_verdict(tests: dict[str, str], required: Sequence[str], decided_by: s
     """The same verdict, from the outcomes the guard saw (``classname::name`` -> outcome)."""
     ran = failed = 0
     passed: set[str] = set()
+    not_passed: set[str] = set()
     for key, outcome in tests.items():
+        cls, _, name = key.rpartition("::")
         if outcome == "skipped":
+            not_passed.update(_names(cls, name))
             continue
         ran += 1
         if outcome != "passed":
             failed += 1
+            not_passed.update(_names(cls, name))
             continue
-        cls, _, name = key.rpartition("::")
         passed.update(_names(cls, name))
-    return verdict(ran, failed, passed, required, decided_by)
+    return verdict(ran, failed, passed, required, decided_by, not_passed)
 
 
 @dataclass

@@ -115,6 +115,24 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
         print(f"no rate emitted: {e}", file=sys.stderr)
         return e.exit_code
     write_atomic(run_dir / "rate.json", rate_bytes(rate), durable=False)
+    replayed = _replay_of(run_dir)
+    if replayed is not None:
+        print(f"a replay of run {replayed.get('run_id')} (nonce {replayed.get('run_nonce')}): every model reply came "
+              "from that run's record, so this reproduces a run and measures nothing; the rate below is the "
+              "replay's, not a measurement")
     for line in rate_lines(rate):
         print(line)
     return 0
+
+
+def _replay_of(run_dir: Path) -> dict[str, object] | None:
+    """The run a run directory replays (its first journal line's ``replay_of``), or None."""
+    import json
+
+    try:
+        with open(run_dir / "journal.jsonl", "rb") as f:
+            first = json.loads(f.readline() or b"{}")
+    except (OSError, ValueError):
+        return None
+    got = first.get("payload", {}).get("replay_of") if isinstance(first, dict) else None
+    return got if isinstance(got, dict) else None

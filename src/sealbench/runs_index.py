@@ -260,8 +260,12 @@ def plan_index(found: Sequence[Found], remembered: Sequence[RunRecord],
 
 
 def is_place(path: Path) -> bool:
-    """Whether ``path`` is a run directory or a bundle (a contract beside a journal)."""
-    return (path / "journal.jsonl").is_file() and (path / "scoring_contract.json").is_file()
+    """Whether ``path`` is a run directory or a bundle (a contract beside a journal) of a
+    measured run: a replay (``run --replay``) reproduces a run and is never a run of its run_id."""
+    if not ((path / "journal.jsonl").is_file() and (path / "scoring_contract.json").is_file()):
+        return False
+    payload = _first_event(path / "journal.jsonl").get("payload")
+    return not (isinstance(payload, dict) and payload.get("replay_of") is not None)
 
 
 def find_places(roots: Sequence[Path]) -> list[Path]:
