@@ -127,12 +127,6 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
 
 def _replay_of(run_dir: Path) -> dict[str, object] | None:
     """The run a run directory replays (its first journal line's ``replay_of``), or None."""
-    import json
+    from .runs_index import replay_of
 
-    try:
-        with open(run_dir / "journal.jsonl", "rb") as f:
-            first = json.loads(f.readline() or b"{}")
-    except (OSError, ValueError):
-        return None
-    got = first.get("payload", {}).get("replay_of") if isinstance(first, dict) else None
-    return got if isinstance(got, dict) else None
+    return replay_of(run_dir / "journal.jsonl")

@@ -264,8 +264,19 @@ def is_place(path: Path) -> bool:
     measured run: a replay (``run --replay``) reproduces a run and is never a run of its run_id."""
     if not ((path / "journal.jsonl").is_file() and (path / "scoring_contract.json").is_file()):
         return False
-    payload = _first_event(path / "journal.jsonl").get("payload")
-    return not (isinstance(payload, dict) and payload.get("replay_of") is not None)
+    return replay_of(path / "journal.jsonl") is None
+
+
+def replay_of(journal: Path) -> dict[str, Any] | None:
+    """The run a journal's run replays (its first event's ``replay_of``), or None."""
+    from .events import EventError, RunHeader, parse
+
+    first = _first_event(journal)
+    try:
+        event = parse(first, "journal.jsonl line 1") if first else None
+    except EventError:
+        return None
+    return event.replay_of if isinstance(event, RunHeader) else None
 
 
 def find_places(roots: Sequence[Path]) -> list[Path]:
