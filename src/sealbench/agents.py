@@ -23,10 +23,8 @@ PLACEHOLDERS = ("prompt_file", "workspace", "attempt", "max_attempts", "task_id"
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
-def render_argv(template: str, values: Mapping[str, str]) -> list[str]:
-    """Split a command template like a shell and fill placeholders in one pass.
-
-    One pass means a value containing ``{attempt}`` is never substituted again.
+def split_template(template: str) -> list[str]:
+    """A command template's words, split like a shell, placeholders left in.
 
     Raises:
         RunRefusal: the template does not parse or is empty.
@@ -37,7 +35,18 @@ def render_argv(template: str, values: Mapping[str, str]) -> list[str]:
         raise RunRefusal(f"agent command template does not parse: {e}") from None
     if not tokens:
         raise RunRefusal("agent command template is empty")
-    return [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], tok) for tok in tokens]
+    return tokens
+
+
+def render_argv(template: str, values: Mapping[str, str]) -> list[str]:
+    """Split a command template like a shell and fill placeholders in one pass.
+
+    One pass means a value containing ``{attempt}`` is never substituted again.
+
+    Raises:
+        RunRefusal: the template does not parse or is empty.
+    """
+    return [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], tok) for tok in split_template(template)]
 
 
 def _reference(task: Task, workspace: Path, attempt: int) -> dict[str, Any]:

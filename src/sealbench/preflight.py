@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from . import scratch
+from .agents import split_template
 from .errors import HarnessError, RunRefusal
 from .sandbox import Sandbox, SandboxSpec
 
@@ -80,12 +80,7 @@ def problems(command: str, mounts: Sequence[str], sandbox: Sandbox, path_env: st
         RunRefusal: the command does not parse.
         HarnessError: the check itself could not run in the sandbox.
     """
-    try:
-        tokens = shlex.split(command)
-    except ValueError as e:
-        raise RunRefusal(f"agent command template does not parse: {e}") from None
-    if not tokens:
-        raise RunRefusal("agent command template is empty")
+    tokens = split_template(command)
     program = tokens[0]
     check_program = _PLACEHOLDER not in program and (program.startswith("/") or "/" not in program)
     paths = [p for p in _host_paths(tokens) if p != os.path.normpath(program)]
