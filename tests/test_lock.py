@@ -110,7 +110,8 @@ def test_resume_beside_a_live_run_is_refused_at_once(sealed_pack: Path, tmp_path
 def test_score_and_bundle_refuse_a_run_being_written(sealed_pack: Path, tmp_path: Path) -> None:
     """A run directory is read only when no run writes it: never a half-written journal."""
     contract = tmp_path / "c.json"
-    make_contract(sealed_pack, contract, task_ids=IDS, command=SLOW_AGENT, run_id="busy")
+    # Slower than SLOW_AGENT: the live run must outlast three more commands on a busy machine.
+    make_contract(sealed_pack, contract, task_ids=IDS, command="sh -c 'sleep 6'", run_id="busy")
     run_dir = tmp_path / "run"
     live = start("run", str(contract), "--out", str(run_dir), "--jobs", "1")
     try:

@@ -160,7 +160,12 @@ def test_ctrl_c_stops_cleanly_records_it_and_resume_continues(sealed_pack: Path,
     proc = subprocess.Popen([sealbench_exe(), "run", str(contract_file), "--out", str(run_dir), "--no-progress",
                              "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(1.5)
+    # Once its first attempt has started (a fixed sleep raced the start on a busy machine).
+    journal = run_dir / "journal.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (journal.is_file() and b'"attempt_started"' in journal.read_bytes()):
+        time.sleep(0.05)
+    time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
