@@ -9,6 +9,7 @@ answers only requests that carry the real key, so a reply proves the gateway swa
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import socket
@@ -791,3 +792,80 @@ def test_replay_refuses_a_bundle_of_another_contract(sealed_pack: Path, tmp_path
     assert data["run_id"] == "recorded"
     with pytest.raises(RunRefusal, match="holds another contract"):
         execute(other, tmp_path / "replay", RunOptions(progress=False, replay=bundle))
+
+
+# --- malformed HTTP and trickled headers: refused, closed and journaled ---------------------
+
+
+def test_exploit_agent_sends_malformed_http_and_it_is_refused_and_journaled_while_calls_go_on(
+        stub: StubServer, key: str) -> None:
+    from sealbench import events as ev
+    from sealbench.gateway import Gateway
+
+    recorded: list[ev.Event] = []
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64).start()
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        replies = []
+        for garbage in (b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n",
+                        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all\r\n\r\n",
+                        b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(str(access.relay.socket))
+                sock.settimeout(5)
+                try:
+                    sock.sendall(garbage)
+                    replies.append(sock.recv(200))
+                except ConnectionResetError:  # refused and closed before all of it was read
+                    replies.append(b"reset")
+        # A well-formed call on the same attempt is answered as ever.
+        import http.client
+
+        class _Unix(http.client.HTTPConnection):
+            def connect(self) -> None:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.connect(str(access.relay.socket))
+
+        conn = _Unix("x")
+        conn.request("POST", "/openai/chat/completions", body=json.dumps({"model": "stub-model", "messages": []}),
+                     headers={"Authorization": f"Bearer {access.token}", "Content-Type": "application/json"})
+        ok = conn.getresponse().status
+        conn.close()
+        access.close()
+    finally:
+        gateway.close()
+    assert all(re.match(rb"HTTP/1\.[01] 4\d\d ", r) or r == b"reset" for r in replies), replies
+    assert re.match(rb"HTTP/1\.[01] 400 ", replies[0]), replies
+    assert ok == 200
+    made = [e for e in recorded if isinstance(e, ev.ModelCall)]
+    malformed = [m for m in made if (m.refused or "").startswith("malformed HTTP")]
+    assert len(malformed) == 3 and all(m.status is not None and 400 <= m.status < 500 for m in malformed)
+    assert [m.status for m in made if m.refused is None] == [200]
+
+
+def test_exploit_agent_trickles_its_headers_and_the_connection_is_closed_and_journaled(
+        stub: StubServer, key: str) -> None:
+    from sealbench import events as ev
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    recorded: list[ev.Event] = []
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64, GatewayLimits(client_timeout_s=0.5)).start()
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(access.relay.socket))
+        sock.settimeout(5)
+        t0 = time.monotonic()
+        sock.sendall(b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthoriz")  # and never the rest
+        closed = sock.recv(200)
+        waited = time.monotonic() - t0
+        sock.close()
+        access.close()
+    finally:
+        gateway.close()
+    assert closed == b"" and 0.4 < waited < 3.0, (closed, waited)
+    made = [e for e in recorded if isinstance(e, ev.ModelCall)]
+    assert len(made) == 1 and "headers did not arrive within 0.5 s" in (made[0].refused or "")
+    assert stub.script.served == 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import secrets
@@ -59,6 +60,9 @@ _PASSED_REQUEST_HEADERS: Final = ("content-type", "accept", "anthropic-version",
 _PASSED_REPLY_HEADERS: Final = ("content-type", "content-encoding", "retry-after", "x-request-id", "request-id",
                                 "cache-control")
 _KEY_REMOVED: Final = b"[key removed]"
+_HEAD_SCAN: Final = 64 * 8192
+"""How much of a connection's first bytes is searched for the end of its headers (more than
+aiohttp accepts: 64 fields of 8,190 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,25 @@ class _Attempt:
     """Set by the last forwarded call to end: why the model endpoint failed it, or None."""
 
 
+@functools.cache
+def _handler_class() -> Any:
+    """aiohttp's request handler, telling ``on_malformed(status, why)`` of each request its parser
+    refused (aiohttp answers those itself, before any handler of ours runs)."""
+    from aiohttp.web_protocol import RequestHandler
+
+    class _Handler(RequestHandler):
+        __slots__ = ("on_malformed",)
+        on_malformed: Callable[[int, object], None]
+
+        def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                         message: str | None = None) -> Any:
+            if status < 500:
+                self.on_malformed(status, message or exc)
+            return super().handle_error(request, status, exc, message)
+
+    return _Handler
+
+
 class _Refuse(asyncio.Protocol):
     """A connection over the attempt's cap: closed on arrival."""
 
@@ -168,17 +191,43 @@ class _Refuse(asyncio.Protocol):
 
 
 class _Counted(asyncio.Protocol):
-    """The attempt's server protocol for one connection, counted while it is open."""
+    """The attempt's server protocol for one connection, counted while it is open.
 
-    def __init__(self, att: _Attempt, inner: asyncio.Protocol) -> None:
+    A connection whose first request's headers have not all arrived ``head_timeout_s`` after
+    it was accepted is closed (``on_slow`` journals it): a client that trickles its headers
+    holds no connection of the attempt's for long.
+    """
+
+    def __init__(self, att: _Attempt, inner: asyncio.Protocol, head_timeout_s: float,
+                 on_slow: Callable[[], None]) -> None:
         self._att = att
         self._inner = inner
+        self._head = bytearray()
+        self._head_done = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timeout_s = head_timeout_s
+        self._on_slow = on_slow
         att.open_connections += 1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._too_slow)
         self._inner.connection_made(transport)
 
+    def _too_slow(self) -> None:
+        if not self._head_done:
+            self._on_slow()
+            self._transport.close()
+
     def data_received(self, data: bytes) -> None:
+        if not self._head_done:
+            # Only the first request's header block is looked for; aiohttp parses everything.
+            self._head += data[:_HEAD_SCAN]
+            if b"\r\n\r\n" in self._head or len(self._head) >= _HEAD_SCAN:
+                self._head_done = True
+                self._head.clear()
+                if self._timer is not None:
+                    self._timer.cancel()
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -191,6 +240,8 @@ class _Counted(asyncio.Protocol):
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         self._att.open_connections -= 1
         self._inner.connection_lost(exc)
 
@@ -396,12 +447,31 @@ class Gateway:
             if att.open_connections >= limits.connections:
                 att.refused_connections += 1
                 return _Refuse()
-            return _Counted(att, att.web_server())
+            server = att.web_server
+            # web.Server's own handler, but one that tells what aiohttp's parser refused (a
+            # malformed request line or header, one over the size caps): such a request never
+            # reaches _handle, and is journaled here as a refused call.
+            inner = _handler_class()(server, loop=asyncio.get_running_loop(), **server._kwargs)
+            inner.on_malformed = lambda status, what: self._refused_on_arrival(
+                att, status, f"malformed HTTP ({status}): {str(what or 'unparsable request')[:300]}")
+            return _Counted(att, inner, limits.client_timeout_s, lambda: self._refused_on_arrival(
+                att, None, f"the request's headers did not arrive within {limits.client_timeout_s:g} s; "
+                           "the connection was closed"))
 
         assert self._loop is not None
         att.server = await self._loop.create_unix_server(factory, str(att.socket), backlog=256)
         self._tokens[att.token] = att
         return att
+
+    def _refused_on_arrival(self, att: _Attempt, status: int | None, why: str) -> None:
+        """Journal a request refused before it could be read as one (on the loop thread)."""
+        if att.closed:
+            return
+        call = _Call(att.calls, _now(), asyncio.get_running_loop().time())
+        att.calls += 1
+        call.status = status
+        call.refused = why
+        self._write_later(att, call)
 
     def close_attempt(self, att: _Attempt) -> None:
         if self._loop is None or not self._loop.is_running():
