@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import scratch
-from .contract import load_contract, lock_contract, pack_path
+from .contract import UNSPECIFIED, load_contract, lock_contract, pack_path
 from .errors import ContractError
 from .files import model_json, write_atomic
 from .formats import AccessClass, Controls
@@ -105,15 +105,9 @@ def check_agent(contract_file: Path, task_id: str | None = None, *, sandbox: str
             "task_ids": [tid], "run_id": None, "locked_at": None, "contract_sha256": None,
             "budget": contract.budget.model_copy(update={"max_attempts": 1}),
             "controls": Controls(narration_probe=None, oracle_validity="unavailable"),
-            "access_class": AccessClass(
-                host=contract.access_class.host if contract.access_class else "agent check",
-                model_access=contract.access_class.model_access if contract.access_class else "agent check",
-                terms_read_on=contract.access_class.terms_read_on if contract.access_class else None),
+            "access_class": _checked_access(contract.access_class),
             "pack": contract.pack.model_copy(update={"path": str(root)}),
         })
-        if copy.access_class is not None and copy.access_class.host in (None, "", "unspecified"):
-            copy = copy.model_copy(update={"access_class": copy.access_class.model_copy(
-                update={"host": "agent check"})})
         locked = lock_contract(copy, f"agent-check-{secrets.token_hex(4)}", datetime.now(UTC), sealed)
         file = work / "contract.json"
         write_atomic(file, model_json(locked))
@@ -122,6 +116,13 @@ def check_agent(contract_file: Path, task_id: str | None = None, *, sandbox: str
         return _result(read_run(work / "run"), tid, bool(contract.model_endpoints))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _checked_access(access: AccessClass | None) -> AccessClass:
+    """The contract's access class, with what the lock needs and a draft may leave unspecified."""
+    given = access or AccessClass(host="agent check", model_access="agent check")
+    update = {k: "agent check" for k in ("host", "model_access") if getattr(given, k) in UNSPECIFIED}
+    return given.model_copy(update=update)
 
 
 def _result(shown: Shown, tid: str, endpoints: bool) -> CheckResult:

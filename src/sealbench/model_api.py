@@ -221,15 +221,15 @@ def reply_stream(style: ApiStyle | str, model: str, pieces: list[str], usage: Us
     (Responses, whose stream then carries every item's lifecycle from ``response.created``),
     a ``tool_use`` block with ``input_json_delta`` pieces (Anthropic).
     """
-    inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
     text = "".join(pieces)
+    if style not in ("openai-chat", "openai-responses"):
+        yield from _messages_stream(model, pieces, usage, reply_id, tool_calls)
+        return
     if tool_calls:
         if style == "openai-chat":
             yield from _chat_tool_stream(model, pieces, usage, reply_id, tool_calls)
-        elif style == "openai-responses":
-            yield from _responses_tool_stream(model, pieces, usage, reply_id, tool_calls)
         else:
-            yield from _messages_tool_stream(model, pieces, usage, reply_id, tool_calls)
+            yield from _responses_tool_stream(model, pieces, usage, reply_id, tool_calls)
         return
     if style == "openai-chat":
         base = {"id": reply_id, "object": "chat.completion.chunk", "created": 0, "model": model}
@@ -238,24 +238,11 @@ def reply_stream(style: ApiStyle | str, model: str, pieces: list[str], usage: Us
         yield _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
         yield _event({**base, "choices": [], "usage": reply_body(style, model, text, usage, reply_id)["usage"]})
         yield b"data: [DONE]\n\n"
-    elif style == "openai-responses":
+    else:
         for piece in pieces:
             yield _event({"type": "response.output_text.delta", "delta": piece}, "response.output_text.delta")
         yield _event({"type": "response.completed", "response": reply_body(style, model, text, usage, reply_id)},
                      "response.completed")
-    else:
-        yield _event({"type": "message_start", "message": {
-            "id": reply_id, "type": "message", "role": "assistant", "model": model, "content": [],
-            "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached}}}, "message_start")
-        yield _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                     "content_block_start")
-        for piece in pieces:
-            yield _event({"type": "content_block_delta", "index": 0,
-                          "delta": {"type": "text_delta", "text": piece}}, "content_block_delta")
-        yield _event({"type": "content_block_stop", "index": 0}, "content_block_stop")
-        yield _event({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                      "usage": {"output_tokens": out}}, "message_delta")
-        yield _event({"type": "message_stop"}, "message_stop")
 
 
 def _chat_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
@@ -312,14 +299,16 @@ def _responses_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id
     yield event("response.completed", response=whole)
 
 
-def _messages_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
-                          tool_calls: Sequence[ToolCall]) -> Iterator[bytes]:
+def _messages_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
+                     tool_calls: Sequence[ToolCall]) -> Iterator[bytes]:
+    """Anthropic's stream: the text block (left out when empty and there are tool calls), then
+    one ``tool_use`` block per call."""
     inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
     yield _event({"type": "message_start", "message": {
         "id": reply_id, "type": "message", "role": "assistant", "model": model, "content": [],
         "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached}}}, "message_start")
     index = 0
-    if "".join(pieces):
+    if "".join(pieces) or not tool_calls:
         yield _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
                      "content_block_start")
         for piece in pieces:
@@ -335,7 +324,7 @@ def _messages_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id:
                           "delta": {"type": "input_json_delta", "partial_json": piece}}, "content_block_delta")
         yield _event({"type": "content_block_stop", "index": index}, "content_block_stop")
         index += 1
-    yield _event({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+    yield _event({"type": "message_delta", "delta": {"stop_reason": "tool_use" if tool_calls else "end_turn"},
                   "usage": {"output_tokens": out}}, "message_delta")
     yield _event({"type": "message_stop"}, "message_stop")
 

@@ -115,7 +115,9 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
         print(f"no rate emitted: {e}", file=sys.stderr)
         return e.exit_code
     write_atomic(run_dir / "rate.json", rate_bytes(rate), durable=False)
-    replayed = _replay_of(run_dir)
+    from .runs_index import replay_of
+
+    replayed = replay_of(run_dir / "journal.jsonl")
     if replayed is not None:
         print(f"a replay of run {replayed.get('run_id')} (nonce {replayed.get('run_nonce')}): every model reply came "
               "from that run's record, so this reproduces a run and measures nothing; the rate below is the "
@@ -124,9 +126,3 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
         print(line)
     return 0
 
-
-def _replay_of(run_dir: Path) -> dict[str, object] | None:
-    """The run a run directory replays (its first journal line's ``replay_of``), or None."""
-    from .runs_index import replay_of
-
-    return replay_of(run_dir / "journal.jsonl")

@@ -42,7 +42,6 @@ class Recorded:
     response: bytes | None
     truncated: bool
     error: str | None
-    refused: str | None
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def load_record(bundle: Path, contract: ScoringContract) -> Record:
             request=request.data if request is not None else None,
             response=response.data if response is not None else None,
             truncated=bool(call.response_truncated) or (response is not None and response.truncated),
-            error=call.error, refused=call.refused)
+            error=call.error)
     if not calls:
         raise RunRefusal(f"--replay {bundle}: the run made no model calls; there is nothing to replay")
     return Record(run_id=report.run_id, run_nonce=report.run_nonce, calls=calls)
