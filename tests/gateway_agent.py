@@ -68,7 +68,7 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
         if s.get("token") == "saved":
             token = Path("token.txt").read_text().strip()
         base = env.get("ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL", "")
-        path = "/v1/messages" if style == "anthropic" else "/chat/completions"
+        path = ("/v1/messages" if style == "anthropic" else "/chat/completions") + s.get("query", "")
         headers = {"x-api-key": token, "anthropic-version": "2023-06-01"} if style == "anthropic" \
             else {"Authorization": f"Bearer {token}"}
         prompt = s.get("content", "fix it")

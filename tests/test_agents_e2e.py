@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +25,12 @@ from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.contract import lock_contract, new_contract
 from sealbench.files import model_json, write_atomic
 from sealbench.journal import read_chain
-from sealbench.model_stub import StubReply, StubServer, start
+from sealbench.model_stub import StubReply, StubServer, StubToolCall, start
 from sealbench.pack import load_pack
 from sealbench.presets import agent_for, endpoint_for, install
 from sealbench.runner import RunOptions, execute
 
-pytestmark = [needs_bwrap, pytest.mark.agents]
+pytestmark = [needs_bwrap]
 
 FIXED, UNFIXED = "t_11_fix_off_by_one", "t_03_rename_helper"
 KEY_ENV = "SEALBENCH_TEST_MODEL_KEY"
@@ -44,6 +45,12 @@ MINI_SUBMIT = "Done.\n\n```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FIN
 MINI_DAWDLE = "Let me look around.\n\n```mswea_bash_command\nls\n```\n"
 AIDER_FIX = ("window.py\n```python\n<<<<<<< SEARCH\n    return items[len(items) - n + 1 :] if n <= len(items) "
              "else items[1:]\n=======\n    return items[-n:]\n>>>>>>> REPLACE\n```\n")
+CODEX_PATCH = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: window.py\n@@\n"
+               "-    return items[len(items) - n + 1 :] if n <= len(items) else items[1:]\n"
+               "+    return items[-n:]\n*** End Patch\nEOF\n")
+CODEX_MISS = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: billing.py\n@@\n"
+              "-def calc_that_is_not_there():\n+def compute_total():\n*** End Patch\nEOF\n")
+OLD_LINE = "    return items[len(items) - n + 1 :] if n <= len(items) else items[1:]"
 AIDER_MISS = ("billing.py\n```python\n<<<<<<< SEARCH\ndef calc_that_is_not_there():\n=======\n"
               "def compute_total():\n>>>>>>> REPLACE\n```\n")
 
@@ -60,6 +67,11 @@ def key(monkeypatch: pytest.MonkeyPatch) -> str:
     value = "sk-test-" + secrets.token_hex(20)
     monkeypatch.setenv(KEY_ENV, value)
     return value
+
+
+def workspace(tmp_path: Path, task: str) -> Path:
+    """Where ``task``'s workspace is in the sandbox (its host path: the sandbox binds it there)."""
+    return tmp_path / f"run-{task}" / "work" / task / "ws"
 
 
 def run_preset(name: str, replies: dict[str, list[StubReply]], sealed_pack: Path, tmp_path: Path,
@@ -81,13 +93,16 @@ def run_preset(name: str, replies: dict[str, list[StubReply]], sealed_pack: Path
             contract_file = tmp_path / f"{task}.contract.json"
             contract, _ = new_contract(pack, contract_file, [task], host="test machine", max_attempts=1,
                                        agent=agent, oracle_validity="unavailable", narration_probe=False)
-            endpoint = endpoint_for(preset, model, base_url=stub.url + "/v1", key_env=KEY_ENV)
+            base_url = stub.url + ("" if preset.api_style == "anthropic-messages" else "/v1")
+            endpoint = endpoint_for(preset, model, base_url=base_url, key_env=KEY_ENV)
             contract = contract.model_copy(update={"model_endpoints": [endpoint]})
             write_atomic(contract_file, model_json(lock_contract(contract, f"{name}-{task}", LOCK_TIME, pack)))
-            run_dir = tmp_path / f"run-{task}"
+            run_dir = workspace(tmp_path, task).parents[2]
             started = time.monotonic()
             execute(contract_file, run_dir, RunOptions(progress=False, keep_work=True))
-            seconds += time.monotonic() - started
+            took = time.monotonic() - started
+            seconds += took
+            print(f"{name} {task}: {took:.2f} s")
         finally:
             stub.close()
         events = read_chain(run_dir / "journal.jsonl").events
@@ -98,7 +113,8 @@ def run_preset(name: str, replies: dict[str, list[StubReply]], sealed_pack: Path
     return run_dir, events, cards, seconds
 
 
-def check_run(card: dict[str, Any], transcript: str, key: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+def check_run(card: dict[str, Any], transcript: str, key: str, tmp_path: Path,
+              endpoint: str = "openai") -> tuple[str, dict[str, Any]]:
     """What every preset's run must show; returns the agent's stderr and its ending record."""
     run_dir: Path = card["run_dir"]
     task = card["task_id"]
@@ -110,13 +126,14 @@ def check_run(card: dict[str, Any], transcript: str, key: str, tmp_path: Path) -
     ending = json.loads((trace / "sealbench-ending.json").read_text())
     stderr = (run_dir / "blobs" / finished["payload"]["stderr"].removeprefix("sha256:")).read_bytes().decode()
     calls = [e["payload"] for e in events if e["kind"] == "model_call"]
-    assert calls and all(c["endpoint"] == "openai" and "refused" not in c for c in calls), calls
+    assert calls and all(c["endpoint"] == endpoint and "refused" not in c for c in calls), calls
     patch = next((e for e in events if e["kind"] == "patch_captured"), None)
     assert patch is not None
     if card["patch_sha256"]:
         text = (run_dir / "patches" / f"{task}.patch").read_text() if (run_dir / "patches" / f"{task}.patch").exists() \
             else ""
-        for trace_of_config in (".aider", "mini-swe-agent", ".config", ".cache", "history", ".gitignore"):
+        for trace_of_config in (".aider", "mini-swe-agent", ".config", ".cache", "history", ".gitignore", ".codex",
+                                ".claude", "sessions"):
             assert trace_of_config not in text, (trace_of_config, text)
     bundle = make_bundle(run_dir, tmp_path / "bundles" / task)
     assert verify_bundle(bundle).lines()
@@ -126,6 +143,7 @@ def check_run(card: dict[str, Any], transcript: str, key: str, tmp_path: Path) -
     return stderr, ending
 
 
+@pytest.mark.agents
 def test_mini_swe_agent_fixes_one_task_and_ends_at_its_step_limit_on_the_other(
         agents_cache: Path, sealed_pack: Path, tmp_path: Path, key: str) -> None:
     replies = {FIXED: [StubReply(text=MINI_FIX), StubReply(text=MINI_SUBMIT)],
@@ -141,6 +159,7 @@ def test_mini_swe_agent_fixes_one_task_and_ends_at_its_step_limit_on_the_other(
     assert (ending["exit_code"], ending["ending"]) == (0, "LimitsExceeded"), stderr[-2000:]
 
 
+@pytest.mark.agents
 def test_aider_applies_one_edit_and_reports_the_edit_that_did_not_apply(
         agents_cache: Path, sealed_pack: Path, tmp_path: Path, key: str) -> None:
     replies = {FIXED: [StubReply(text=AIDER_FIX, repeat=True)],
@@ -154,6 +173,52 @@ def test_aider_applies_one_edit_and_reports_the_edit_that_did_not_apply(
     assert cards[UNFIXED]["outcome"] in ("fail", "abstain")
     stderr, ending = check_run(cards[UNFIXED], "aider.chat.history.md", key, tmp_path)
     assert ending["exit_code"] == 0 and "edit did not apply" in ending["said"], stderr[-2000:]
+
+
+@pytest.mark.preset_ci
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not on PATH (make test-packages installs it)")
+def test_codex_applies_its_patch_to_one_task_and_reports_the_patch_that_did_not_apply(
+        agents_cache: Path, sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    # The cheapest preset to install (one npm package and its binary, about 7 s): run by make test.
+    replies = {FIXED: [StubReply(text="Fixing the slice.", tool_calls=[exec_command(CODEX_PATCH)]),
+                       StubReply(text="Fixed the slice.")],
+               UNFIXED: [StubReply(tool_calls=[exec_command(CODEX_MISS)]), StubReply(text="It did not apply.")]}
+    _, _, cards, seconds = run_preset("codex", replies, sealed_pack, tmp_path, key)
+    print(f"codex: two tasks in {seconds:.1f} s")
+    assert cards[FIXED]["outcome"] == "pass"
+    stderr, ending = check_run(cards[FIXED], "codex.events.jsonl", key, tmp_path)
+    assert (ending["exit_code"], ending["ending"]) == (0, "turn.completed"), stderr[-2000:]
+    events = (workspace(tmp_path, FIXED) / ".sealbench" / "trace" / "codex.events.jsonl").read_text()
+    assert '"type":"file_change"' in events and '"status":"completed"' in events
+    # Exit 0 after its own patch tool refused the hunk: never a pass.
+    assert cards[UNFIXED]["outcome"] in ("fail", "abstain")
+    stderr, ending = check_run(cards[UNFIXED], "codex.events.jsonl", key, tmp_path)
+    assert ending["exit_code"] == 0 and "an edit did not apply" in ending["said"], stderr[-2000:]
+
+
+@pytest.mark.agents
+def test_claude_code_edits_one_task_and_ends_at_its_turn_limit_on_the_other(
+        agents_cache: Path, sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    window = str(workspace(tmp_path, FIXED) / "window.py")
+    replies = {FIXED: [StubReply(tool_calls=[StubToolCall(name="Read", arguments={"file_path": window})]),
+                       StubReply(text="Fixing the slice.", tool_calls=[StubToolCall(name="Edit", arguments={
+                           "file_path": window, "old_string": OLD_LINE, "new_string": "    return items[-n:]"})]),
+                       StubReply(text="Fixed the slice.")],
+               UNFIXED: [StubReply(text="Looking.", repeat=True, tool_calls=[StubToolCall(
+                   name="Bash", arguments={"command": "ls", "description": "list files"})])]}
+    _, _, cards, seconds = run_preset("claude-code", replies, sealed_pack, tmp_path, key)
+    print(f"claude-code: two tasks in {seconds:.1f} s")
+    assert cards[FIXED]["outcome"] == "pass"
+    stderr, ending = check_run(cards[FIXED], "claude.stream.jsonl", key, tmp_path, endpoint="anthropic")
+    assert (ending["ending"], ending["said"]) == ("success", []), stderr[-2000:]
+    # Its turn limit: the agent's own word is kept, the oracle's verdict is a failure.
+    assert cards[UNFIXED]["outcome"] in ("fail", "abstain")
+    stderr, ending = check_run(cards[UNFIXED], "claude.stream.jsonl", key, tmp_path, endpoint="anthropic")
+    assert ending["ending"] == "error_max_turns", stderr[-2000:]
+
+
+def exec_command(cmd: str) -> StubToolCall:
+    return StubToolCall(name="exec_command", arguments={"cmd": cmd})
 
 
 @pytest.fixture(autouse=True)

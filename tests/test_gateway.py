@@ -302,6 +302,22 @@ def test_exploit_agent_tries_paths_methods_and_bodies_the_endpoint_does_not_decl
     assert all(c["payload"].get("refused") for c in calls(events)[:-1])
 
 
+def test_anthropic_sdk_beta_query_is_served_and_no_other_query_is(
+        sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
+    # Claude Code posts to /v1/messages?beta=true; the query is dropped, not forwarded.
+    plan = {"1": [{"do": "anthropic", "model": "claude-stub", "query": "?beta=false"},
+                  {"do": "chat", "model": "stub-model", "query": "?beta=true"},
+                  {"do": "anthropic", "model": "claude-stub", "query": "?beta=true&x=1"},
+                  {"do": "anthropic", "model": "claude-stub", "query": "?beta=true", "write": "window.py"}]}
+    run_dir, events, _cards = gateway_run(sealed_pack, tmp_path, stub, plan)
+    # An unrouted Anthropic request is read as OpenAI's, whose key header it lacks: 401.
+    assert [s["status"] for s in agent_log(run_dir)["steps"]] == [401, 404, 401, 200]
+    assert stub.script.served == 1
+    made = calls(events)
+    assert all(c["payload"]["refused"] for c in made[:3])
+    assert made[3]["payload"]["endpoint"] == "anthropic" and "refused" not in made[3]["payload"]
+
+
 def test_exploit_agent_floods_the_gateway_with_a_huge_body_and_too_many_connections(
         sealed_pack: Path, tmp_path: Path, stub: StubServer) -> None:
     from sealbench.gateway import GatewayLimits

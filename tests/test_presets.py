@@ -70,14 +70,14 @@ def fake_install(base: Path, name: str, version: str, *, package_version: str | 
 
 
 def test_every_shipped_preset_loads_pins_an_exact_version_and_keeps_its_state_out_of_the_workspace() -> None:
-    assert {"mini-swe-agent", "aider"} <= set(preset_names())
+    assert {"mini-swe-agent", "aider", "codex", "claude-code"} <= set(preset_names())
     for name in preset_names():
         preset = load_preset(name)
         assert preset.name == name
         assert re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", preset.install.version), preset.install.version
         argv = " ".join(preset.run.argv)
         # The transcript goes to the trace folder, never the workspace.
-        assert f"@trace/{preset.run.transcript}" in argv or preset.run.transcript in (preset.run.ending_json or "")
+        assert f"@trace/{preset.run.transcript}" in argv or preset.run.transcript_from_stdout
         # Every path the preset names for the agent's own state is in the attempt's private home.
         for value in [*preset.run.env.values(), *preset.run.argv]:
             if value.startswith("/"):
@@ -207,17 +207,37 @@ def test_exploit_installed_version_changed_after_lock_is_refused_before_any_jour
 # --- the launcher ---------------------------------------------------------------------------
 
 
-def _launch(tmp_path: Path, script: str, *flags: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _launch(tmp_path: Path, script: str, *flags: str, args: tuple[str, ...] = ("@prompt", "@trace/out.json"),
+            env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
     trace = tmp_path / "trace"
     prompt = tmp_path / "prompt.md"
     prompt.write_text("fix the thing")
     agent = tmp_path / "agent.py"
     agent.write_text(script)
     proc = subprocess.run([sys.executable, str(HERE / "launch.py"), *flags, "--", sys.executable, str(agent),
-                           "@prompt", "@trace/out.json"], capture_output=True, text=True, timeout=60,
+                           *args], capture_output=True, text=True, timeout=60,
                           env={"SEALBENCH_TRACE_DIR": str(trace), "SEALBENCH_PROMPT_FILE": str(prompt),
-                               "PATH": "/usr/bin:/bin"})
+                               "PATH": "/usr/bin:/bin", **(env or {})})
     return proc, trace
+
+
+def test_agent_that_prints_its_transcript_gets_it_in_the_trace_folder_and_its_last_event_read(
+        tmp_path: Path) -> None:
+    # Codex CLI and Claude Code: JSON Lines on stdout, a URL from the environment in an
+    # argument, a configuration folder that must exist before they start.
+    home = tmp_path / "home" / ".codex"
+    script = ("import json, os, sys\nassert os.path.isdir(sys.argv[2]), sys.argv[2]\n"
+              "print(json.dumps({'type': 'turn.started', 'url': sys.argv[1]}))\n"
+              "print(json.dumps({'type': 'turn.failed'}))\n")
+    proc, trace = _launch(tmp_path, script, "--ending-json", "events.jsonl:type", "--mkdir", str(home),
+                          "--tee", "events.jsonl", args=('base_url="@{GATEWAY_URL}/v1" @{UNSET}.', str(home)),
+                          env={"GATEWAY_URL": "http://127.0.0.1:7700/openai"})
+    assert proc.returncode == 0, proc.stderr
+    assert (trace / "events.jsonl").read_text() == proc.stdout  # passed through and written, byte for byte
+    first = json.loads(proc.stdout.splitlines()[0])
+    assert first["url"] == 'base_url="http://127.0.0.1:7700/openai/v1" .'
+    assert json.loads((trace / "sealbench-ending.json").read_text()) == {
+        "exit_code": 0, "ending": "turn.failed", "said": []}
 
 
 def test_agent_that_exits_0_at_its_step_limit_is_recorded_as_it_says(tmp_path: Path) -> None:

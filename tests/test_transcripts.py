@@ -178,3 +178,61 @@ def test_a_transcript_s_messages_show_on_the_task_page_in_headless_chromium(
     assert "Transcript" in page.text
     assert "You repair Python code." in page.text and "Rewrote last_n with a negative slice." in page.text
     assert "hello from jsonl" in page.text
+
+
+# --- the agent's own word on how it ended ---------------------------------------------------
+
+ENDING_AGENT = """
+import json, os, sys
+t = os.environ["SEALBENCH_TRACE_DIR"]
+os.makedirs(t, exist_ok=True)
+if sys.argv[1] != "none":
+    open(os.path.join(t, "sealbench-ending.json"), "w").write(sys.argv[1])
+open("window.py", "w").write(FIX if sys.argv[2] == "fix" else "")
+"""
+
+
+def _ending_run(pack: Path, tmp_path: Path, record: str, fix: bool, name: str) -> tuple[dict[str, object], dict]:
+    script = tmp_path / f"{name}.py"
+    script.write_text(f"FIX = {FIX!r}\n" + ENDING_AGENT, encoding="utf-8")
+    contract = tmp_path / f"{name}.json"
+    import shlex
+    make_contract(pack, contract, task_ids=[TASK], mounts=[str(script)], run_id=f"ending-{name}",
+                  command=shlex.join(["python3", str(script), record, "fix" if fix else "break"]),
+                  narration_probe=False)
+    run_dir = tmp_path / name
+    execute(contract, run_dir, RunOptions(progress=False))
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    return _agent_finished(run_dir), card
+
+
+@needs_bwrap
+def test_the_agent_s_own_ending_is_in_the_scorecard_beside_the_verdict_that_alone_decides(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    said = json.dumps({"exit_code": 0, "ending": "Submitted", "said": []})
+    finished, card = _ending_run(sealed_pack, tmp_path, said, fix=False, name="says-done")
+    # The agent says it submitted; the hidden tests say it failed, and they decide.
+    assert finished["agent_ending"] == {"exit_code": 0, "ending": "Submitted", "said": []}
+    assert card["outcome"] == "fail" and card["agent_ending"] == {"exit_code": 0, "ending": "Submitted", "said": []}
+    gave_up = json.dumps({"exit_code": 1, "ending": None, "said": ["edit did not apply"]})
+    _, card = _ending_run(sealed_pack, tmp_path, gave_up, fix=True, name="says-failed")
+    assert card["outcome"] == "pass" and card["agent_ending"]["said"] == ["edit did not apply"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("record", ["none", "not json", '{"exit_code": "0", "ending": null, "said": []}',
+                                    '{"exit_code": 0, "ending": null}', '["Submitted"]',
+                                    '{"exit_code": 0, "ending": null, "said": [1]}'])
+def test_an_agent_that_says_nothing_or_garbles_its_ending_gets_no_ending_and_keeps_old_bytes(
+        sealed_pack: Path, tmp_path: Path, record: str) -> None:
+    finished, card = _ending_run(sealed_pack, tmp_path, record, fix=True, name="quiet")
+    assert "agent_ending" not in finished and "agent_ending" not in card
+    assert card["outcome"] == "pass"
+
+
+def test_an_ending_record_is_read_strictly_and_cut_to_size() -> None:
+    long = json.dumps({"exit_code": None, "ending": "x" * 2000, "said": ["y" * 900] * 50}).encode()
+    ending = attempt.agent_ending(long)
+    assert ending is not None and len(ending.ending or "") == 500 and len(ending.said) == 20
+    assert attempt.agent_ending(b" " * (65 << 10)) is None
+    assert attempt.agent_ending(b'{"exit_code": true, "ending": null, "said": []}') is None

@@ -310,6 +310,10 @@ def wait_gap(cancel: Cancellation, since: float, gap_s: float, deadline: float) 
 
 TRACE_CAPS: Final = TraceCaps()
 """What of an agent's trace folder a run keeps as blobs (see :class:`sealbench.agentfs.TraceCaps`)."""
+AGENT_ENDING_FILE: Final = "sealbench-ending.json"
+"""What a preset's launcher writes to the trace folder (see :mod:`sealbench.presets.launch`)."""
+ENDINGS_KEPT_FROM: Final = 4
+"""The derivation version from which that record is read onto ``agent_finished``."""
 TRANSCRIPTS_KEPT_FROM: Final = 3
 """The derivation version from which the trace folder's files are kept (and listed on
 agent_finished); a run started under an older one keeps only the folder's digest."""
@@ -330,9 +334,31 @@ def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
                           **ev.present(bytes=t.size, not_kept=t.not_kept,
                                        blob=store_bytes(settings.run_dir, t.data) if t.data is not None else None))
              for t in trace.entries]
+    ending = None
+    if settings.derivation_version >= ENDINGS_KEPT_FROM:
+        ending = agent_ending(next((t.data for t in trace.entries if t.path == AGENT_ENDING_FILE), None))
     # Absent when the folder is empty (most agents write nothing there): the line stays short.
     return {"transcript": trace.digest, **ev.present(transcript_files=files or None,
-                                                      transcript_files_omitted=trace.omitted or None)}
+                                                      transcript_files_omitted=trace.omitted or None,
+                                                      agent_ending=ending)}
+
+
+def agent_ending(data: bytes | None) -> ev.AgentEnding | None:
+    """How the agent says it ended: ``sealbench-ending.json`` of its trace folder, as a preset's
+    launcher writes it, or None when there is none or it is not that record (the agent can
+    write the folder; what it says there is its word and decides nothing)."""
+    if data is None or len(data) > 64 << 10:
+        return None
+    try:
+        raw = json.loads(data)
+        code, ending, said = raw["exit_code"], raw["ending"], raw["said"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not (code is None or type(code) is int) or not (ending is None or isinstance(ending, str)) \
+            or not isinstance(said, list) or not all(isinstance(x, str) for x in said):
+        return None
+    return ev.AgentEnding(exit_code=code, ending=ending[:500] if ending else ending,
+                          said=[x[:200] for x in said[:20]])
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any, Final
 from . import events as ev
 from .digest import canonical_json, is_real_digest, sha256_bytes
 from .formats import (
+    AgentEnding,
     ForgingFlags,
     ModelEndpoint,
     ModelUsage,
@@ -37,7 +38,7 @@ from .formats import (
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
 
-DERIVATION_VERSION: Final = 3
+DERIVATION_VERSION: Final = 4
 """The version of the rules this release derives new runs with (see the module docstring).
 
 1: the rules of the first release that recorded one. 2: the same rules, over journals that may
@@ -47,7 +48,10 @@ hold ``submitted``, ``duplicate_result`` and ``model_call`` events (each task's 
 says the bundle was made by a newer release rather than failing it. 3: the same rules, over
 journals whose ``agent_finished`` events may list the agent's trace folder
 (``transcript_files``), each kept file a blob the bundle carries and ``verify`` checks; the
-traces hold those lines, so the task's trace digest covers the transcript."""
+traces hold those lines, so the task's trace digest covers the transcript. 4: the same rules,
+over journals whose ``agent_finished`` events may carry ``agent_ending`` (how the agent says
+it ended, from an agent preset's launcher); the scorecard of a task whose last attempt's agent
+said so carries it as ``agent_ending``."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -108,6 +112,10 @@ def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpo
             cost=round(used.cost, 9) if used.cost is not None else None, currency=used.currency,
             cap_reached=next((line.event.cap for line in task_events
                               if isinstance(line.event, ev.ModelCall) and line.event.cap is not None), None))
+    ending = next((line.event.agent_ending for line in reversed(task_events)
+                   if isinstance(line.event, ev.AgentFinished)), None)
+    if ending is not None:  # only where the agent said: other scorecards keep their bytes
+        card["agent_ending"] = AgentEnding(exit_code=ending.exit_code, ending=ending.ending, said=list(ending.said))
     # Complete only when every control is present and within its published cap.
     card["scorecard_complete"] = (
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
@@ -427,7 +435,7 @@ class Rules:
     readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
 
 
-RESUMABLE: Final = frozenset({1, 2, 3})
+RESUMABLE: Final = frozenset({1, 2, 3, 4})
 """The versions of the runs this release continues on resume: their rules are the ones it
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""
@@ -439,6 +447,7 @@ RULES: Final[Mapping[int, Rules]] = {
     1: _RULES_1,
     2: _RULES_1,
     3: _RULES_1,
+    4: _RULES_1,
 }
 
 

@@ -236,6 +236,17 @@ class TraceFile(Model):
     not_kept: str | None = Field(None, description="Why its bytes were not kept (a cap, a link, a special file).")
 
 
+class AgentEnding(Model):
+    """How the agent itself says it ended, as a preset's launcher recorded it in the trace
+    folder (``sealbench-ending.json``): the agent's word, never the verdict."""
+
+    exit_code: int | None = Field(None, description="The agent's own exit code.")
+    ending: str | None = Field(None, description="The ending its transcript states (mini-swe-agent's exit status, "
+                               "Codex CLI's last event, Claude Code's result subtype); null when it states none.")
+    said: list[str] = Field(default_factory=list, description="What its output said of its ending, by the preset's "
+                            "labels ('edit did not apply').")
+
+
 class AgentFinished(ProcessFacts, Event):
     """The agent's attempt ended (its process facts, or a Python agent's)."""
 
@@ -247,6 +258,8 @@ class AgentFinished(ProcessFacts, Event):
                                                      "(derivation version 3 on; absent when it is empty).")
     transcript_files_omitted: int | None = Field(None, description="Entries of the trace folder past the "
                                                  "listing's cap, not listed.")
+    agent_ending: AgentEnding | None = Field(None, description="How the agent says it ended, read from its trace "
+                                             "folder (derivation version 4 on; absent when it says nothing).")
     action: Any = Field(None, description="What a built-in or Python agent returned (free-form; never a blob).")
     error: str | None = Field(None, description="Why the agent failed without an exit code.")
 

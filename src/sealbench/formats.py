@@ -422,6 +422,15 @@ class ModelUsage(Model):
         description="The budget cap that refused the task's first refused-for-a-cap call; absent when no cap did.")
 
 
+class AgentEnding(Model):
+    """How the agent itself said its last attempt ended, beside the oracle's verdict, which
+    alone decides pass or fail."""
+
+    exit_code: int | None = Field(description="The agent's own exit code.")
+    ending: str | None = Field(description="The ending its transcript states; null when it states none.")
+    said: list[str] = Field(description="What its output said of its ending, by the preset's labels.")
+
+
 class Scorecard(Model):
     """One task's scorecard: the ten fields the scorecard rules require, plus outcome, first attempt and patch."""
 
@@ -444,11 +453,14 @@ class Scorecard(Model):
         "scorecards derived before the field keep their bytes).")
     model_usage: ModelUsage | None = Field(
         None, description="Present only when the task's agent called a model through the gateway.")
+    agent_ending: AgentEnding | None = Field(
+        None, description="How the agent said its last attempt ended (an agent preset's launcher records it); "
+        "present only when it said (derivation version 4 on).")
 
     @model_serializer(mode="wrap")
     def _absent_when_unflagged(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name in ("forging_flags", "model_usage"):
+        for name in ("forging_flags", "model_usage", "agent_ending"):
             if data.get(name) is None:
                 data.pop(name, None)
         return data

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 RELAY_PORT: Final = 7700
 """The loopback port the relay listens on inside every sandbox (its network namespace is its own)."""
 
+_DROPPED_QUERIES: Final = frozenset({("anthropic-messages", "beta=true")})
+"""The query strings a declared path may carry (not forwarded): those the agents' SDKs send."""
 _PASSED_REQUEST_HEADERS: Final = ("content-type", "accept", "anthropic-version", "anthropic-beta", "openai-beta")
 # content-encoding: an upstream that compresses despite "Accept-Encoding: identity" still reaches
 # the agent readable (its usage is then unknown).
@@ -547,8 +549,14 @@ class Gateway:
         return web.json_response(body, status=status, headers=close)
 
     def _route(self, raw_path: str) -> tuple[ModelEndpoint | None, str]:
+        # One query string is allowed, and dropped: the Anthropic SDK marks beta requests with
+        # "?beta=true" (the features travel in the anthropic-beta header, which is passed).
+        # Upstream gets the declared path alone.
+        path, mark, query = raw_path.partition("?")
         for name, endpoint in self.endpoints.items():
-            if raw_path == f"/{name}{model_api.PATHS[endpoint.style]}":
+            if mark and (endpoint.style, query) not in _DROPPED_QUERIES:
+                continue
+            if path == f"/{name}{model_api.PATHS[endpoint.style]}":
                 return endpoint, ""
         paths = ", ".join(f"POST /{n}{model_api.PATHS[e.style]}" for n, e in self.endpoints.items())
         return None, f"path {raw_path[:200]!r} is not a declared endpoint's API path (declared: {paths})"

@@ -213,36 +213,31 @@ def _event(data: dict[str, Any], name: str | None = None) -> bytes:
 
 def reply_stream(style: ApiStyle | str, model: str, pieces: list[str], usage: Usage,
                  reply_id: str, tool_calls: Sequence[ToolCall] = ()) -> Iterator[bytes]:
-    """The server-sent events of a streamed reply: one event per piece of text, usage last.
+    """The server-sent events of a streamed reply: one event per piece of text, usage last. A
+    Responses stream carries every item's lifecycle, from ``response.created`` to
+    ``response.completed``, as the OpenAI SDKs and Codex CLI expect.
 
     With ``tool_calls``, each call follows the text (an empty text is left out), its arguments
     streamed in pieces as the style does: ``delta.tool_calls`` chunks (OpenAI chat), a
     ``function_call`` output item with ``response.function_call_arguments.delta`` events
-    (Responses, whose stream then carries every item's lifecycle from ``response.created``),
-    a ``tool_use`` block with ``input_json_delta`` pieces (Anthropic).
+    (Responses), a ``tool_use`` block with ``input_json_delta`` pieces (Anthropic).
     """
     text = "".join(pieces)
     if style not in ("openai-chat", "openai-responses"):
         yield from _messages_stream(model, pieces, usage, reply_id, tool_calls)
         return
-    if tool_calls:
-        if style == "openai-chat":
-            yield from _chat_tool_stream(model, pieces, usage, reply_id, tool_calls)
-        else:
-            yield from _responses_tool_stream(model, pieces, usage, reply_id, tool_calls)
+    if style == "openai-responses":
+        yield from _responses_stream(model, pieces, usage, reply_id, tool_calls)
         return
-    if style == "openai-chat":
-        base = {"id": reply_id, "object": "chat.completion.chunk", "created": 0, "model": model}
-        for piece in pieces:
-            yield _event({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
-        yield _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        yield _event({**base, "choices": [], "usage": reply_body(style, model, text, usage, reply_id)["usage"]})
-        yield b"data: [DONE]\n\n"
-    else:
-        for piece in pieces:
-            yield _event({"type": "response.output_text.delta", "delta": piece}, "response.output_text.delta")
-        yield _event({"type": "response.completed", "response": reply_body(style, model, text, usage, reply_id)},
-                     "response.completed")
+    if tool_calls:
+        yield from _chat_tool_stream(model, pieces, usage, reply_id, tool_calls)
+        return
+    base = {"id": reply_id, "object": "chat.completion.chunk", "created": 0, "model": model}
+    for piece in pieces:
+        yield _event({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+    yield _event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    yield _event({**base, "choices": [], "usage": reply_body(style, model, text, usage, reply_id)["usage"]})
+    yield b"data: [DONE]\n\n"
 
 
 def _chat_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
@@ -265,7 +260,7 @@ def _chat_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str
     yield b"data: [DONE]\n\n"
 
 
-def _responses_tool_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
+def _responses_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
                            tool_calls: Sequence[ToolCall]) -> Iterator[bytes]:
     text = "".join(pieces)
     whole = reply_body("openai-responses", model, text, usage, reply_id, tool_calls)

@@ -70,13 +70,20 @@ class PresetRun(Model):
 
     argv: list[NonEmptyStr] = Field(min_length=1, description="The agent's argv: {bin} its install's bin folder, "
                                     "{model} the model, @prompt the prompt's text, @trace/ the trace folder, "
-                                    "and the contract's placeholders ({prompt_file} ...).")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment set for the agent.")
+                                    "@{NAME} within an argument the variable's value in the sandbox (the "
+                                    "gateway's URL), and the contract's placeholders ({prompt_file} ...).")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment set for the agent ({model}: "
+                                "the model).")
     transcript: NonEmptyStr = Field(description="The file the agent writes its transcript to, in the trace folder.")
     ending_json: str | None = Field(None, description="FILE:KEY.KEY: where in its transcript the agent "
-                                    "says how it ended.")
+                                    "says how it ended (in a JSON Lines file, its last line).")
     ending_text: list[str] = Field(default_factory=list, description="TEXT=LABEL: output that says how the "
                                    "agent ended (an edit that did not apply).")
+    transcript_from_stdout: bool = Field(False, description="The agent prints its transcript on standard "
+                                         "output: the launcher also writes that output to `transcript`.")
+    make_dirs: list[NonEmptyStr] = Field(default_factory=list, description="Folders made before the agent "
+                                         "starts (under the private home, for an agent that needs its "
+                                         "configuration folder to exist).")
 
 
 class Preset(Model):
@@ -196,11 +203,18 @@ def list_installed(base: Path | None = None) -> list[Installed]:
 
 
 def _tree_bytes(root: Path) -> int:
+    """The bytes of the files under ``root``, each hard-linked file once (Claude Code's
+    installer links its native binary into place)."""
     total = 0
+    seen: set[tuple[int, int]] = set()
     for dirpath, _dirs, files in os.walk(root):
         for f in files:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, f)).st_size
+                st = os.lstat(os.path.join(dirpath, f))
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
     return total
 
 
@@ -261,12 +275,16 @@ def install(name: str, version: str | None = None, base: Path | None = None,
 def command_for(preset: Preset, root: Path, model: str, python: str = "python") -> str:
     """The contract's command template for ``preset`` installed at ``root``: ``env`` with the
     preset's environment, the launcher, then the agent's argv."""
-    env = {**BASE_ENV, **preset.run.env}
+    env = {k: v.replace("{model}", model) for k, v in {**BASE_ENV, **preset.run.env}.items()}
     ending: list[str] = []
     if preset.run.ending_json:
         ending += ["--ending-json", preset.run.ending_json]
     for text in preset.run.ending_text:
         ending += ["--ending-text", text]
+    for folder in preset.run.make_dirs:
+        ending += ["--mkdir", folder]
+    if preset.run.transcript_from_stdout:
+        ending += ["--tee", preset.run.transcript]
     argv = [a.replace("{bin}", str(bin_dir(root, preset.install.registry))).replace("{model}", model)
             for a in preset.run.argv]
     words = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), python, str(root / LAUNCHER), *ending, "--",

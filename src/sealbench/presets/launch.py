@@ -3,18 +3,22 @@
 Copied beside each installed agent by ``sealbench agents install`` and run by the contract's
 command with the sandbox's Python; standard library only (nothing of sealbench is importable
 in the sandbox). It fills ``@prompt`` (the prompt's text) and ``@trace/`` (the trace folder)
-in the agent's argv, runs it with its output passed through, then writes
-``$SEALBENCH_TRACE_DIR/sealbench-ending.json`` and one ``sealbench-launch:`` line on stderr,
-and exits with the agent's exit code. The ending is the agent's own word, kept beside the
-oracle's verdict: it never decides pass or fail.
+in the agent's argv, and ``@{NAME}`` within an argument (the variable's value, such as the
+gateway's URL), makes the folders given by ``--mkdir``, runs the agent with its output passed
+through (and its standard output also written to ``--tee FILE`` in the trace folder, for an
+agent that prints its transcript), then writes ``$SEALBENCH_TRACE_DIR/sealbench-ending.json``
+and one ``sealbench-launch:`` line on stderr, and exits with the agent's exit code. The ending
+is the agent's own word, kept beside the oracle's verdict: it never decides pass or fail.
 
-    python launch.py [--ending-json FILE:KEY.KEY] [--ending-text TEXT=LABEL ...] -- ARGV...
+    python launch.py [--ending-json FILE:KEY.KEY] [--ending-text TEXT=LABEL ...] [--mkdir DIR ...]
+                     [--tee FILE] -- ARGV...
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,13 +30,18 @@ TAIL_BYTES = 1 << 20
 """How much of the agent's output is kept for --ending-text (the last MiB of each stream)."""
 
 
-def _pump(src: IO[bytes], dst: IO[bytes], tail: bytearray) -> None:
+_ENV_RE = re.compile(r"@\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _pump(src: IO[bytes], dst: IO[bytes], tail: bytearray, copy: IO[bytes] | None = None) -> None:
     while True:
         chunk = src.read1(65536)  # type: ignore[attr-defined]
         if not chunk:
             return
         dst.write(chunk)
         dst.flush()
+        if copy is not None:
+            copy.write(chunk)
         tail += chunk
         if len(tail) > 2 * TAIL_BYTES:
             del tail[:-TAIL_BYTES]
@@ -43,13 +52,17 @@ def _fill(arg: str, prompt: str, trace: str) -> str:
         return prompt
     if arg.startswith("@trace/"):
         return trace + arg.removeprefix("@trace")
-    return arg
+    return _ENV_RE.sub(lambda m: os.environ.get(m.group(1), ""), arg)
 
 
 def _json_ending(trace: Path, spec: str) -> str | None:
     name, _, keys = spec.partition(":")
     try:
-        value: Any = json.loads((trace / name).read_text(encoding="utf-8"))
+        text = (trace / name).read_text(encoding="utf-8")
+        try:
+            value: Any = json.loads(text)
+        except ValueError:  # JSON Lines: the last line says how it ended
+            value = json.loads(text.strip().rsplit("\n", 1)[-1])
         for key in keys.split("."):
             value = value[key]
     except (OSError, ValueError, KeyError, TypeError, IndexError):
@@ -64,12 +77,18 @@ def main(argv: list[str]) -> int:
     split = argv.index("--")
     opts, command = argv[:split], argv[split + 1:]
     ending_json: str | None = None
+    tee: str | None = None
+    dirs: list[str] = []
     texts: list[tuple[str, str]] = []
     while opts:
         flag, value = opts[0], opts[1]
         opts = opts[2:]
         if flag == "--ending-json":
             ending_json = value
+        elif flag == "--tee":
+            tee = value
+        elif flag == "--mkdir":
+            dirs.append(value)
         elif flag == "--ending-text":
             text, _, label = value.partition("=")
             texts.append((text, label or text))
@@ -81,6 +100,8 @@ def main(argv: list[str]) -> int:
     for sub in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
         if os.environ.get(sub):
             Path(os.environ[sub]).mkdir(parents=True, exist_ok=True)
+    for folder in dirs:
+        Path(folder).mkdir(parents=True, exist_ok=True)
     command = [_fill(a, prompt, trace) for a in command]
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -90,13 +111,16 @@ def main(argv: list[str]) -> int:
         return 127
     tails = (bytearray(), bytearray())
     assert proc.stdout is not None and proc.stderr is not None
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, tails[0])),
+    copy = open(Path(trace, tee), "wb") if tee and trace else None  # noqa: SIM115 (closed below)
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, tails[0], copy)),
              threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, tails[1]))]
     for pump in pumps:
         pump.start()
     code = proc.wait()
     for pump in pumps:
         pump.join()
+    if copy is not None:
+        copy.close()
     output = bytes(tails[0] + tails[1]).decode("utf-8", "replace")
     said = [label for text, label in texts if text in output]
     ending = _json_ending(Path(trace), ending_json) if ending_json and trace else None
