@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow test-soak test-defences test-agents agents demo lint typecheck bench clean system-packages test-packages data docs
+.PHONY: setup test test-slow test-soak test-defences test-agents bench-presets agents demo lint typecheck bench clean system-packages test-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -88,6 +88,10 @@ agents: setup
 
 test-agents: agents
 	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python -m pytest -q -s -m "agents or preset_ci" $(PYTEST_ARGS)
+
+# Each preset's time per task over a bare command agent, in the same runs (the README's table).
+bench-presets: agents
+	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python benchmarks/preset_overhead.py
 
 # The kill soak: a run's whole process group killed 30 times at --jobs 4, twice (two seeds).
 test-soak: setup

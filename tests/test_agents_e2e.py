@@ -225,3 +225,29 @@ def exec_command(cmd: str) -> StubToolCall:
 def _no_stray_cache(agents_cache: Path) -> Iterator[None]:
     yield
     assert not (Path.cwd() / ".aider.chat.history.md").exists()
+
+
+def _demo(name: str, tmp_path: Path, cli: Any) -> None:
+    code, out, err = cli("demo", "--agent", name, "--dir", str(tmp_path / "demo"))
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert "1 of 2 task_pass" in out and "verifies" in out and "report:" in out
+    cards = {c["task_id"]: c for c in map(json.loads, (tmp_path / "demo" / "runs" / f"demo-{name}" /
+                                                        "scorecards.jsonl").read_text().splitlines())}
+    assert cards[FIXED]["outcome"] == "pass" and cards[UNFIXED]["outcome"] in ("fail", "abstain")
+    # The agent's own word, in the scorecard beside the verdict.
+    assert cards[FIXED]["agent_ending"]["exit_code"] == 0
+    assert f"{FIXED}: the hidden tests say pass; the agent says" in out
+
+
+@pytest.mark.preset_ci
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not on PATH (make test-agents installs it)")
+def test_demo_with_codex_fixes_one_sample_task_not_the_other_and_verifies(
+        agents_cache: Path, tmp_path: Path, cli: Any) -> None:
+    _demo("codex", tmp_path, cli)
+
+
+@pytest.mark.agents
+@pytest.mark.parametrize("name", ["mini-swe-agent", "aider", "claude-code"])
+def test_demo_with_each_other_preset_fixes_one_sample_task_not_the_other_and_verifies(
+        name: str, agents_cache: Path, tmp_path: Path, cli: Any) -> None:
+    _demo(name, tmp_path, cli)

@@ -361,3 +361,17 @@ def test_a_bad_tool_call_in_json_is_refused(tmp_path: Path) -> None:
     script.write_text(json.dumps([{"tool_calls": {"name": "run", "arguments": {}}}]))
     with pytest.raises(UsageError, match=r"tool_calls"):
         load_script(script)
+
+
+def test_a_reply_with_when_is_served_only_to_requests_whose_body_holds_its_text(serve: Any) -> None:
+    # How `demo --agent` tells two tasks apart: a line of each task's prompt.
+    server = serve([StubReply(text="for the other task", when="billing.py", repeat=True),
+                    StubReply(text="for this task", when="fix it", repeat=True)])
+    for style in STYLES:
+        assert parse(style, post(server, style, False), False).text == "for this task"
+    body = json.dumps({"model": "stub-model", "messages": [{"role": "user", "content": "nothing known"}]})
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 503 and b"no reply left" in resp.read()
+    conn.close()

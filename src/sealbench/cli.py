@@ -365,6 +365,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    if args.agent is not None:
+        from .demo import run_agent_demo
+
+        return run_agent_demo(Path(args.dir), args.agent, sandbox=args.sandbox)
     return run_demo(Path(args.dir), sandbox=args.sandbox)
 
 
@@ -645,6 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default="sealbench-demo",
                    help="where the demo writes its pack, contracts and runs (default: sealbench-demo)")
     p.add_argument("--sandbox", choices=_sandbox_names(), default="auto", help="where the agents run (default: auto, the first sandbox that isolates and starts here; never none)")
+    p.add_argument("--agent", metavar="NAME", default=None,
+                   help="instead, a real agent: install the preset NAME (cached; see `sealbench agents list`) and "
+                        "run it over two sample tasks against a scripted model, one fixed and one not; then "
+                        "bundle, verify, report (default: none, the scripted agents' demo)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bundle", help="write OUT/<run_id>/ with SHA256SUMS: what a stranger needs to verify a run")

@@ -11,9 +11,10 @@ from pathlib import Path
 from .bundle import make_bundle, verify_bundle
 from .compare import compare
 from .contract import load_contract, lock_contract, new_contract
-from .errors import Refusal
+from .errors import Refusal, UsageError
 from .files import model_json, write_atomic
 from .formats import AgentSpec
+from .model_stub import StubReply
 from .pack import check_pack, seal_pack
 from .render import print_run_summary
 from .report import write_report
@@ -118,4 +119,94 @@ def run_demo(root: Path, sandbox: str = "auto") -> int:
     except Refusal as e:
         print(f"  a second run of a locked run_id (best of two): refused: {e}")
     print(f"\ndemo files are in {root}/", file=sys.stderr)
+    return code
+
+
+DEMO_MODEL = "demo-model"
+DEMO_KEY_ENV = "SEALBENCH_DEMO_MODEL_KEY"
+# A line of each task's prompt: the scripted model tells the two tasks apart by it.
+_PROMPT_MARKS = {"t_11_fix_off_by_one": "`last_n(items, n)` in `window.py`",
+                 "t_03_rename_helper": "The helper `calc` in `billing.py`"}
+
+
+def _for_task(replies: list[StubReply], task: str, workspace: Path) -> list[StubReply]:
+    """The preset's canned replies for ``task``: served only to requests that carry its prompt,
+    with ``{workspace}`` filled in."""
+    mark = json.dumps(_PROMPT_MARKS[task])[1:-1]  # as it appears in a JSON request body
+    out = []
+    for reply in replies:
+        calls = [c.model_copy(update={"arguments": json.loads(json.dumps(c.arguments).replace(
+            "{workspace}", json.dumps(str(workspace))[1:-1]))}) for c in reply.tool_calls]
+        out.append(reply.model_copy(update={"when": mark, "tool_calls": calls,
+                                            "text": reply.text.replace("{workspace}", str(workspace))}))
+    return out
+
+
+def run_agent_demo(root: Path, name: str, sandbox: str = "auto") -> int:
+    """``sealbench demo --agent NAME``: install the preset (cached), run it in the sandbox over
+    two tasks of the sample pack, through the model gateway, against ``model-stub`` with the
+    preset's canned replies (one task fixed, one not); then score, bundle, verify, report."""
+    import os
+    import secrets
+
+    from .model_stub import start
+    from .presets import DEMO_FIXED, DEMO_MISSED, agent_for, endpoint_for, install, load_preset
+
+    preset = load_preset(name)
+    if preset.demo is None:
+        raise UsageError(f"agent preset {name} has no canned replies for the demo ([demo] in its preset file)")
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    _say(f"install {name} {preset.install.version} ({preset.install.registry} {preset.install.package}; cached)")
+    done = install(name)
+    print(f"installed in {done.root} ({done.bytes / 1e6:.0f} MB)")
+    pack_dir = root / "pack"
+    shutil.copytree(EXAMPLES / "sample_pack", pack_dir)
+    pack = seal_pack(pack_dir)
+    run_id = f"demo-{name}"
+    run_dir = root / "runs" / run_id
+    work = run_dir / "work"
+    script = [*_for_task(preset.demo.fix, DEMO_FIXED, work / DEMO_FIXED / "ws"),
+              *_for_task(preset.demo.miss, DEMO_MISSED, work / DEMO_MISSED / "ws")]
+    key = "sk-demo-" + secrets.token_hex(16)
+    before = os.environ.get(DEMO_KEY_ENV)
+    os.environ[DEMO_KEY_ENV] = key  # the gateway reads the key by this name; the sandbox never sees it
+    stub = start(script, key=key)
+    try:
+        _say(f"{run_id}: {name} in the sandbox, through the gateway, against a scripted model "
+             f"({stub.url}; it fixes {DEMO_FIXED}, not {DEMO_MISSED})")
+        agent, _ = agent_for(name, DEMO_MODEL)
+        cfile = root / f"{run_id}.contract.json"
+        contract, _ = new_contract(pack, cfile, [DEMO_FIXED, DEMO_MISSED], host="this machine (demo)",
+                                   model_access=f"scripted model-stub as {DEMO_MODEL}", agent=agent, max_attempts=1,
+                                   oracle_validity="unavailable", narration_probe=False)
+        suffix = "" if preset.api_style == "anthropic-messages" else "/v1"
+        endpoint = endpoint_for(preset, DEMO_MODEL, base_url=stub.url + suffix, key_env=DEMO_KEY_ENV)
+        contract = contract.model_copy(update={"model_endpoints": [endpoint]})
+        write_atomic(cfile, model_json(lock_contract(contract, run_id, datetime.now(UTC), pack)))
+        execute(cfile, run_dir, RunOptions(sandbox=sandbox, progress=False, keep_work=True,
+                                           runs_index=root / "runs-index"))
+    finally:
+        stub.close()
+        if before is None:
+            os.environ.pop(DEMO_KEY_ENV, None)
+        else:
+            os.environ[DEMO_KEY_ENV] = before
+    code = print_run_summary(cfile, run_dir)
+    for line in (run_dir / "scorecards.jsonl").read_text(encoding="utf-8").splitlines():
+        card = json.loads(line)
+        said = card.get("agent_ending") or {}
+        words = ", ".join(([f"status {said['ending']}"] if said.get("ending") else []) + said.get("said", [])) \
+            or "nothing"
+        print(f"  {card['task_id']}: the hidden tests say {card['outcome']}; the agent says {words} "
+              f"(exit {said.get('exit_code')})")
+    _say("bundle, verify, report")
+    bundle = make_bundle(run_dir, root / "bundles")
+    verify_bundle(bundle)
+    print(f"  {bundle}: verifies")
+    _md, html = write_report(bundle, root / "reports" / run_id)
+    print(f"  report: {html}")
+    print(f"\ndemo files are in {root}/ (`sealbench show {run_dir} {DEMO_FIXED}`: the agent's transcript)",
+          file=sys.stderr)
     return code

@@ -106,6 +106,8 @@ class StubReply(_Strict):
         default_factory=list, description="Tool calls the reply makes after its text, each {name, arguments: a "
         "JSON object, id: optional}; empty: a text-only reply. With calls, an empty text is left out.")
     model: str | None = Field(None, description="Only for requests naming this model; null: any.")
+    when: str | None = Field(None, description="Only for requests whose body holds this text (as sent, JSON-"
+                             "escaped), such as a line of one task's prompt; null: any.")
     usage: StubUsage = Field(default_factory=StubUsage, description="Usage the reply reports.")
     status: int = Field(200, ge=200, le=599, description="HTTP status; not 200 sends an error reply.")
     repeat: bool = Field(False, description="True: the reply is never used up.")
@@ -145,9 +147,11 @@ class Script:
     used: set[int] = field(default_factory=set)
     served: int = 0
 
-    def take(self, model: str) -> StubReply | None:
+    def take(self, model: str, body: bytes = b"") -> StubReply | None:
         for i, reply in enumerate(self.replies):
             if i in self.used or (reply.model is not None and reply.model != model):
+                continue
+            if reply.when is not None and reply.when.encode() not in body:
                 continue
             if not reply.repeat:
                 self.used.add(i)
@@ -179,8 +183,9 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
         if model_api.presented_token(style, headers) != key:
             return web.json_response(model_api.error_body(style, "invalid api key", "authentication_error"),
                                      status=401)
+    raw = await request.read()
     try:
-        body = json.loads(await request.read())
+        body = json.loads(raw)
     except ValueError:
         return web.json_response(model_api.error_body(style, "the body is not JSON"), status=400)
     model = body.get("model") if isinstance(body, dict) else None
@@ -188,7 +193,7 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
         return web.json_response(model_api.error_body(style, "the body names no model"), status=400)
     if latency_s > 0:
         await asyncio.sleep(latency_s)
-    reply = script.take(model)
+    reply = script.take(model, raw)
     if reply is None:
         return web.json_response(model_api.error_body(style, f"the script has no reply left for model {model}",
                                                       "overloaded_error"), status=503)

@@ -28,12 +28,13 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, ValidationError
 
 from ..errors import ContractError, RunRefusal, UsageError
 from ..formats import AgentPreset, AgentSpec, ApiStyle, Id, Model, ModelEndpoint, NonEmptyStr, ScoringContract
+from ..model_stub import StubReply
 
 HERE = Path(__file__).resolve().parent
 ENV = "SEALBENCH_AGENTS_DIR"
@@ -86,6 +87,19 @@ class PresetRun(Model):
                                          "configuration folder to exist).")
 
 
+DEMO_FIXED: Final = "t_11_fix_off_by_one"
+DEMO_MISSED: Final = "t_03_rename_helper"
+
+
+class PresetDemo(Model):
+    """Canned model replies for ``sealbench demo --agent NAME``, in the agent's own edit format,
+    over two tasks of the sample pack. ``{workspace}`` in a reply's text or a tool call's
+    arguments is the task's workspace (for agents whose tools take absolute paths)."""
+
+    fix: list[StubReply] = Field(min_length=1, description=f"Replies that make the agent fix {DEMO_FIXED}.")
+    miss: list[StubReply] = Field(min_length=1, description=f"Replies for {DEMO_MISSED} that do not fix it.")
+
+
 class Preset(Model):
     """``presets/<name>.toml``: one agent, installed, pinned and run non-interactively."""
 
@@ -97,6 +111,7 @@ class Preset(Model):
                              "the preset handles it.")
     install: PresetInstall
     run: PresetRun
+    demo: PresetDemo | None = Field(None, description="Canned replies for `sealbench demo --agent NAME`.")
 
 
 def preset_names() -> list[str]:
