@@ -252,6 +252,14 @@ def against_lines(label: str, rev: str, walls: dict[str, list[float]], cpus: dic
         figure(f"    {what} time, current / {rev}, each run", ratios, times, AGAINST_TARGET)
 
 
+def no_quota(exe: str) -> list[str]:
+    """``--no-workspace-quota`` for a build that knows it: sixteen 1 GiB workspace quotas (tmpfs,
+    so memory) do not fit a 24 GiB machine, and a release from before quotas bound workspaces
+    from the host anyway (``--no-quota`` compares the two on that footing)."""
+    known = "--no-workspace-quota" in subprocess.run([exe, "run", "--help"], capture_output=True, text=True).stdout
+    return ["--no-workspace-quota"] if known else []
+
+
 def private_runs_index(root: Path) -> None:
     """Record the benchmark's runs in an index under ``root``, never in the user's data directory."""
     os.environ["SEALBENCH_DATA_DIR"] = str(root / "runs-index")

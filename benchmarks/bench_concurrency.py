@@ -11,7 +11,7 @@ Every line is measured --runs times, each run under a contract locked for it.
 With ``--against REV`` each of the three workloads runs under the current code and under REV
 (built into a private virtualenv under .cache/), alternately, and prints the ratio current/REV
 of every run against the 5% target of issue 16 (and the peak memory of both); no floors then.
-Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big] [--runs R] [--against REV]
+Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big] [--runs R] [--against REV [--no-quota]]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from _common import (
     lock_contract,
     measure,
     megabytes,
+    no_quota,
     private_runs_index,
     runs_argument,
     seconds,
@@ -59,20 +60,12 @@ def sealed(root: Path, n: int, exe: str = SEALBENCH) -> Path:
     return pack
 
 
-def no_quota(exe: str) -> list[str]:
-    """``--no-workspace-quota`` for a build that knows it: sixteen 1 GiB workspace quotas (tmpfs,
-    so memory) do not fit a 24 GiB machine, and a release from before quotas bound workspaces
-    from the host anyway."""
-    import subprocess
-
-    known = "--no-workspace-quota" in subprocess.run([exe, "run", "--help"], capture_output=True, text=True).stdout
-    return ["--no-workspace-quota"] if known else []
-
-
-def against(root: Path, runs: int, rev: str, big_n: int | None) -> None:
-    """The three workloads under the current code and REV, alternately, each on a pack it sealed."""
+def against(root: Path, runs: int, rev: str, big_n: int | None, quota: bool = True) -> None:
+    """The three workloads under the current code and REV, alternately, each on a pack it sealed;
+    ``quota`` False: every run with --no-workspace-quota where the build knows it."""
     both: list[Build] = builds(rev)
-    print(f"bench_concurrency --against {rev}: {runs} runs of each line, the current code and {rev} alternately")
+    print(f"bench_concurrency --against {rev}: {runs} runs of each line, the current code and {rev} alternately"
+          + ("" if quota else "; every run with --no-workspace-quota where the build knows it"))
     workloads = [("sleepy", 64, "sleep 0.5", 16, "64 tasks, agent sleeps 0.5 s, --jobs 16 (--no-workspace-quota where known)"),
                  ("trivial", 200, "true", 1, "200 trivial tasks (agent `true`), --jobs 1"),
                  ("trivial", 200, "true", 2, "200 trivial tasks (agent `true`), --jobs 2")]
@@ -91,7 +84,7 @@ def against(root: Path, runs: int, rev: str, big_n: int | None) -> None:
                 name = f"{key}-j{jobs}-{r}-{b.label}"
                 lock_contract(packs[key, b.label], root / f"{name}.json", name, agent, exe=b.exe)
                 m = timed_run(root / f"{name}.json", root / f"{name}-run", jobs, b.exe,
-                              extra=no_quota(b.exe) if key == "sleepy" else ())
+                              extra=no_quota(b.exe) if key == "sleepy" or not quota else ())
                 walls[b.label].append(m.seconds)
                 cpus[b.label].append(m.cpu_seconds)
                 peaks[b.label].append(m.peak_mb)
@@ -161,12 +154,15 @@ def main() -> None:
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--runs", type=runs_argument, default=3)
     ap.add_argument("--against", metavar="REV", help="time this revision too (e.g. the previous release)")
+    ap.add_argument("--no-quota", action="store_true",
+                    help="with --against: every run with --no-workspace-quota where the build knows it, to "
+                         "compare against a release from before workspace quotas")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         private_runs_index(root)
         if args.against:
-            against(root, args.runs, args.against, None if args.skip_big else args.big)
+            against(root, args.runs, args.against, None if args.skip_big else args.big, quota=not args.no_quota)
             return
         print(f"bench_concurrency: {args.runs} runs of each line")
         sleepers(root, args.runs)

@@ -10,7 +10,7 @@ floor, under a contract locked for that run.
 With ``--against REV`` the same workloads run under the current code and under REV (built
 into a private virtualenv under .cache/), alternately, and each configuration prints the ratio
 current/REV of every run against the 5% target of issue 16; no floors are timed then.
-Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J] [--runs R] [--against REV]
+Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J] [--runs R] [--against REV [--no-quota]]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from _common import (
     figure,
     lock_contract,
     measure,
+    no_quota,
     private_runs_index,
     runs_argument,
     seconds,
@@ -52,15 +53,18 @@ def run(contract: Path, out: Path, jobs: int) -> float:
     return m.seconds
 
 
-def against(root: Path, n: int, jobs_default: int, runs: int, rev: str) -> None:
-    """Every configuration under the current code and REV, alternately, each on a pack it sealed."""
+def against(root: Path, n: int, jobs_default: int, runs: int, rev: str, quota: bool = True) -> None:
+    """Every configuration under the current code and REV, alternately, each on a pack it sealed;
+    ``quota`` False: every run with --no-workspace-quota where the build knows it."""
     both: list[Build] = builds(rev)
+    extra = {b.label: [] if quota else no_quota(b.exe) for b in both}
     packs = {}
     for b in both:
         packs[b.label] = write_pack(root / f"pack-{b.label}", n, oracle=["python", "-c", "pass"])
         check(measure([b.exe, "pack", "seal", str(packs[b.label])]), f"seal ({b.label})")
     print(f"bench_harness --against {rev}: {n} one-attempt tasks, oracle python -c pass, {runs} runs of each "
-          f"line, the current code and {rev} alternately")
+          f"line, the current code and {rev} alternately"
+          + ("" if quota else "; every run with --no-workspace-quota where the build knows it"))
     for key, (label, agent, _per_task) in AGENTS.items():
         for jobs in sorted({1, jobs_default}):
             walls: dict[str, list[float]] = {b.label: [] for b in both}
@@ -70,7 +74,7 @@ def against(root: Path, n: int, jobs_default: int, runs: int, rev: str) -> None:
                     name = f"{key}-j{jobs}-{r}-{b.label}"
                     lock_contract(packs[b.label], root / f"{name}.json", f"bench-{name}", agent, exe=b.exe)
                     m = check(measure([b.exe, "run", str(root / f"{name}.json"), "--out", str(root / name),
-                                       "--no-progress", "--jobs", str(jobs)]), f"run ({b.label})")
+                                       "--no-progress", "--jobs", str(jobs), *extra[b.label]]), f"run ({b.label})")
                     walls[b.label].append(m.seconds)
                     cpus[b.label].append(m.cpu_seconds)
             against_lines(f"{label}, --jobs {jobs}", rev, walls, cpus)
@@ -82,6 +86,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None, help="also measure at this --jobs (default: the CLI default)")
     ap.add_argument("--runs", type=runs_argument, default=3)
     ap.add_argument("--against", metavar="REV", help="also time this revision (e.g. the previous release)")
+    ap.add_argument("--no-quota", action="store_true",
+                    help="with --against: every run with --no-workspace-quota where the build knows it, to "
+                         "compare against a release from before workspace quotas")
     args = ap.parse_args()
     n = args.tasks
     from sealbench.runner import default_jobs
@@ -91,7 +98,7 @@ def main() -> None:
         root = Path(tmp)
         private_runs_index(root)
         if args.against:
-            against(root, n, jobs_default, args.runs, args.against)
+            against(root, n, jobs_default, args.runs, args.against, quota=not args.no_quota)
             return
         pack = write_pack(root / "pack", n, oracle=["python", "-c", "pass"])
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")

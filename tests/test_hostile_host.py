@@ -695,6 +695,44 @@ def test_jobs_whose_quotas_could_fill_the_hosts_memory_are_refused(sealed_pack: 
     assert not (tmp_path / "run").exists()
 
 
+@needs_bwrap
+def test_a_contract_sizes_its_sandboxes_and_the_agent_meets_those_sizes(sealed_pack: Path, tmp_path: Path) -> None:
+    # contract new --workspace-mib 4 --tmp-mib 2: locked, and what the agent's writes meet.
+    script = (f"{WRONG}; head -c 6M /dev/zero > junk 2>/dev/null; full=$?; rm -f junk; "
+              "[ $full -ne 0 ] && echo workspace-full >> verdict.txt; "
+              "head -c 3M /dev/zero > /tmp/big 2>/dev/null || echo tmp-full >> verdict.txt; rm -f /tmp/big; "
+              "head -c 1M /dev/zero > /tmp/small && echo tmp-fits >> verdict.txt")
+    run_dir, _events, cards = run(sealed_pack, tmp_path, sh(script), max_attempts=1,
+                                 sandbox_caps={"workspace_bytes": 4 << 20, "tmp_bytes": 2 << 20})
+    patch = (run_dir / "patches" / f"{TASK}.patch").read_text()
+    assert "+workspace-full\n+tmp-full\n+tmp-fits" in patch, patch
+    budget = json.loads((tmp_path / "contract.json").read_text())["budget"]
+    assert (budget["workspace_bytes"], budget["tmp_bytes"]) == (4 << 20, 2 << 20)
+    assert cards[0]["outcome"] == "fail"
+
+
+@needs_bwrap
+def test_small_sandboxes_let_more_jobs_run_than_the_defaults_do(sealed_pack: Path, tmp_path: Path) -> None:
+    # What lets hundreds of model-bound agents run at once: the memory check counts the
+    # contract's sizes (workspace, the harness's folder no larger than it, /tmp and /dev/shm).
+    from sealbench.errors import RunRefusal
+    from sealbench.runner import MEMORY_SHARE, _memory_total, memory_per_job, sized
+    from sealbench.sandbox import Limits
+
+    total = _memory_total()
+    if total is None:
+        pytest.skip("this machine does not say how much memory it has")
+    jobs = int(total * MEMORY_SHARE) // memory_per_job(Limits(), TreeCaps()) + 1
+    caps = {"workspace_bytes": 4 << 20, "tmp_bytes": 2 << 20}
+    small = make_contract(sealed_pack, tmp_path / "small.json", task_ids=(TASK,), command=sh(WRONG),
+                          run_id="sized-small", sandbox_caps=caps)
+    assert jobs * memory_per_job(*sized(small.budget, Limits(), TreeCaps())) <= total * MEMORY_SHARE
+    execute(tmp_path / "small.json", tmp_path / "small", RunOptions(progress=False, jobs=jobs))
+    assert (tmp_path / "small" / "scorecards.jsonl").is_file()
+    with pytest.raises(RunRefusal, match=r"--workspace-mib"):
+        run(sealed_pack, tmp_path, sh(WRONG), options=RunOptions(progress=False, jobs=jobs), max_attempts=1)
+
+
 # --- the JUnit report the code under test can write ------------------------------------
 
 NESTED_REPORT = r'''
@@ -764,3 +802,21 @@ def test_jobs_without_workspace_quotas_are_charged_only_their_tmp_mounts(sealed_
     opts = RunOptions(progress=False, jobs=fits_without, workspace_quota=False)
     _, _, cards = run(sealed_pack, tmp_path, sh(WRONG), options=opts, max_attempts=1)
     assert cards[0]["outcome"] == "fail"
+
+
+def test_contract_new_locks_the_sandbox_sizes_given_and_none_otherwise(sealed_pack: Path, tmp_path: Path,
+                                                                       cli: Any) -> None:
+    from sealbench.grading import PRIVATE_CAPS, private_caps
+
+    base = ["contract", "new", sealed_pack, "--agent", "builtin:noop", "--agent-label", "noop", "--task", TASK]
+    code, _, err = cli(*base, "-o", tmp_path / "sized.json", "--workspace-mib", "8", "--tmp-mib", "16")
+    assert code == 0, err
+    budget = json.loads((tmp_path / "sized.json").read_text())["budget"]
+    assert (budget["workspace_bytes"], budget["tmp_bytes"]) == (8 << 20, 16 << 20)
+    code, _, err = cli(*base, "-o", tmp_path / "plain.json")
+    assert code == 0 and not {"workspace_bytes", "tmp_bytes"} & set(json.loads((tmp_path / "plain.json").read_text())["budget"])
+    code, _, err = cli(*base, "-o", tmp_path / "tiny.json", "--workspace-mib", "0")
+    assert code == 3 and "workspace_bytes" in err
+    # The harness's folder in grading is no larger than the workspace, and 64 MiB by default.
+    assert private_caps(TreeCaps(max_bytes=8 << 20)).max_bytes == 8 << 20
+    assert private_caps(TreeCaps()).max_bytes == PRIVATE_CAPS.max_bytes == 64 << 20

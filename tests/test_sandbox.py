@@ -334,6 +334,33 @@ def test_rlimits_are_set_and_cannot_be_raised(agent: Agent) -> None:
     ]
 
 
+def test_commands_run_below_the_runner_s_priority(agent: Agent) -> None:
+    # Hundreds of sandboxes busy at once must not starve the runner's journal heartbeat.
+    from sealbench.sandbox import COMMAND_NICENESS
+
+    result, out, err = agent.python("import os; print(os.getpriority(os.PRIO_PROCESS, 0))")
+    assert result.exit_code == 0, err
+    assert int(out) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + COMMAND_NICENESS)
+
+
+def test_exploit_agent_raises_its_own_priority_back(jailed: Agent) -> None:
+    result, out, err = jailed.python("import os\ntry:\n    os.setpriority(os.PRIO_PROCESS, 0, 0); print('raised')\n"
+                                     "except PermissionError: print('refused')\n")
+    assert (result.exit_code, out.strip()) == (0, "refused"), err
+
+
+def test_a_runner_holding_descriptors_past_1023_still_starts_sandboxes(agent: Agent) -> None:
+    # select() cannot take a descriptor past 1023; a run with hundreds of sandboxes open gets there.
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) > 1023
+        result, out, err = agent.sh("echo started")
+        assert (result.exit_code, out) == (0, "started\n"), err
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def test_exploit_reads_host_secret_from_environment(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     result, _, _ = agent.run(["env", "-0"])

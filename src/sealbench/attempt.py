@@ -20,6 +20,7 @@ recorded for the task (``harness_error``) and decides nothing about the agent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -28,6 +29,7 @@ import re
 import subprocess
 import threading
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -206,8 +208,10 @@ def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, fe
     return re.sub(r"\{(" + "|".join(values) + r")\}", lambda m: values[m.group(1)], template)
 
 
-def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: int, feedback: str) -> Ready:
-    """Write the attempt's prompt and, for a command agent, set its sandbox up (held before exec)."""
+def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: int, feedback: str,
+                  cpu: AbstractContextManager[Any] | None = None) -> Ready:
+    """Write the attempt's prompt and, for a command agent, set its sandbox up (held before exec;
+    ``cpu`` held while it is spawned, see :func:`set_up`)."""
     max_attempts = settings.max_attempts
     template = settings.template_override or task.template
     prompt = render_prompt(template, task, attempt, max_attempts, feedback)
@@ -236,7 +240,8 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
             spec = sandbox_spec(settings, render_argv(agent.command, values), tw.ws,
                                 {**env, **(access.env if access else {})}, settings.budget.wall_clock_s,
                                 [*mounts, tw.private])
-            prepared = settings.sandbox.prepare(dataclasses.replace(spec, relay=access.relay) if access else spec)
+            with cpu or contextlib.nullcontext():
+                prepared = settings.sandbox.prepare(dataclasses.replace(spec, relay=access.relay) if access else spec)
         except BaseException:
             if access is not None:
                 access.close()
@@ -425,12 +430,20 @@ class Setup:
             self.ready.prepared.close()
 
 
-def set_up(settings: Settings, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
-    """The workspace materialised (for a fresh spec) and the attempt made ready, ahead of its start."""
+def set_up(settings: Settings, spec: AttemptSpec, tw: TaskWorkspace,
+           cpu: AbstractContextManager[Any] | None = None) -> Setup:
+    """The workspace materialised (for a fresh spec) and the attempt made ready, ahead of its start.
+
+    ``cpu`` is held while the set-up computes (the copy of the workspace, the sandbox's spawn):
+    an executor that sets many up at once lets only a few compute together, so that the first
+    are ready first and the runner's own threads (the journal's heartbeat) are not starved,
+    while a wait on the gateway's loop overlaps freely.
+    """
     try:
         if spec.fresh:
-            tw.materialise()
-        return Setup(ready=ready_attempt(settings, spec.task, tw, spec.attempt, spec.feedback))
+            with cpu or contextlib.nullcontext():
+                tw.materialise()
+        return Setup(ready=ready_attempt(settings, spec.task, tw, spec.attempt, spec.feedback, cpu=cpu))
     except Exception as e:  # the harness's failure: recorded once the attempt has started
         return Setup(error=e)
 

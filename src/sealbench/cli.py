@@ -156,6 +156,8 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         model_caps={k: v for k, v in (("max_model_calls", args.max_model_calls),
                                       ("max_model_tokens", args.max_model_tokens),
                                       ("max_model_cost", args.max_model_cost)) if v is not None},
+        sandbox_caps={k: v << 20 for k, v in (("workspace_bytes", args.workspace_mib),
+                                              ("tmp_bytes", args.tmp_mib)) if v is not None},
         narration_probe=not args.no_narration_probe,
         oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
         seed=args.seed,
@@ -579,6 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-cost", type=float, metavar="AMOUNT",
                    help="per task, refuse further model calls once they cost AMOUNT by the locked prices "
                         "(default: no cap; needs a price for every allowed model)")
+    p.add_argument("--workspace-mib", type=int, metavar="MIB",
+                   help="each task's workspace quota (and its grading copy's) in MiB, locked in the budget "
+                        "(default: 1024)")
+    p.add_argument("--tmp-mib", type=int, metavar="MIB",
+                   help="each sandbox's /tmp and /dev/shm in MiB, locked in the budget (default: 512); small "
+                        "sizes with a small --workspace-mib let run --jobs go high for model-bound agents")
     p.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
     p.add_argument("--oracle-validity-unavailable", action="store_true",
                    help="lock without oracle-validity evidence (every report says so)")

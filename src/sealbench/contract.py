@@ -57,6 +57,8 @@ UNGUARDED_PYTEST_FORBIDDEN = ("pyproject.toml", "*.egg-info/*")
 UNSPECIFIED = (None, "", "unspecified")
 MODEL_CAPS = ("max_model_calls", "max_model_tokens", "max_model_cost")
 """The budget's caps on a task's model use, which the gateway enforces."""
+SANDBOX_CAPS = ("workspace_bytes", "tmp_bytes")
+"""The budget's sizes of a task's sandbox (its workspace quota, its /tmp and /dev/shm)."""
 
 
 def contract_digest(contract: ScoringContract) -> str:
@@ -110,6 +112,7 @@ def new_contract(
     feedback: str = "none",
     attempt_gap_s: float | None = None,
     model_caps: Mapping[str, float | int] | None = None,
+    sandbox_caps: Mapping[str, int] | None = None,
     narration_probe: bool = True,
     oracle_validity: str = "required",
     seed: int = 0,
@@ -180,7 +183,7 @@ def new_contract(
     try:
         budget = Budget.model_validate({"max_attempts": int(attempts), "wall_clock_s": float(wall),
                                         "feedback": feedback, "attempt_gap_s": attempt_gap_s,
-                                        **dict(model_caps or {})})
+                                        **dict(model_caps or {}), **dict(sandbox_caps or {})})
     except ValidationError as e:
         raise ContractError(f"budget: {describe_validation_error(e)}") from None
     contract = ScoringContract(

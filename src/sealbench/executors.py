@@ -28,7 +28,7 @@ import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from .agentfs import remove_tree
 from .attempt import AttemptFacts, AttemptSpec, Setup, run_attempt, set_up
@@ -91,6 +91,22 @@ class Executor(Protocol):
         """Whether an attempt is still under way."""
 
 
+WORKER_NICENESS: Final = 5
+"""How much lower the scheduling priority of the executor's worker threads is than that of the
+runner's own threads (the coordinator, the journal's heartbeat and watchdog, the gateway's
+loop). Hundreds of attempts setting up at once contend for the CPU and the interpreter; the
+heartbeat must still write a line within its lease (at --jobs 256 on two cores, without this,
+the watchdog ended runs for a silence of 2 to 3 s). The sandboxes run lower still
+(:data:`sealbench.sandbox.COMMAND_NICENESS`)."""
+
+
+def _yield_to_the_runner() -> None:
+    """Lower the calling worker thread's priority (Linux: nice is per thread; raising one's own
+    needs no privilege)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
+
+
 class LocalExecutor:
     """Attempts on a pool of threads in this process (the work is waiting on sandboxes, not computing).
 
@@ -104,14 +120,15 @@ class LocalExecutor:
         self.jobs = max(1, jobs)
         # Apart, so that neither an attempt nor a set-up waits behind a workspace's removal: the
         # coordinator runs at most ``jobs`` at once (more only while a lost one still runs).
-        self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt")
-        self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup")
-        self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup")
+        self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt", initializer=_yield_to_the_runner)
+        self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup", initializer=_yield_to_the_runner)
+        self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup", initializer=_yield_to_the_runner)
         # A set-up is ready once its sandbox is spawned; copying the workspace into the
         # sandbox's quota'd tmpfs follows here, so a short task never waits for it and a long
         # one's agent starts without it (the agent's start waits for a copy under way).
-        self._fills = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-fill")
-        # Set-ups are CPU work: a few at a time, so that the first tasks are ready first.
+        self._fills = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-fill", initializer=_yield_to_the_runner)
+        # A set-up's copy of the workspace and its sandbox's spawn are CPU work: a few at a time,
+        # so that the first tasks are ready first (its wait on the gateway is not held to it).
         self._setups = threading.Semaphore(os.cpu_count() or 1)
         self._lock = threading.Lock()
         self._workspaces: dict[str, TaskWorkspace] = {}
@@ -161,8 +178,7 @@ class LocalExecutor:
             prepared.fill_ahead()
 
     def _set_up(self, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
-        with self._setups:
-            return set_up(self.settings, spec, tw)
+        return set_up(self.settings, spec, tw, cpu=self._setups)
 
     def ready(self, spec: AttemptSpec) -> bool:
         with self._lock:

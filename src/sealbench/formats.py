@@ -254,6 +254,18 @@ class Budget(Model):
         "the upstream reports them), the gateway refuses its next calls. A call in flight may take the task "
         "past it; a reply without usage makes the use unknown, and the cap is then taken as reached.",
     )
+    workspace_bytes: int | None = Field(
+        None, ge=1 << 20, exclude_if=lambda v: v is None,
+        description="If set, the disk quota of each task's workspace and grading copy in bytes (the sandbox's "
+        "size-capped tmpfs), in place of 1 GiB; at least 1 MiB. An agent that writes past it sees its "
+        "writes fail. The harness's own folder in grading (test reports) gets the smaller of this and 64 MiB.",
+    )
+    tmp_bytes: int | None = Field(
+        None, ge=1 << 20, exclude_if=lambda v: v is None,
+        description="If set, the size in bytes of each sandbox's /tmp and /dev/shm (and a HOME outside the "
+        "workspace), in place of 512 MiB each; at least 1 MiB. With workspace_bytes, what lets many "
+        "model-bound agents run at once: run --jobs is refused where their quotas would not fit in memory.",
+    )
     max_model_cost: float | None = Field(
         None, gt=0, exclude_if=lambda v: v is None,
         description="If set, once a task's forwarded calls have cost this much by the locked prices, the gateway "

@@ -48,6 +48,12 @@ PRIVATE_CAPS = TreeCaps(max_entries=1000, max_bytes=4 * JUNIT_REPORT_CAP)
 guarded pytest's report and record): the code under test can write there too."""
 
 
+def private_caps(workspace: TreeCaps) -> TreeCaps:
+    """:data:`PRIVATE_CAPS`, its quota no larger than the workspace's: a contract that sizes its
+    sandboxes down for many model-bound agents at once sizes this folder with them."""
+    return replace(PRIVATE_CAPS, max_bytes=min(PRIVATE_CAPS.max_bytes, workspace.max_bytes))
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every attempt and grading of one run (or validation) shares, fixed before the first."""
@@ -188,7 +194,7 @@ def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: di
                        stdout_path=None, stderr_path=None, limits=settings.limits,
                        readonly_paths=tuple(readonly), writable_paths=tuple(writable),
                        workdir_caps=settings.tree_caps if quota else None,
-                       writable_caps=PRIVATE_CAPS if quota else None)
+                       writable_caps=private_caps(settings.tree_caps) if quota else None)
 
 
 def process_facts(settings: Settings, res: SandboxResult) -> dict[str, Any]:

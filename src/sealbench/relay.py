@@ -11,49 +11,58 @@ other end of the socket decides.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import socket
 import sys
+import threading
 
 _CHUNK = 65536
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` ends, then pass the end on (a half close)."""
     try:
         while True:
-            data = await reader.read(_CHUNK)
+            data = src.recv(_CHUNK)
             if not data:
                 break
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
+            dst.sendall(data)
+        dst.shutdown(socket.SHUT_WR)
     except OSError:
-        writer.close()
+        # One side failed: both are done (the other pump's recv then ends too).
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
-async def _relay(path: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        # Without it a keep-alive request waits for the delayed ACK (about 40 ms).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def _relay(conn: socket.socket, path: str) -> None:
+    # Without it a keep-alive request waits for the delayed ACK (about 40 ms).
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        up_reader, up_writer = await asyncio.open_unix_connection(path)
+        up.connect(path)
     except OSError:
-        writer.close()
+        up.close()
+        conn.close()
         return
-    try:
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-    finally:
-        up_writer.close()
-        writer.close()
+    back = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
+    back.start()
+    _pipe(conn, up)
+    back.join()
+    up.close()
+    conn.close()
 
 
-async def _serve(listener: socket.socket, path: str) -> None:
-    server = await asyncio.start_server(lambda r, w: _relay(path, r, w), sock=listener)
-    async with server:
-        await server.serve_forever()
+def _serve(listener: socket.socket, path: str) -> None:
+    # Threads and blocking sockets, not asyncio: importing asyncio costs about 0.1 s of CPU at
+    # every attempt's start, which hundreds of model-bound agents at once pay on a few cores.
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            continue
+        threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
 
 
 def main(argv: list[str]) -> None:
@@ -75,7 +84,7 @@ def main(argv: list[str]) -> None:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-            asyncio.run(_serve(listener, path))
+            _serve(listener, path)
         finally:
             os._exit(0)
     os.waitpid(child, 0)

@@ -12,6 +12,7 @@ events.json are derived from it (:mod:`sealbench.derive`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import platform
 import secrets
@@ -35,7 +36,7 @@ from .errors import RunRefusal, StorageError, describe_storage_failure, storage_
 from .executors import Executor, LocalExecutor
 from .files import write_atomic
 from .formats import Budget, ModelEndpoint, Outcome, Scorecard, ScoringContract
-from .grading import PRIVATE_CAPS, Settings, command_path, store_bytes
+from .grading import PRIVATE_CAPS, Settings, command_path, private_caps, store_bytes
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
 from .pack import Pack, check_pack
@@ -71,7 +72,7 @@ def memory_per_job(limits: Limits, caps: TreeCaps, *, quota: bool = True) -> int
     tmpfs pages are memory (swap aside): an agent that fills its quota holds that much until its
     attempt ends; one that writes nothing costs nothing.
     """
-    quotas = caps.max_bytes + PRIVATE_CAPS.max_bytes if quota else 0  # none with --no-workspace-quota
+    quotas = caps.max_bytes + private_caps(caps).max_bytes if quota else 0  # none with --no-workspace-quota
     return quotas + 2 * limits.tmp_bytes
 
 
@@ -103,10 +104,23 @@ def check_memory(jobs: int, limits: Limits, caps: TreeCaps, *, quota: bool = Tru
     raise RunRefusal(
         f"--jobs {jobs} lets the running sandboxes hold up to {jobs * per_job / gib:.1f} GiB of memory in their "
         f"size-capped tmpfs mounts (per task: a workspace quota of {caps.max_bytes / gib:.2f} GiB, /tmp and "
-        f"/dev/shm of {limits.tmp_bytes / gib:.2f} GiB each, {PRIVATE_CAPS.max_bytes >> 20} MiB of harness files), "
+        f"/dev/shm of {limits.tmp_bytes / gib:.2f} GiB each, {private_caps(caps).max_bytes >> 20} MiB of harness files), "
         f"more than {MEMORY_SHARE:.0%} of this machine's {total / gib:.1f} GiB; "
-        + (f"use --jobs {fits} or fewer" if fits else "lower the workspace cap (TreeCaps.max_bytes)")
+        + (f"use --jobs {fits} or fewer, or " if fits else "")
+        + "lock a contract with smaller sandboxes (contract new --workspace-mib, --tmp-mib)"
     )
+
+
+def sized(budget: Budget | None, limits: Limits, caps: TreeCaps) -> tuple[Limits, TreeCaps]:
+    """The sandbox's sizes under the contract's budget: its ``tmp_bytes`` and
+    ``workspace_bytes`` in place of the defaults, where it sets them."""
+    if budget is None:
+        return limits, caps
+    if budget.tmp_bytes is not None:
+        limits = dataclasses.replace(limits, tmp_bytes=budget.tmp_bytes)
+    if budget.workspace_bytes is not None:
+        caps = dataclasses.replace(caps, max_bytes=budget.workspace_bytes)
+    return limits, caps
 
 
 @dataclass
@@ -384,8 +398,9 @@ def execute(
         from .gateway import read_keys
 
         read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
+    limits, tree_caps = sized(contract.budget, opts.limits, opts.tree_caps)
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
-        check_memory(max(1, opts.jobs), opts.limits, opts.tree_caps, quota=opts.workspace_quota)
+        check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)
     base = run_dir / "probe" if probe else run_dir
     header = _header(contract, pack, command_line, probe, sandbox, agent, workspace_quota=opts.workspace_quota,
                      moved_to=pack.root if opts.pack is not None else None,
@@ -411,6 +426,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                     probe: bool, on_started: Callable[[Journal], None] | None,
                     record: Record | None = None) -> RunResult:
     assert contract.budget is not None
+    sized_limits, sized_caps = sized(contract.budget, opts.limits, opts.tree_caps)
     jpath = base / "journal.jsonl"
     clock = opts.clock or Clock()
     for sub in ("blobs", "patches", "traces"):
@@ -438,7 +454,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                           used={tid: ledger_of(calls, contract.model_endpoints) for tid, calls in made.items()},
                           replay=record)
     settings = Settings(contract=contract, budget=contract.budget, pack_root=pack.root, run_dir=base,
-                        sandbox=sandbox, agent=agent, limits=opts.limits, tree_caps=opts.tree_caps,
+                        sandbox=sandbox, agent=agent, limits=sized_limits, tree_caps=sized_caps,
                         workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
                         template_override=template, gateway=gateway, derivation_version=header.derivation())
     executor = (opts.executor or LocalExecutor)(settings, opts.jobs)

@@ -92,8 +92,9 @@ def git_capped(args: Sequence[str], cwd: Path, *, ceiling: Path, cap: int, timeo
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise subprocess.TimeoutExpired(proc.args, timeout_s)
-                ready, _, _ = select.select([fd], [], [], left)
-                if not ready:
+                waiter = select.poll()  # not select: a descriptor past 1023 is no error here
+                waiter.register(fd, select.POLLIN)
+                if not waiter.poll(left * 1000):
                     continue
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
