@@ -209,10 +209,11 @@ def _ending_run(pack: Path, tmp_path: Path, record: str, fix: bool, name: str) -
 @needs_bwrap
 def test_the_agent_s_own_ending_is_in_the_scorecard_beside_the_verdict_that_alone_decides(
         sealed_pack: Path, tmp_path: Path) -> None:
-    said = json.dumps({"exit_code": 0, "ending": "Submitted", "said": []})
+    said = json.dumps({"exit_code": 7, "ending": "Submitted", "said": []})
     finished, card = _ending_run(sealed_pack, tmp_path, said, fix=False, name="says-done")
-    # The agent says it submitted; the hidden tests say it failed, and they decide.
-    assert finished["agent_ending"] == {"exit_code": 0, "ending": "Submitted", "said": []}
+    # The agent says it submitted; the hidden tests say it failed, and they decide. The exit
+    # code on the scorecard is the one the harness saw, not the one the agent wrote down.
+    assert finished["agent_ending"] == {"exit_code": 7, "ending": "Submitted", "said": []}
     assert card["outcome"] == "fail" and card["agent_ending"] == {"exit_code": 0, "ending": "Submitted", "said": []}
     gave_up = json.dumps({"exit_code": 1, "ending": None, "said": ["edit did not apply"]})
     _, card = _ending_run(sealed_pack, tmp_path, gave_up, fix=True, name="says-failed")
@@ -222,12 +223,38 @@ def test_the_agent_s_own_ending_is_in_the_scorecard_beside_the_verdict_that_alon
 @needs_bwrap
 @pytest.mark.parametrize("record", ["none", "not json", '{"exit_code": "0", "ending": null, "said": []}',
                                     '{"exit_code": 0, "ending": null}', '["Submitted"]',
-                                    '{"exit_code": 0, "ending": null, "said": [1]}'])
+                                    '{"exit_code": 0, "ending": null, "said": [1]}',
+                                    '{"exit_code": 0, "ending": null, "said": ["\\udcff"]}', "[" * 60_000],
+                         ids=["none", "not-json", "string-code", "no-said", "a-list", "said-a-number",
+                              "exploit-lone-surrogate", "exploit-nested-past-the-recursion-limit"])
 def test_an_agent_that_says_nothing_or_garbles_its_ending_gets_no_ending_and_keeps_old_bytes(
         sealed_pack: Path, tmp_path: Path, record: str) -> None:
     finished, card = _ending_run(sealed_pack, tmp_path, record, fix=True, name="quiet")
     assert "agent_ending" not in finished and "agent_ending" not in card
     assert card["outcome"] == "pass"
+
+
+def test_exploit_agent_writes_an_ending_the_journal_cannot_hold_or_python_cannot_parse() -> None:
+    # A lone surrogate passes json.loads but not the journal's UTF-8; deep nesting raises
+    # RecursionError: either would have crashed the run or made the agent's failure the harness's.
+    assert attempt.agent_ending(b'{"exit_code": 0, "ending": null, "said": ["\\udcff"]}') is None
+    assert attempt.agent_ending(b'{"exit_code": 0, "ending": "\\ud800", "said": []}') is None
+    assert attempt.agent_ending(b"[" * 60_000) is None
+    assert attempt.agent_ending(b'{"exit_code": 99999999999999999999, "ending": null, "said": []}') is None
+
+
+def test_a_journal_event_that_cannot_be_written_is_a_harness_error_and_writes_nothing(tmp_path: Path) -> None:
+    from sealbench import events as ev
+    from sealbench.errors import HarnessError
+    from sealbench.journal import Journal
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal.create(path)
+    journal.append(ev.RunStarted(run_id="r"))
+    size = path.stat().st_size
+    with pytest.raises(HarnessError, match="could not be written as JSON"):
+        journal.append(ev.AgentFinished(task_id="t", attempt=1, error="\udcff"))
+    assert path.stat().st_size == size
 
 
 def test_an_ending_record_is_read_strictly_and_cut_to_size() -> None:

@@ -357,13 +357,25 @@ def agent_ending(data: bytes | None) -> ev.AgentEnding | None:
     try:
         raw = json.loads(data)
         code, ending, said = raw["exit_code"], raw["ending"], raw["said"]
-    except (ValueError, TypeError, KeyError):
+    except Exception:  # not JSON, not that shape, nested past the recursion limit: not a record
         return None
-    if not (code is None or type(code) is int) or not (ending is None or isinstance(ending, str)) \
-            or not isinstance(said, list) or not all(isinstance(x, str) for x in said):
+    if not (code is None or (type(code) is int and -(2**31) <= code < 2**31)) \
+            or not (ending is None or _utf8(ending)) or not isinstance(said, list) \
+            or not all(_utf8(x) for x in said):
         return None
     return ev.AgentEnding(exit_code=code, ending=ending[:500] if ending else ending,
                           said=[x[:200] for x in said[:20]])
+
+
+def _utf8(value: object) -> bool:
+    """A string the journal can write (JSON lets a lone surrogate through; UTF-8 does not)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass

@@ -152,6 +152,7 @@ def run_agent_demo(root: Path, name: str, sandbox: str = "auto") -> int:
     from .model_stub import start
     from .presets import DEMO_FIXED, DEMO_MISSED, agent_for, endpoint_for, install, load_preset
 
+    root = root.resolve()  # {workspace} must be absolute: some agents' tools take no other path
     preset = load_preset(name)
     if preset.demo is None:
         raise UsageError(f"agent preset {name} has no canned replies for the demo ([demo] in its preset file)")

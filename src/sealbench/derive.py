@@ -112,10 +112,9 @@ def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpo
             cost=round(used.cost, 9) if used.cost is not None else None, currency=used.currency,
             cap_reached=next((line.event.cap for line in task_events
                               if isinstance(line.event, ev.ModelCall) and line.event.cap is not None), None))
-    ending = next((line.event.agent_ending for line in reversed(task_events)
-                   if isinstance(line.event, ev.AgentFinished)), None)
+    ending = agent_ending(task_events)
     if ending is not None:  # only where the agent said: other scorecards keep their bytes
-        card["agent_ending"] = AgentEnding(exit_code=ending.exit_code, ending=ending.ending, said=list(ending.said))
+        card["agent_ending"] = ending
     # Complete only when every control is present and within its published cap.
     card["scorecard_complete"] = (
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
@@ -124,6 +123,20 @@ def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpo
         and card["outcome"] != Outcome.HARNESS_ERROR.value
     )
     return Scorecard.model_validate(card)
+
+
+def agent_ending(task_events: Sequence[ev.Line]) -> AgentEnding | None:
+    """How the agent said the task's last attempt ended, with the exit code the harness saw (not
+    the one the agent wrote down); None when that attempt's agent said nothing, or never
+    finished (an interrupted attempt: an earlier one's word would not be about it)."""
+    last = max((line.event.attempt for line in task_events
+                if isinstance(line.event, ev.AttemptStarted) and line.event.attempt is not None), default=None)
+    finished = next((line.event for line in reversed(task_events)
+                     if isinstance(line.event, ev.AgentFinished) and line.event.attempt == last), None)
+    if finished is None or finished.agent_ending is None:
+        return None
+    said = finished.agent_ending
+    return AgentEnding(exit_code=finished.exit_code, ending=said.ending, said=list(said.said))
 
 
 def forging_flags(task_events: Sequence[ev.Line]) -> ForgingFlags | None:

@@ -104,7 +104,8 @@ def _yield_to_the_runner() -> None:
     """Lower the calling worker thread's priority (Linux: nice is per thread; raising one's own
     needs no privilege)."""
     with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                       min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + WORKER_NICENESS))
 
 
 class LocalExecutor:

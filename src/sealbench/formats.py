@@ -438,7 +438,7 @@ class AgentEnding(Model):
     """How the agent itself said its last attempt ended, beside the oracle's verdict, which
     alone decides pass or fail."""
 
-    exit_code: int | None = Field(description="The agent's own exit code.")
+    exit_code: int | None = Field(description="The agent's exit code as the harness saw it; null when it was killed.")
     ending: str | None = Field(description="The ending its transcript states; null when it states none.")
     said: list[str] = Field(description="What its output said of its ending, by the preset's labels.")
 

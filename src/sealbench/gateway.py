@@ -9,8 +9,8 @@ in ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` and the gateway's URLs in ``OPENAI
 
 The gateway is an aiohttp server on an asyncio loop of its own (one thread of the runner
 process) and treats every byte from the socket as hostile. A request is forwarded only when
-it is ``POST /<endpoint name><the style's path>`` exactly (no query, no escapes, no other
-path), carries the token of the attempt whose socket it came in on (a finished attempt's
+it is ``POST /<endpoint name><the style's path>`` exactly (no escapes, no other path, and no
+query but the Anthropic SDK's ``?beta=true`` on the Messages path, dropped), carries the token of the attempt whose socket it came in on (a finished attempt's
 token is refused), has a JSON body under the size cap naming a declared model, and arrives
 within the client timeout; the attempt's connections are capped. Forwarded, it goes to the
 declared base URL only, with the real key (read from the host variable the contract names)

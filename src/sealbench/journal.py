@@ -262,10 +262,14 @@ class Journal:
             self._raise_if_failed()
             self._check_sole_writer()
             mono = _time.monotonic()
-            line_fields = ev.envelope(JOURNAL_VERSION, self._seq, time or self._clock.wall(), int(mono * 1000),
-                                      self._clock.boot_id, event, self._prev)
-            line_fields["hash"] = event_hash(line_fields)
-            line = canonical_json(line_fields) + b"\n"
+            try:
+                line_fields = ev.envelope(JOURNAL_VERSION, self._seq, time or self._clock.wall(),
+                                          int(mono * 1000), self._clock.boot_id, event, self._prev)
+                line_fields["hash"] = event_hash(line_fields)
+                line = canonical_json(line_fields) + b"\n"
+            except (ValueError, TypeError) as e:  # UnicodeEncodeError included: nothing was written
+                raise HarnessError(f"a {event.kind} event could not be written as JSON ({e}); nothing of it "
+                                   f"was written") from None
             try:
                 written = os.write(self._fd, line)
                 if written != len(line):

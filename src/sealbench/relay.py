@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 _CHUNK = 65536
 
@@ -37,17 +38,19 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 def _relay(conn: socket.socket, path: str) -> None:
-    # Without it a keep-alive request waits for the delayed ACK (about 40 ms).
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    up: socket.socket | None = None
     try:
+        # Without it a keep-alive request waits for the delayed ACK (about 40 ms).
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         up.connect(path)
-    except OSError:
-        up.close()
-        conn.close()
+        back = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
+        back.start()
+    except (OSError, RuntimeError):  # the gateway gone, or no thread to be had: this connection only
+        for sock in (up, conn):
+            if sock is not None:
+                sock.close()
         return
-    back = threading.Thread(target=_pipe, args=(up, conn), daemon=True)
-    back.start()
     _pipe(conn, up)
     back.join()
     up.close()
@@ -57,12 +60,19 @@ def _relay(conn: socket.socket, path: str) -> None:
 def _serve(listener: socket.socket, path: str) -> None:
     # Threads and blocking sockets, not asyncio: importing asyncio costs about 0.1 s of CPU at
     # every attempt's start, which hundreds of model-bound agents at once pay on a few cores.
+    # Small stacks: each thread counts against the sandbox's address-space cap.
+    threading.stack_size(256 << 10)
     while True:
         try:
             conn, _ = listener.accept()
-        except OSError:
+        except OSError:  # out of descriptors (the agent's own doing): wait, as asyncio did
+            time.sleep(0.1)
             continue
-        threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
+        try:
+            threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
+        except RuntimeError:  # no thread to be had (the process cap): this connection only
+            conn.close()
+            time.sleep(0.01)
 
 
 def main(argv: list[str]) -> None:

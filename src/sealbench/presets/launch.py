@@ -16,6 +16,7 @@ is the agent's own word, kept beside the oracle's verdict: it never decides pass
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -41,7 +42,10 @@ def _pump(src: IO[bytes], dst: IO[bytes], tail: bytearray, copy: IO[bytes] | Non
         dst.write(chunk)
         dst.flush()
         if copy is not None:
-            copy.write(chunk)
+            try:
+                copy.write(chunk)
+            except OSError:  # the workspace's quota is full, say: the copy stops, the agent goes on
+                copy = None
         tail += chunk
         if len(tail) > 2 * TAIL_BYTES:
             del tail[:-TAIL_BYTES]
@@ -61,11 +65,11 @@ def _json_ending(trace: Path, spec: str) -> str | None:
         text = (trace / name).read_text(encoding="utf-8")
         try:
             value: Any = json.loads(text)
-        except ValueError:  # JSON Lines: the last line says how it ended
+        except (ValueError, RecursionError):  # JSON Lines: the last line says how it ended
             value = json.loads(text.strip().rsplit("\n", 1)[-1])
         for key in keys.split("."):
             value = value[key]
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
         return None
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -103,6 +107,12 @@ def main(argv: list[str]) -> int:
     for folder in dirs:
         Path(folder).mkdir(parents=True, exist_ok=True)
     command = [_fill(a, prompt, trace) for a in command]
+    copy: IO[bytes] | None = None
+    if tee and trace:
+        try:
+            copy = open(Path(trace, tee), "wb")  # noqa: SIM115 (closed below)
+        except OSError as e:
+            print(f"sealbench-launch: no copy of the agent's output in {tee}: {e}", file=sys.stderr)
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -111,7 +121,6 @@ def main(argv: list[str]) -> int:
         return 127
     tails = (bytearray(), bytearray())
     assert proc.stdout is not None and proc.stderr is not None
-    copy = open(Path(trace, tee), "wb") if tee and trace else None  # noqa: SIM115 (closed below)
     pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, tails[0], copy)),
              threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, tails[1]))]
     for pump in pumps:
@@ -120,7 +129,8 @@ def main(argv: list[str]) -> int:
     for pump in pumps:
         pump.join()
     if copy is not None:
-        copy.close()
+        with contextlib.suppress(OSError):
+            copy.close()
     output = bytes(tails[0] + tails[1]).decode("utf-8", "replace")
     said = [label for text, label in texts if text in output]
     ending = _json_ending(Path(trace), ending_json) if ending_json and trace else None
