@@ -9,7 +9,8 @@ memory, and run refuses such a --jobs).
 The ideal is the same run with a model that answers at once (timed right before, in each run)
 plus the 1 s one agent spends waiting on 5 replies of 200 ms: the model's latency fully hidden
 by running the agents side by side. The target is within 1.2x of that. Also printed: the same
-run at --jobs 16 (the default's cap), the runner's peak memory (the gateway runs inside it) and
+run at --jobs 16 (the default's cap), the runner's peak memory (the gateway runs inside it; its
+share is the difference to the same tasks fixed with no model and no endpoint, so no gateway) and
 the peak of every process of the run together (runner, sandboxes, relays, agents), sampled.
 Not part of `make bench` (its Figures block is regenerated whole, on one commit).
 Run: .venv/bin/python benchmarks/model_bound.py [--runs R] [--tasks N] [--latency-ms MS]
@@ -124,16 +125,17 @@ def stub(root: Path, latency_ms: int, key: str) -> tuple[subprocess.Popen[bytes]
     return proc, line.split("listening on ", 1)[1].split()[0]
 
 
-def contract_for(root: Path, pack: Path, name: str, url: str, agent: Path) -> Path:
+def contract_for(root: Path, pack: Path, name: str, url: str | None, agent: Path) -> Path:
     contract = root / f"{name}.json"
     check(measure([SEALBENCH, "contract", "new", str(pack), "-o", str(contract), "--host", "benchmark machine",
                    "--agent-label", "model-bound", "--agent", f"python3 {agent}", "--agent-mount", str(agent),
                    "--oracle-validity-unavailable", "--no-narration-probe", "--workspace-mib", "16",
                    "--tmp-mib", "16", "--force"]), "contract new")
-    data = json.loads(contract.read_text())
-    data["model_endpoints"] = [{"name": "openai", "style": "openai-chat", "base_url": url + "/v1",
-                                "models": ["bench-model"], "key_env": KEY_ENV}]
-    contract.write_text(json.dumps(data, indent=2))
+    if url is not None:
+        data = json.loads(contract.read_text())
+        data["model_endpoints"] = [{"name": "openai", "style": "openai-chat", "base_url": url + "/v1",
+                                    "models": ["bench-model"], "key_env": KEY_ENV}]
+        contract.write_text(json.dumps(data, indent=2))
     check(measure([SEALBENCH, "contract", "lock", str(contract), "--run-id", name]), "contract lock")
     return contract
 
@@ -148,7 +150,7 @@ def main() -> None:
     os.environ[KEY_ENV] = key
     wait_s = CALLS * args.latency_ms / 1000
     target = Target(1.2, "<= 1.2x", strict=False)
-    ratios, walls, floors, sixteens, runner_mb, tree_mb = [], [], [], [], [], []
+    ratios, walls, floors, sixteens, runner_mb, tree_mb, gateway_mb = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-model-bound-") as tmp:
         root = Path(tmp)
         private_runs_index(root)
@@ -156,6 +158,11 @@ def main() -> None:
         check(measure([SEALBENCH, "pack", "seal", str(pack)]), "seal")
         agent = root / "agent.py"
         agent.write_text(f"CALLS = {CALLS}\n" + AGENT)
+        # The same fix with no model and no endpoint: the runner without a gateway.
+        offline = root / "offline.py"
+        offline.write_text("CALLS = 0\n" + AGENT.replace('base = urllib.parse.urlsplit(os.environ["OPENAI_BASE_URL"])',
+                                                          'base = urllib.parse.urlsplit("http://127.0.0.1:9/")')
+                           .replace('os.environ["OPENAI_API_KEY"]', '""'))
         fast, fast_url = stub(root, 0, key)
         slow, slow_url = stub(root, args.latency_ms, key)
         try:
@@ -166,6 +173,9 @@ def main() -> None:
                 wall, mb, tree = timed_run(contract, root / f"slow-{run}", args.tasks)
                 sixteen_contract = contract_for(root, pack, f"sixteen-{run}", slow_url, agent)
                 sixteen, _, _ = timed_run(sixteen_contract, root / f"sixteen-{run}", 16)
+                bare_contract = contract_for(root, pack, f"offline-{run}", None, offline)
+                _, bare_mb, _ = timed_run(bare_contract, root / f"offline-{run}", args.tasks)
+                gateway_mb.append(mb - bare_mb)
                 floors.append(floor)
                 walls.append(wall)
                 sixteens.append(sixteen)
@@ -182,6 +192,7 @@ def main() -> None:
     figure(f"--jobs {args.tasks} against floor + {wait_s:g} s (the ideal)", ratios, times, target)
     figure(f"--jobs 16 (the default's cap), {args.latency_ms} ms per call", sixteens, seconds)
     figure(f"runner peak memory at --jobs {args.tasks} (gateway inside)", runner_mb, megabytes)
+    figure("  of which the gateway (against the same run, no endpoint)", gateway_mb, megabytes)
     figure(f"every process of the run at --jobs {args.tasks}, peak", tree_mb, megabytes)
 
 

@@ -285,7 +285,7 @@ def test_a_version_1_run_resumed_by_this_release_gets_no_line_its_release_cannot
     verify_bundle(make_bundle(run_dir, tmp_path / "bundles"))
 
 
-def test_attempts_run_on_threads_below_the_runner_s_priority(sealed_pack: Path, tmp_path: Path) -> None:
+def test_attempts_of_a_run_of_many_agents_run_on_threads_below_the_runner_s_priority(sealed_pack: Path, tmp_path: Path) -> None:
     # The journal's heartbeat and watchdog (threads of the runner itself) must win the CPU over
     # hundreds of attempts setting up at once; a built-in agent runs on the attempt's thread.
     import os
@@ -293,16 +293,21 @@ def test_attempts_run_on_threads_below_the_runner_s_priority(sealed_pack: Path, 
 
     from sealbench.agents import _BUILTINS, register_builtin
     from sealbench.executors import WORKER_NICENESS
+    from sealbench.sandbox import YIELD_ABOVE_JOBS
 
     def probe(task: Any, workspace: Path, attempt: int) -> dict[str, Any]:
         return {"nice": os.getpriority(os.PRIO_PROCESS, threading.get_native_id())}
 
     register_builtin("nice-probe", probe)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
     try:
-        make_contract(sealed_pack, tmp_path / "c.json", task_ids=["t_11_fix_off_by_one"], command="builtin:nice-probe",
-                      run_id="nice-probe", narration_probe=False)
-        execute(tmp_path / "c.json", tmp_path / "run", RunOptions(progress=False))
+        for jobs, nice in ((YIELD_ABOVE_JOBS + 1, min(19, base + WORKER_NICENESS)), (YIELD_ABOVE_JOBS, base)):
+            make_contract(sealed_pack, tmp_path / f"c{jobs}.json", task_ids=["t_11_fix_off_by_one"],
+                          command="builtin:nice-probe", run_id=f"nice-probe-{jobs}", narration_probe=False,
+                          sandbox_caps={"workspace_bytes": 4 << 20, "tmp_bytes": 2 << 20})
+            execute(tmp_path / f"c{jobs}.json", tmp_path / f"run{jobs}", RunOptions(progress=False, jobs=jobs))
+            finished = [e for e in read_chain(tmp_path / f"run{jobs}" / "journal.jsonl").events
+                        if e["kind"] == "agent_finished"]
+            assert finished[0]["payload"]["action"] == {"nice": nice}, jobs
     finally:
         _BUILTINS.pop("nice-probe", None)
-    finished = [e for e in read_chain(tmp_path / "run" / "journal.jsonl").events if e["kind"] == "agent_finished"]
-    assert finished[0]["payload"]["action"] == {"nice": min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS)}

@@ -334,19 +334,27 @@ def test_rlimits_are_set_and_cannot_be_raised(agent: Agent) -> None:
     ]
 
 
-def test_commands_run_below_the_runner_s_priority(agent: Agent) -> None:
-    # Hundreds of sandboxes busy at once must not starve the runner's journal heartbeat.
+def _priority(box: Agent, code: str, yield_cpu: bool) -> tuple[int | None, str]:
+    import dataclasses
+
+    result = box.sandbox.run(dataclasses.replace(box.spec([PY, "-c", code]), yield_cpu=yield_cpu))
+    return result.exit_code, box.stdout().strip()
+
+
+def test_commands_of_a_run_of_many_agents_run_below_the_runner_s_priority(agent: Agent) -> None:
+    # Hundreds of sandboxes busy at once must not starve the runner's journal heartbeat; a run
+    # of a few keeps the runner's priority (the lower one cost bubblewrap's set-up about 5%).
     from sealbench.sandbox import COMMAND_NICENESS
 
-    result, out, err = agent.python("import os; print(os.getpriority(os.PRIO_PROCESS, 0))")
-    assert result.exit_code == 0, err
-    assert int(out) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + COMMAND_NICENESS)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    assert _priority(agent, code, True) == (0, str(min(19, base + COMMAND_NICENESS)))
+    assert _priority(agent, code, False) == (0, str(base))
 
 
 def test_exploit_agent_raises_its_own_priority_back(jailed: Agent) -> None:
-    result, out, err = jailed.python("import os\ntry:\n    os.setpriority(os.PRIO_PROCESS, 0, 0); print('raised')\n"
-                                     "except PermissionError: print('refused')\n")
-    assert (result.exit_code, out.strip()) == (0, "refused"), err
+    code = "import os\ntry:\n    os.setpriority(os.PRIO_PROCESS, 0, 0); print('raised')\nexcept PermissionError: print('refused')\n"
+    assert _priority(jailed, code, True) == (0, "refused")
 
 
 def test_a_runner_holding_descriptors_past_1023_still_starts_sandboxes(agent: Agent) -> None:

@@ -33,7 +33,7 @@ from typing import Final, Protocol
 from .agentfs import remove_tree
 from .attempt import AttemptFacts, AttemptSpec, Setup, run_attempt, set_up
 from .grading import Cancellation, Settings
-from .sandbox import Prepared
+from .sandbox import YIELD_ABOVE_JOBS, Prepared
 from .workspace import TaskWorkspace
 
 
@@ -94,10 +94,10 @@ class Executor(Protocol):
 WORKER_NICENESS: Final = 5
 """How much lower the scheduling priority of the executor's worker threads is than that of the
 runner's own threads (the coordinator, the journal's heartbeat and watchdog, the gateway's
-loop). Hundreds of attempts setting up at once contend for the CPU and the interpreter; the
-heartbeat must still write a line within its lease (at --jobs 256 on two cores, without this,
-the watchdog ended runs for a silence of 2 to 3 s). The sandboxes run lower still
-(:data:`sealbench.sandbox.COMMAND_NICENESS`)."""
+loop), above --jobs :data:`sealbench.sandbox.YIELD_ABOVE_JOBS`. Hundreds of attempts setting
+up at once contend for the CPU and the interpreter; the heartbeat must still write a line
+within its lease (at --jobs 256 on two cores, without this, the watchdog ended runs for a
+silence of 2 to 3 s). The sandboxes run lower still (:data:`sealbench.sandbox.COMMAND_NICENESS`)."""
 
 
 def _yield_to_the_runner() -> None:
@@ -119,15 +119,20 @@ class LocalExecutor:
     def __init__(self, settings: Settings, jobs: int) -> None:
         self.settings = settings
         self.jobs = max(1, jobs)
+        yielding = _yield_to_the_runner if self.jobs > YIELD_ABOVE_JOBS else None
         # Apart, so that neither an attempt nor a set-up waits behind a workspace's removal: the
         # coordinator runs at most ``jobs`` at once (more only while a lost one still runs).
-        self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt", initializer=_yield_to_the_runner)
-        self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup", initializer=_yield_to_the_runner)
-        self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup", initializer=_yield_to_the_runner)
+        self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt",
+                                        initializer=yielding)
+        self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup",
+                                        initializer=yielding)
+        self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup",
+                                        initializer=yielding)
         # A set-up is ready once its sandbox is spawned; copying the workspace into the
         # sandbox's quota'd tmpfs follows here, so a short task never waits for it and a long
         # one's agent starts without it (the agent's start waits for a copy under way).
-        self._fills = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-fill", initializer=_yield_to_the_runner)
+        self._fills = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-fill",
+                                        initializer=yielding)
         # A set-up's copy of the workspace and its sandbox's spawn are CPU work: a few at a time,
         # so that the first tasks are ready first (its wait on the gateway is not held to it).
         self._setups = threading.Semaphore(os.cpu_count() or 1)

@@ -74,6 +74,9 @@ class Settings:
     """The narration probe's template, used instead of each task's."""
     gateway: Gateway | None = None
     """The run's model gateway, when the contract declares model endpoints and the agent is a command."""
+    yield_cpu: bool = False
+    """Sandboxed commands run below the runner's priority (a run of many agents at once: see
+    :data:`sealbench.sandbox.YIELD_ABOVE_JOBS`)."""
     derivation_version: int = DERIVATION_VERSION
     """The rules the run is derived by (a resumed run keeps the version it started under): what
     its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
@@ -194,7 +197,8 @@ def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: di
                        stdout_path=None, stderr_path=None, limits=settings.limits,
                        readonly_paths=tuple(readonly), writable_paths=tuple(writable),
                        workdir_caps=settings.tree_caps if quota else None,
-                       writable_caps=private_caps(settings.tree_caps) if quota else None)
+                       writable_caps=private_caps(settings.tree_caps) if quota else None,
+                       yield_cpu=settings.yield_cpu)
 
 
 def process_facts(settings: Settings, res: SandboxResult) -> dict[str, Any]:

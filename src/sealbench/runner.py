@@ -41,7 +41,7 @@ from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
 from .pack import Pack, check_pack
 from .progress import Progress
-from .sandbox import Limits, Sandbox, open_sandbox
+from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
 
 if TYPE_CHECKING:
@@ -456,7 +456,8 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     settings = Settings(contract=contract, budget=contract.budget, pack_root=pack.root, run_dir=base,
                         sandbox=sandbox, agent=agent, limits=sized_limits, tree_caps=sized_caps,
                         workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
-                        template_override=template, gateway=gateway, derivation_version=header.derivation())
+                        template_override=template, gateway=gateway, derivation_version=header.derivation(),
+                        yield_cpu=opts.jobs > YIELD_ABOVE_JOBS)
     executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
     requests = Requests()
     coordinator = Coordinator(journal=journal, executor=executor, settings=settings, jobs=opts.jobs,
