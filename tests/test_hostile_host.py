@@ -817,6 +817,19 @@ def test_contract_new_locks_the_sandbox_sizes_given_and_none_otherwise(sealed_pa
     assert code == 0 and not {"workspace_bytes", "tmp_bytes"} & set(json.loads((tmp_path / "plain.json").read_text())["budget"])
     code, _, err = cli(*base, "-o", tmp_path / "tiny.json", "--workspace-mib", "0")
     assert code == 3 and "workspace_bytes" in err
+    # A size the task's own workspace does not fit would make every attempt a harness error.
+    import shutil
+
+    from sealbench.pack import seal_pack
+
+    big = tmp_path / "big-pack"
+    shutil.copytree(sealed_pack, big)
+    (big / "tasks" / TASK / "workspace" / "data.bin").write_bytes(b"\0" * (2 << 20))
+    seal_pack(big)
+    code, _, err = cli("contract", "new", big, "--agent", "builtin:noop", "--agent-label", "noop", "--task", TASK,
+                       "-o", tmp_path / "small.json", "--workspace-mib", "1")
+    assert code == 3 and f"task {TASK}'s workspace holds 2.0 MiB, more than the workspace size of 1.0 MiB" in err
+    assert not (tmp_path / "small.json").exists()
     # The harness's folder in grading is no larger than the workspace, and 64 MiB by default.
     assert private_caps(TreeCaps(max_bytes=8 << 20)).max_bytes == 8 << 20
     assert private_caps(TreeCaps()).max_bytes == PRIVATE_CAPS.max_bytes == 64 << 20

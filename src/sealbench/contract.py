@@ -6,6 +6,7 @@ reads and writes the files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -59,6 +60,24 @@ MODEL_CAPS = ("max_model_calls", "max_model_tokens", "max_model_cost")
 """The budget's caps on a task's model use, which the gateway enforces."""
 SANDBOX_CAPS = ("workspace_bytes", "tmp_bytes")
 """The budget's sizes of a task's sandbox (its workspace quota, its /tmp and /dev/shm)."""
+
+
+def _refuse_workspaces_over(pack: Pack, ids: Sequence[str], cap: int) -> None:
+    """Refuse a workspace size that a task's own workspace does not fit in: every attempt of it
+    would be a harness error.
+
+    Raises:
+        ContractError: naming the first such task, its size and the size asked for.
+    """
+    for t in ids:
+        size = 0
+        for dirpath, _dirs, files in os.walk(pack.tasks[t].workspace):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    size += os.lstat(os.path.join(dirpath, name)).st_size
+        if size > cap:
+            raise ContractError(f"task {t}'s workspace holds {size / 2**20:.1f} MiB, more than the workspace size "
+                                f"of {cap / 2**20:.1f} MiB (--workspace-mib); give it room for the agent's work too")
 
 
 def contract_digest(contract: ScoringContract) -> str:
@@ -186,6 +205,8 @@ def new_contract(
                                         **dict(model_caps or {}), **dict(sandbox_caps or {})})
     except ValidationError as e:
         raise ContractError(f"budget: {describe_validation_error(e)}") from None
+    if budget.workspace_bytes is not None:
+        _refuse_workspaces_over(pack, ids, budget.workspace_bytes)
     contract = ScoringContract(
         task_ids=ids,
         controls=Controls(
