@@ -71,6 +71,16 @@ def endpoints(stub: StubServer) -> list[ModelEndpoint]:
     ]
 
 
+def unit_gateway(stub: StubServer, key: str, limits: Any = None) -> tuple[Any, list[Any]]:
+    """A started gateway to ``stub`` outside any run, and the events it records (blobs not stored)."""
+    from sealbench.gateway import Gateway
+
+    recorded: list[Any] = []
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
+                      lambda data: "sha256:" + "0" * 64, limits).start()
+    return gateway, recorded
+
+
 def gateway_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, list[dict[str, Any]]], *,
                 max_attempts: int = 1, name: str = "gw", probe: bool = False, caps: dict[str, Any] | None = None,
                 ) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
@@ -496,11 +506,9 @@ def test_latency_of_the_stub_is_what_it_was_told(key: str) -> None:
 
 def test_exploit_agent_trickles_its_body_slower_than_the_client_timeout(stub: StubServer, key: str) -> None:
     from sealbench import events as ev
-    from sealbench.gateway import Gateway, GatewayLimits
+    from sealbench.gateway import GatewayLimits
 
-    recorded: list[ev.Event] = []
-    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
-                      lambda data: "sha256:" + "0" * 64, GatewayLimits(client_timeout_s=0.5)).start()
+    gateway, recorded = unit_gateway(stub, key, GatewayLimits(client_timeout_s=0.5))
     try:
         access = gateway.open_attempt(TASK, 1)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -523,12 +531,10 @@ def test_exploit_agent_trickles_its_body_slower_than_the_client_timeout(stub: St
 
 def test_exploit_agent_sends_many_large_bodies_at_once_to_fill_the_gateways_memory(stub: StubServer, key: str) -> None:
     from sealbench import events as ev
-    from sealbench.gateway import Gateway, GatewayLimits
+    from sealbench.gateway import GatewayLimits
 
-    recorded: list[ev.Event] = []
     limits = GatewayLimits(max_body_bytes=1 << 20, buffered_bytes=3 << 20, client_timeout_s=1)
-    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
-                      lambda data: "sha256:" + "0" * 64, limits).start()
+    gateway, recorded = unit_gateway(stub, key, limits)
     socks: list[socket.socket] = []
     try:
         access = gateway.open_attempt(TASK, 1)
@@ -816,11 +822,8 @@ def test_replay_refuses_a_bundle_of_another_contract(sealed_pack: Path, tmp_path
 def test_exploit_agent_sends_malformed_http_and_it_is_refused_and_journaled_while_calls_go_on(
         stub: StubServer, key: str) -> None:
     from sealbench import events as ev
-    from sealbench.gateway import Gateway
 
-    recorded: list[ev.Event] = []
-    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
-                      lambda data: "sha256:" + "0" * 64).start()
+    gateway, recorded = unit_gateway(stub, key)
     try:
         access = gateway.open_attempt(TASK, 1)
         replies = []
@@ -863,11 +866,9 @@ def test_exploit_agent_sends_malformed_http_and_it_is_refused_and_journaled_whil
 def test_exploit_agent_trickles_its_headers_and_the_connection_is_closed_and_journaled(
         stub: StubServer, key: str) -> None:
     from sealbench import events as ev
-    from sealbench.gateway import Gateway, GatewayLimits
+    from sealbench.gateway import GatewayLimits
 
-    recorded: list[ev.Event] = []
-    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append,
-                      lambda data: "sha256:" + "0" * 64, GatewayLimits(client_timeout_s=0.5)).start()
+    gateway, recorded = unit_gateway(stub, key, GatewayLimits(client_timeout_s=0.5))
     try:
         access = gateway.open_attempt(TASK, 1)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
