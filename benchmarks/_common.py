@@ -8,6 +8,7 @@ when the median meets it, "MISSED" otherwise, with how many single runs met it.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
 import os
@@ -76,9 +77,12 @@ MIN_RUNS = 3
 
 def runs_argument(value: str) -> int:
     """``--runs``: at least three, or no median and range worth printing."""
-    runs = int(value)
+    try:
+        runs = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
     if runs < MIN_RUNS:
-        raise ValueError(f"--runs must be at least {MIN_RUNS}")
+        raise argparse.ArgumentTypeError(f"at least {MIN_RUNS} (a median and a range need them), got {runs}")
     return runs
 
 

@@ -31,7 +31,7 @@ import pytest
 from conftest import make_contract, needs_bwrap
 from sealbench.bundle import verify_bundle
 from sealbench.charge import sessions
-from sealbench.clock import LEASE_MS, Clock
+from sealbench.clock import LEASE_MANY_MS, LEASE_MS, Clock
 from sealbench.derive import derive
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
@@ -194,6 +194,32 @@ def test_one_kill_charges_the_time_run_plus_at_most_the_lease(sealed_pack: Path,
     spent = stamps[-1] - stamps[0]
     assert spent <= charge["charged_s"] <= spent + LEASE_MS / 1000 + 1.0, (spent, charge)
     assert "heartbeat lease" in charge["basis"]
+    assert card_of(run_dir)["outcome"] == "pass"
+
+
+def test_many_tasks_at_once_keep_the_longer_lease_and_are_charged_by_it(sealed_pack: Path, tmp_path: Path) -> None:
+    """A session of more than 16 tasks at once records the longer lease, and a kill of it is
+    charged by that lease; the resume, at --jobs 1, records the short one for its own session."""
+    contract = tmp_path / "c.json"
+    make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(3.0, first_attempt_only=True),
+                  run_id="many-lease", wall_clock_s=30.0, max_attempts=2)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                             "--no-workspace-quota", "--jobs", "17", "--keep-work"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for_stamp(stamps_file(run_dir), proc)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    stamps = settled_stamps(stamps_file(run_dir))
+    execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True, jobs=1))
+    events = events_of(run_dir)
+    leases = [e["payload"]["lease_ms"] for e in events if e["kind"] in ("run_started", "run_resumed")]
+    assert leases == [LEASE_MANY_MS, LEASE_MS]
+    (charge,) = charges(events)
+    spent = stamps[-1] - stamps[0]
+    assert spent <= charge["charged_s"] <= spent + LEASE_MANY_MS / 1000 + 1.0, (spent, charge)
+    assert f"{LEASE_MANY_MS} ms heartbeat lease" in charge["basis"]
     assert card_of(run_dir)["outcome"] == "pass"
 
 

@@ -17,8 +17,10 @@ promises that let a later resume bound how long the agents of a killed session r
   written for that long (a failed or stalled disk, a starved process), the watchdog ends the
   process, and the agents die with it (bubblewrap's ``--die-with-parent``).
 
-So a session killed at any moment ended at most :data:`LEASE_MS` after its last line, and
-that is what an interrupted task is charged up to.
+So a session killed at any moment ended at most its lease after its last line, and that is
+what an interrupted task is charged up to. The lease is :data:`LEASE_MS`, or
+:data:`LEASE_MANY_MS` for a run of more than ``sealbench.sandbox.YIELD_ABOVE_JOBS`` tasks at
+once (:func:`lease_for`), and each session records the one it kept.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ HEARTBEAT_MS = 500
 """The longest a running session's journal stays silent before a ``heartbeat`` line."""
 LEASE_MS = 2000
 """How long past the journal's last line a session may still have run agents."""
+LEASE_MANY_MS = 10_000
+"""The lease of a run of many tasks at once (model-bound agents, hundreds at a time). Its
+runner has hundreds of threads (relays, gateway, set-up) queueing for the interpreter lock,
+and the disk serves hundreds of sandboxes' writes, flushes and discards: a heartbeat line was
+seen to wait 4 s on this machine at --jobs 256 with the CPU and the disk otherwise doing fine.
+A longer lease is never a gift to the agent: a crash charges each interrupted task more of its
+budget, never less."""
 _MARGIN_MS = 250
 """The watchdog ends the process this much before the lease runs out (process teardown time)."""
 
@@ -80,6 +89,11 @@ class Clock:
     def wall(self) -> str:
         """The wall time as the journal writes it (UTC, milliseconds, Z)."""
         return self.utc().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def lease_for(jobs: int, *, many_above: int) -> int:
+    """The heartbeat lease (ms) of a run of ``jobs`` tasks at once (module docstring)."""
+    return LEASE_MANY_MS if jobs > many_above else LEASE_MS
 
 
 def end_process(message: str) -> None:
@@ -152,7 +166,7 @@ class Heartbeat:
                 self._stop.wait(wait)
                 continue
             silent = time.monotonic() - last
-            why = self._error or "its writes stalled"
+            why = self._error or "its writes stalled, or the runner was starved of the CPU"
             self._on_lapse(
                 f"the journal has recorded nothing for {silent:.1f} s ({why}); the run was ended so that no "
                 f"agent runs unaccounted. Once the disk is writable again, continue with --resume: each "

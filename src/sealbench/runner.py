@@ -28,7 +28,7 @@ from .agentfs import TreeCaps, remove_tree
 from .agents import PythonAgent, ResolvedAgent, resolve_agent
 from .attempt import render_prompt
 from .charge import Charge, time_used
-from .clock import HEARTBEAT_MS, LEASE_MS, Clock, Heartbeat
+from .clock import HEARTBEAT_MS, Clock, Heartbeat, lease_for
 from .contract import load_contract, pack_path, require_locked
 from .coordinator import Coordinator, JournalStopped, Prior, Requests
 from .derive import DERIVATION_VERSION, RESUMABLE, derive_iter, isolation_of, probe_bytes, probe_summary
@@ -218,7 +218,7 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
 
 
 def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] | None, probe: bool,
-            sandbox: Sandbox, agent: ResolvedAgent, *, workspace_quota: bool = True,
+            sandbox: Sandbox, agent: ResolvedAgent, *, jobs: int, workspace_quota: bool = True,
             moved_to: Path | None = None, replay_of: dict[str, Any] | None = None) -> ev.RunStarted:
     """The run_started event of a new run (a resume journals it as run_resumed, with the run's nonce)."""
     provenance = pack.manifest.provenance
@@ -227,7 +227,7 @@ def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] |
         argv=list(command_line) if command_line is not None else None,
         provenance=provenance.model_dump(mode="json") if provenance else None,
         run_id=contract.run_id, task_ids_count=len(contract.task_ids), probe=probe,
-        heartbeat_ms=HEARTBEAT_MS, lease_ms=LEASE_MS, run_nonce=secrets.token_hex(16),
+        heartbeat_ms=HEARTBEAT_MS, lease_ms=lease_for(jobs, many_above=YIELD_ABOVE_JOBS), run_nonce=secrets.token_hex(16),
         derivation_version=DERIVATION_VERSION, sealbench_version=__version__,
         python=platform.python_version(), platform=platform.platform(terse=True),
         sandbox=sandbox.describe(), agent=agent.describe(),
@@ -402,7 +402,8 @@ def execute(
     if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)
     base = run_dir / "probe" if probe else run_dir
-    header = _header(contract, pack, command_line, probe, sandbox, agent, workspace_quota=opts.workspace_quota,
+    header = _header(contract, pack, command_line, probe, sandbox, agent, jobs=opts.jobs,
+                     workspace_quota=opts.workspace_quota,
                      moved_to=pack.root if opts.pack is not None else None,
                      replay_of=record.replay_of() if record is not None else None)
     if not (opts.resume or probe or record is not None or (base / "journal.jsonl").exists()):
@@ -465,7 +466,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     j = coordinator.j
     outcomes = coordinator.outcomes
     stopped_by: str | None = None
-    heartbeat = Heartbeat(journal).start()
+    heartbeat = Heartbeat(journal, lease_ms=header.lease_ms or lease_for(opts.jobs, many_above=YIELD_ABOVE_JOBS)).start()
     try:
         requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
         if gateway is not None:
