@@ -8,7 +8,7 @@ import sys
 import sealbench
 
 EXPECTED = [
-    "AgentSpec", "ContractError", "HarnessError", "IncompleteScorecard", "MadeByNewerRelease", "Outcome",
+    "AgentSpec", "ContractError", "EnvironmentRefused", "HarnessError", "IncompleteScorecard", "MadeByNewerRelease", "Outcome",
     "PackError", "Rate", "Refusal", "RunOptions", "RunRefusal", "ScoreRefusal", "Scorecard", "ScoringContract",
     "SealbenchError", "StorageError", "TaskRecord", "UsageError", "VerificationFailed", "__version__",
     "check_pack", "compare_bundles", "derive_files", "execute", "import_pack", "load_contract", "load_pack",

@@ -79,6 +79,10 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
     overlay(task.hidden, grade)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8",
            "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    if task.record.environment is not None:
+        # What the environment's link does in the sandbox (tests/test_repo_tasks.py runs that):
+        # the repository's import roots, in the grading copy, on sys.path.
+        env["PYTHONPATH"] = ":".join(str(grade / root) for root in task.record.environment.import_roots)
     argv = list(task.record.oracle_cmd)
     guarded = None
     if pytest_oracle.is_guarded(argv):
@@ -655,9 +659,11 @@ def test_swebench_instances_become_repository_tasks(tmp_path: Path, swe_repo: tu
     one = pack.tasks["local__calc-1"]
     ws = sorted(str(p.relative_to(one.workspace)) for p in one.workspace.rglob("*") if p.is_file())
     # The base tree as committed (export-ignore'd docs included, no .git, no later commits,
-    # no uncommitted edits), minus the test file the test_patch changes.
+    # no uncommitted edits), the test file the test_patch changes in its pre-patch form.
     assert ws == [".gitattributes", "README.md", "calc/__init__.py", "calc/ops.py", "docs/guide.txt",
-                  "scripts/run.sh"]
+                  "scripts/run.sh", "tests/test_ops.py"]
+    assert one.record.test_files == "reset"
+    assert one.record.environment is not None and one.record.environment.import_roots == ["."]
     assert (one.workspace / "calc" / "ops.py").read_text() == OPS_BUGGY
     assert (one.workspace / "README.md").read_text() == "calc\n"
     assert os.access(one.workspace / "scripts" / "run.sh", os.X_OK)
@@ -666,8 +672,8 @@ def test_swebench_instances_become_repository_tasks(tmp_path: Path, swe_repo: tu
     assert one.prompt == "add() subtracts its arguments.\n"
     assert one.record.required_tests == ["tests.test_ops::test_add_of_small_numbers",
                                          "tests.test_ops::test_mul_of_small_numbers"]
-    assert one.record.oracle_cmd[-2:] == ["tests/test_ops.py::test_add_of_small_numbers",
-                                          "tests/test_ops.py::test_mul_of_small_numbers"]
+    # SWE-bench's test command: pytest on the files the test patch touches.
+    assert one.record.oracle_cmd == ["sealbench-pytest", "-q", "tests/test_ops.py"]
     two = pack.tasks["local__calc-2"]
     assert two.hidden_paths() == ["tests/test_more.py"]
     assert (two.workspace / "tests" / "test_ops.py").read_text() == TEST_OPS_NEW
@@ -720,8 +726,10 @@ def test_swebench_needs_a_clone(tmp_path: Path, swe_repo: tuple[Path, list[dict[
     source.write_text(json.dumps(instances))
     with pytest.raises(UsageError, match="swebench imports need --repo PATH"):
         import_pack("swebench", source, tmp_path / "pack")
-    with pytest.raises(PackError, match="not a git repository"):
+    with pytest.raises(PackError, match="no clone of local/calc under"):
         import_pack("swebench", source, tmp_path / "pack", repo=tmp_path)
+    with pytest.raises(PackError, match="not a git repository"):
+        import_pack("swebench", source, tmp_path / "pack", repos=[("local/calc", tmp_path)])
 
 
 # ---------------------------------------------------------------- full data sets (make test-slow)

@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "Refusal": "errors",
     "RunOptions": "runner",
     "RunRefusal": "errors",
+    "EnvironmentRefused": "errors",
     "ScoreRefusal": "errors",
     "Scorecard": "formats",
     "ScoringContract": "formats",

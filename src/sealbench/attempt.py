@@ -239,7 +239,7 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
             # The deadline is set when the attempt starts, from the time that remains then.
             spec = sandbox_spec(settings, render_argv(agent.command, values), tw.ws,
                                 {**env, **(access.env if access else {})}, settings.budget.wall_clock_s,
-                                [*mounts, tw.private])
+                                [*mounts, tw.private], task=task)
             with cpu or contextlib.nullcontext():
                 prepared = settings.sandbox.prepare(dataclasses.replace(spec, relay=access.relay) if access else spec)
         except BaseException:

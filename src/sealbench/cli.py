@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -105,13 +106,43 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _repo_options(values: Sequence[str] | None) -> tuple[str | None, list[tuple[str, str]]]:
+    """``--repo`` values: at most one PATH, and any number of owner/name=PATH."""
+    from .errors import UsageError
+
+    plain: list[str] = []
+    named: list[tuple[str, str]] = []
+    for value in values or []:
+        name, eq, path = value.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", name):
+            named.append((name, path))
+        else:
+            plain.append(value)
+    if len(plain) > 1:
+        raise UsageError(f"--repo PATH given {len(plain)} times; name the others: --repo owner/name=PATH")
+    return (plain[0] if plain else None), named
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from .importers import import_pack
 
-    pack = import_pack(args.kind, Path(args.source), Path(args.output), repo=args.repo,
+    repo, repos = _repo_options(args.repo)
+    pack = import_pack(args.kind, Path(args.source), Path(args.output), repo=repo, repos=repos or None,
+                       python=args.python, env_spec=args.env_spec,
                        max_attempts=args.max_attempts, limit=args.limit, wall_clock_s=args.wall_clock_s)
     print(f"imported {len(pack.tasks)} task(s) into {pack.root}, sealed: {pack.sealed_digest}")
     print(pack.manifest.description)
+    return EXIT_OK
+
+
+def cmd_env_build(args: argparse.Namespace) -> int:
+    from .environments import build_all, cache_root
+    from .pack import check_pack
+
+    pack = check_pack(Path(args.pack))
+    print(f"building the environments of {pack.manifest.name} in {cache_root()} (uv, from the package index)",
+          flush=True)
+    build_all(pack, say=lambda line: print(line, flush=True))
     return EXIT_OK
 
 
@@ -531,11 +562,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     p.set_defaults(func=cmd_pack_validate)
 
+    env = sub.add_parser("env", help="build the Python environments a pack's repository tasks run in").add_subparsers(
+        dest="env_command", parser_class=_Parser, required=True
+    )
+    p = env.add_parser("build", help="build each environment the pack's tasks name with uv (cached by the spec's digest)")
+    p.add_argument("pack", help="the sealed pack directory")
+    p.set_defaults(func=cmd_env_build)
+
     p = sub.add_parser("import", help="import a public task set (HumanEval, MBPP, Exercism, SWE-bench, ...) as a sealed pack")
     p.add_argument("kind", help="humaneval, humanevalplus, mbpp, mbppplus, exercism, swebench (or a registered importer)")
     p.add_argument("source", help="the data file, or the track directory for exercism")
     p.add_argument("-o", "--output", required=True, metavar="PACK", help="new pack directory (must not exist)")
-    p.add_argument("--repo", metavar="PATH", help="swebench: local clone of the instances' repository")
+    p.add_argument("--repo", metavar="[OWNER/NAME=]PATH", action="append",
+                   help="swebench: a local clone of the instances' repository, or a directory of clones "
+                   "(owner__name, name or owner/name under it); OWNER/NAME=PATH names the clone of one "
+                   "repository (repeatable; default: none)")
+    p.add_argument("--python", metavar="VERSION",
+                   help="swebench: the Python version of the tasks' environments (default: the one running sealbench)")
+    p.add_argument("--env-spec", metavar="FILE",
+                   help="swebench: JSON overrides of the environments per \"owner/name\" or \"owner/name@version\" "
+                   "(name, python, requirements, pins, source, import_roots; default: none)")
     p.add_argument("--max-attempts", type=int, metavar="N", help="every task's retry ceiling (default 1)")
     p.add_argument("--limit", type=int, metavar="N", help="import only the first N records (all are checked)")
     p.add_argument("--wall-clock-s", type=float, metavar="S",

@@ -194,6 +194,8 @@ def new_contract(
         forbidden.extend(UNGUARDED_PYTEST_FORBIDDEN)
     for t in ids:
         task = pack.tasks[t]
+        if task.record.test_files == "reset":
+            continue  # its hidden files replace the workspace's at grading: a change to them is discarded
         forbidden.extend(p for p in task.hidden_paths() if p not in forbidden)
         for arg in task.record.oracle_cmd[1:]:
             if (task.hidden / arg).is_file() and arg not in forbidden:

@@ -10,6 +10,7 @@
     |   +-- ContractError           a scoring contract cannot be locked or is not locked
     |   +-- ScoreRefusal            events cannot be scored under the locked contract
     |   +-- RunRefusal              a run cannot start or resume (another writer included)
+    |   |   +-- EnvironmentRefused  a task's environment is missing, changed or cannot be built
     |   +-- RunsIndexError          the local runs index cannot be read or written
     |   +-- StorageError            the harness's own storage failed: nothing was decided
     +-- HarnessError                exit 1: the sandbox or grading machinery failed
@@ -69,6 +70,10 @@ class ScoreRefusal(Refusal):
 
 class RunRefusal(Refusal):
     """A run cannot start or resume (no sandbox, different contract, ...)."""
+
+
+class EnvironmentRefused(RunRefusal):
+    """A task's environment is not built, changed since it was built, or cannot be built here."""
 
 
 class RunsIndexError(Refusal):

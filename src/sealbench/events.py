@@ -146,6 +146,9 @@ class RunHeader(Event):
                                   "moved from the contract's pack.path (derivation version 3 on); absent otherwise.")
     replay_of: dict[str, Any] | None = Field(None, description="The run this one replays (`run --replay`: its "
                                              "run_id and run_nonce); absent in a measured run.")
+    environments: dict[str, str] | None = Field(
+        None, description="The built environments the tasks run in: each spec's digest to the tree digest of its "
+        "build (a resume refuses one that differs); absent when no task names one.")
 
     def derivation(self) -> int:
         """The derivation version: 1 when absent (journals from before it was recorded), -1

@@ -60,6 +60,21 @@ class Provenance(Model):
     )
 
 
+class EnvironmentSpec(Model):
+    """The Python environment a repository task's commands run in (see :mod:`sealbench.environments`)."""
+
+    name: NonEmptyStr = Field(description="A name for people: the repository and what the environment is pinned to.")
+    python: NonEmptyStr = Field(description="The Python version asked for, as uv reads it (e.g. 3.11); never "
+                                "downloaded: an interpreter of this machine must satisfy it.")
+    requirements: list[NonEmptyStr] = Field(
+        description="Requirement lines, one per package, as pip reads them (with --hash options when the "
+        "source pinned hashes: then every line must carry them).")
+    source: NonEmptyStr = Field(description="Where the requirements come from, e.g. the repository's uv.lock at "
+                                "a commit and the dependency group read.")
+    import_roots: list[NonEmptyStr] = Field(
+        description="Directories of the repository, relative to its root, put on sys.path (e.g. src).")
+
+
 class TaskRecord(Model):
     """``tasks/<task_id>/task.json``: the task record the scorecard rules require, plus what a runner needs."""
 
@@ -98,6 +113,16 @@ class TaskRecord(Model):
         None, description="argv of a test command that is part of the workspace (feedback=visible_tests)."
     )
     provenance: Provenance | None = Field(None, description="Where the task comes from.")
+    environment: EnvironmentSpec | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="The environment the agent, the oracle and the visible tests run in, built by `sealbench env "
+        "build`; absent: the harness's own interpreter.")
+    test_files: Literal["forbidden", "reset"] = Field(
+        "forbidden", exclude_if=lambda v: v == "forbidden",
+        description="'forbidden' (absent): the hidden files are not in the workspace, and an attempt that changes "
+        "one of their paths fails. 'reset': the workspace holds the pre-patch versions of the files the hidden "
+        "tests change (a repository's own tests), an attempt may edit them, and grading puts the hidden versions "
+        "in their place, as SWE-bench resets the test patch's files before applying it.")
 
 
 class TaskDigests(Model):

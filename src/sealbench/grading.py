@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
 
 if TYPE_CHECKING:
+    from .environments import BuiltEnv
     from .gateway import Gateway
 
 JUNIT_REPORT_CAP = 16 * 2**20
@@ -77,6 +78,8 @@ class Settings:
     yield_cpu: bool = False
     """Sandboxed commands run below the runner's priority (a run of many agents at once: see
     :data:`sealbench.sandbox.YIELD_ABOVE_JOBS`)."""
+    environments: Mapping[str, BuiltEnv] = field(default_factory=dict)
+    """The built environments the tasks name, by spec digest (checked before the run)."""
     derivation_version: int = DERIVATION_VERSION
     """The rules the run is derived by (a resumed run keeps the version it started under): what
     its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
@@ -154,16 +157,39 @@ class Cancellation:
         return result
 
 
-def command_path() -> str:
-    """``PATH`` inside the sandbox for every command of a task: this Python's bin, then the system's."""
-    return ":".join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+def command_path(environment: BuiltEnv | None = None) -> str:
+    """``PATH`` inside the sandbox for every command of a task: the task's environment's bin
+    when it names one, this Python's bin, then the system's."""
+    first = [str(environment.bin)] if environment is not None else []
+    return ":".join(dict.fromkeys([*first, str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+
+
+def environment_of(settings: Settings, task: Task) -> BuiltEnv | None:
+    """The built environment ``task`` names, or None when it names none.
+
+    Raises:
+        HarnessError: it names one the run did not check (a caller that skipped
+            :func:`sealbench.environments.require`).
+    """
+    spec = task.record.environment
+    if spec is None:
+        return None
+    from .environments import label, spec_digest
+
+    built = settings.environments.get(spec_digest(spec))
+    if built is None:
+        raise HarnessError(f"{task.task_id}: its environment {label(spec)} was not checked before the run")
+    return built
 
 
 def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file: Path | None) -> dict[str, str]:
     """The environment of a sandboxed command of ``task`` (its agent, oracle or visible tests)."""
     seed = task.record.seed if task.record.seed is not None else settings.contract.seed
+    environment = environment_of(settings, task)
+    venv = {"VIRTUAL_ENV": str(environment.root)} if environment is not None else {}
     return {
-        "PATH": command_path(),
+        **venv,
+        "PATH": command_path(environment),
         "HOME": "/tmp/home",
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": str(seed),
@@ -188,8 +214,18 @@ def store_bytes(run_dir: Path, data: bytes) -> str:
 
 
 def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
-                 readonly: Sequence[Path] = (), writable: Sequence[Path] = ()) -> SandboxSpec:
+                 readonly: Sequence[Path] = (), writable: Sequence[Path] = (), *,
+                 task: Task | None = None) -> SandboxSpec:
+    """The spec of one sandboxed command; with ``task``, its environment's mounts and the link
+    from :data:`sealbench.environments.REPO_MOUNT` to ``workdir`` (the code under test)."""
     quota = settings.workspace_quota
+    environment = environment_of(settings, task) if task is not None else None
+    links: tuple[tuple[str, str], ...] = ()
+    if environment is not None:
+        from .environments import REPO_MOUNT
+
+        readonly = [*readonly, *environment.readonly()]
+        links = ((REPO_MOUNT, str(workdir)),)
     # Output is kept in memory (capped by the limits) and stored once, under its digest. The
     # workdir (workspace or grading copy) gets its disk quota: TreeCaps.max_bytes, whose write
     # past it fails inside the sandbox rather than on the host's disk.
@@ -198,7 +234,7 @@ def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: di
                        readonly_paths=tuple(readonly), writable_paths=tuple(writable),
                        workdir_caps=settings.tree_caps if quota else None,
                        writable_caps=private_caps(settings.tree_caps) if quota else None,
-                       yield_cpu=settings.yield_cpu)
+                       links=links, yield_cpu=settings.yield_cpu)
 
 
 def process_facts(settings: Settings, res: SandboxResult) -> dict[str, Any]:
@@ -222,13 +258,14 @@ def process_facts(settings: Settings, res: SandboxResult) -> dict[str, Any]:
 
 def sandboxed(settings: Settings, cancel: Cancellation, argv: Sequence[str], workdir: Path, env: dict[str, str],
               timeout: float, readonly: Sequence[Path] = (),
-              writable: Sequence[Path] = ()) -> tuple[SandboxResult, dict[str, Any]]:
+              writable: Sequence[Path] = (), *, task: Task | None = None) -> tuple[SandboxResult, dict[str, Any]]:
     """Run one command in the sandbox where ``cancel`` reaches it; its result and facts.
 
     Raises:
         Stopped: cancelled.
     """
-    prepared = settings.sandbox.prepare(sandbox_spec(settings, argv, workdir, env, timeout, readonly, writable))
+    prepared = settings.sandbox.prepare(sandbox_spec(settings, argv, workdir, env, timeout, readonly, writable,
+                                                     task=task))
     try:
         res = cancel.start(prepared)
     finally:
@@ -331,7 +368,8 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
         subprocess.TimeoutExpired: applying the patch ran out of the time that remains.
     """
     hidden_paths = task.hidden_paths()
-    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths)
+    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths,
+                               reset=task.record.test_files == "reset")
     grade_dir = tw.root / f"grade-{attempt}"
     remove_tree(grade_dir)
     copy_tree(task.workspace, grade_dir)
@@ -351,7 +389,7 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
             if task.record.junit_xml:
                 remove_planted_report(grade_dir, task.record.junit_xml)
             env = task_env(settings, task, grade_dir, attempt, None)
-            spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining)
+            spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining, task=task)
             if is_oracle_cmd(task.record.oracle_cmd):
                 # The trusted function-level oracle: its package bound read-only (an editable install
                 # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
@@ -391,12 +429,15 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
     remove_tree(private)
     owned = (set(tw.base) - set(changed)) | set(task.hidden_paths())
     try:
-        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned)
+        from .environments import REPO_MOUNT
+
+        aliases = (REPO_MOUNT,) if task.record.environment is not None else ()
+        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned, aliases)
     except ValueError as e:
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
     env = {**task_env(settings, task, grade_dir, attempt, None), **guarded.env}
     res, facts = sandboxed(settings, cancel, guarded.argv, grade_dir, env, remaining, guarded.readonly,
-                           guarded.writable)
+                           guarded.writable, task=task)
     rule = task.record.decided_by
     verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code, rule)
     result["oracle"] = facts
@@ -428,7 +469,7 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorks
     if not cmd:
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
     env = task_env(settings, task, tw.ws, attempt, None)
-    res, facts = sandboxed(settings, cancel, cmd, tw.ws, env, min(remaining, 60.0))
+    res, facts = sandboxed(settings, cancel, cmd, tw.ws, env, min(remaining, 60.0), task=task)
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event

@@ -255,17 +255,29 @@ def visible_test_leaks(task: Task) -> list[str]:
     boilerplate) appearing in the prompt or the template; or a workspace file holding at least
     half of its non-trivial lines (a copy of the test). A few lines shared with a workspace
     file are not a leak: a repository's test files share decorators, fixtures and calls.
+
+    For a task whose test files are reset at grading (``test_files: "reset"``), a hidden
+    file the workspace holds in its pre-patch form is the repository's own test file: its name
+    and the lines it already had are not a leak (other tests name it, and the agent may read
+    it). What must not be visible is what the hidden version adds: those lines are checked as
+    above, against the prompt, the template and every workspace file.
     """
     prompts = [("prompt.md", task.prompt), ("template", task.template)]
     workspace = [(f"workspace/{rel}", text, {line.strip() for line in text.splitlines()})
                  for rel, text in _text_files(task.workspace)]
+    before = {w.removeprefix("workspace/"): vlines for w, _t, vlines in workspace}
+    reset = task.record.test_files == "reset"
     leaks: list[str] = []
     for rel, text in _text_files(task.hidden):
         name = Path(rel).name
         lines = sorted(_leak_lines(text))
-        for where, vtext in [*prompts, *((w, t) for w, t, _ in workspace)]:
-            if name in vtext:
-                leaks.append(f"hidden test name {name!r} appears in {where}")
+        known = reset and rel in before
+        if known:
+            lines = [line for line in lines if line not in before[rel]]  # what the hidden version adds
+        else:
+            for where, vtext in [*prompts, *((w, t) for w, t, _ in workspace)]:
+                if name in vtext:
+                    leaks.append(f"hidden test name {name!r} appears in {where}")
         for where, vtext in prompts:
             for line in lines:
                 if line in vtext:
@@ -274,8 +286,8 @@ def visible_test_leaks(task: Task) -> list[str]:
         for where, _vtext, vlines in workspace:
             shared = [line for line in lines if line in vlines]
             if shared and 2 * len(shared) >= len(lines):
-                leaks.append(f"{len(shared)} of {len(lines)} lines of hidden/{rel} appear in {where}: "
-                             f"{shared[0][:60]!r}")
+                leaks.append(f"{len(shared)} of {len(lines)} {'new ' if known else ''}lines of hidden/{rel} appear "
+                             f"in {where}: {shared[0][:60]!r}")
     return leaks
 
 

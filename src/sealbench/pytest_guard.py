@@ -13,7 +13,7 @@ this one file). The order of what it does is the defence:
 2. Before pytest is imported (from the interpreter's site-packages): the harness's
    configuration is read from the private directory and deleted (it holds the key that
    authenticates the record), the record is opened, the watch is installed (an audit hook,
-   and wrappers of ``os._exit``, ``sys.exit``, ``atexit.register``, ``threading.settrace``
+   and wrappers of ``os._exit``, ``atexit.register``, ``threading.settrace``
    and the skip/xfail/exit exceptions).
 3. pytest runs with the harness's own ini file (``-c``: the workspace's pytest.ini, tox.ini,
    setup.cfg and pyproject.toml are not read), plugin autoload off, no cache, the JUnit
@@ -70,7 +70,9 @@ RECORD_NAME: Final = "sealbench-record.jsonl"
 FLAGS: Final[dict[str, str]] = {
     "audit_hook": "an audit hook added by code under test",
     "disguised_code": "code compiled by code under test under a file name of the interpreter, pytest or the pack",
-    "exit_hook": "os._exit, sys.exit or atexit.register called by code under test",
+    "exit_hook": "os._exit or atexit.register called by code under test (sys.exit only raises SystemExit, which "
+                 "pytest records as an error of the test that raised it; one that ends the process before the "
+                 "end of the session is session_cut_short)",
     "frame_walk": "frames reached by code under test (sys._getframe, sys._current_frames, "
                   "a traceback's or generator's frame)",
     "gc_walk": "objects reached through the garbage collector by code under test "
@@ -273,13 +275,18 @@ class _Watch:
         self.flag = flag
         self.write = write
         self.owned = {_norm(os.path.join(self.rootdir, rel)) for rel in config.get("owned", [])}
+        # Other names of the rootdir (a task environment's link to the code under test): a
+        # path under one is the rootdir's file, never the library's.
+        self.aliases = tuple(_norm(a) for a in config.get("aliases", []) if isinstance(a, str) and a.startswith("/"))
         self.protected_names = frozenset({REPORT_NAME, RECORD_NAME, CONFIG_NAME, INI_NAME})
         roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                  *(p for p in sysconfig.get_paths().values() if p),
                  *(p for p in sys.path if p and os.path.isabs(p))}
-        self.library_roots = tuple(sorted({_norm(r) for r in roots} | {os.path.realpath(r) for r in roots}))
+        self.library_roots = tuple(sorted(
+            r for r in {_norm(r) for r in roots} | {os.path.realpath(r) for r in roots}
+            if not self.is_code_under_test_root(r)))
         # The interpreter's own path, before pytest puts any test directory on it.
-        self.library_path = [p for p in sys.path if p and os.path.isabs(p)]
+        self.library_path = [p for p in sys.path if p and os.path.isabs(p) and not self.is_code_under_test_root(p)]
         self.guard_file = _norm(os.path.abspath(__file__))
         import inspect
         import traceback
@@ -307,6 +314,17 @@ class _Watch:
 
     # --- who is calling -----------------------------------------------------------------
 
+    def is_code_under_test_root(self, root: str) -> bool:
+        """Whether ``root`` (an entry of sys.path) is in the rootdir, by name or through an alias."""
+        return _under(self.local(_norm(root)), self.rootdir) or _under(os.path.realpath(root), self.rootdir)
+
+    def local(self, path: str) -> str:
+        """``path`` with an alias of the rootdir (see ``aliases``) replaced by the rootdir."""
+        for alias in self.aliases:
+            if _under(path, alias):
+                return _norm(self.rootdir + path[len(alias):])
+        return path
+
     def classify_file(self, filename: str, module_globals: dict[str, Any] | None = None) -> str:
         """library, owned (the pack's files the patch left alone) or candidate."""
         if not filename.startswith("/"):
@@ -316,7 +334,7 @@ class _Watch:
             if not isinstance(file, str) or not file.startswith("/"):
                 return CANDIDATE
             filename = file
-        path = _norm(filename)
+        path = self.local(_norm(filename))
         if path in self.owned:
             return OWNED
         if _under(path, self.rootdir):
@@ -433,9 +451,9 @@ class _Watch:
                 os.path.realpath(path), self.private):
             self.flag("report_write", f"{event} {path} from {self.where(caller)}")
             raise PermissionError(f"sealbench: {path} belongs to the test harness")
-        if os.getpid() == self.pid and _under(path, self.rootdir):
+        if os.getpid() == self.pid and _under(self.local(path), self.rootdir):
             # A pack file rewritten at run time is no longer the pack's.
-            self.owned.discard(path)
+            self.owned.discard(self.local(path))
 
     @staticmethod
     def resolve(target: Any) -> str | None:
@@ -479,7 +497,7 @@ class _Watch:
         elif kind == "armed":
             self.arm(args[0], args[1])
         elif kind == "conftest":
-            path, box = _norm(str(args[0])), args[1]
+            path, box = self.local(_norm(str(args[0]))), args[1]
             allowed = path in self.owned
             if not allowed:
                 rel = os.path.relpath(path, self.rootdir)
@@ -579,9 +597,12 @@ class _Watch:
         if self.manager is not None:
             for plugin in self.manager.get_plugins():
                 if id(plugin) not in self.plugins_at_start and not isinstance(plugin, types.ModuleType):
-                    file = getattr(sys.modules.get(type(plugin).__module__), "__file__", None)
+                    # A class registered as a plugin (pytest's own LegacyTmpdirPlugin) is judged by
+                    # the module that defines it, an instance by its class's.
+                    cls = plugin if isinstance(plugin, type) else type(plugin)
+                    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
                     if not isinstance(file, str) or self.classify_file(file) == CANDIDATE:
-                        self.flag("runner_hook", f"plugin {type(plugin).__qualname__} registered during the session")
+                        self.flag("runner_hook", f"plugin {cls.__qualname__} registered during the session")
         if status == 0:
             missing = [n for n in self.collected if n not in self.outcomes]
             if missing:
@@ -785,17 +806,13 @@ def _install(private: str, config: dict[str, Any], fd: int, key: bytes) -> _Endi
 def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, str, object]]:
     """Wrap the exits and the outcome exceptions so that they report to the watch; what was
     installed where, for the integrity check at the end."""
-    real_exit, real_sys_exit, real_register = os._exit, sys.exit, atexit.register
+    real_exit, real_register = os._exit, atexit.register
     real_settrace, real_setprofile = threading.settrace, threading.setprofile
     getframe = sys._getframe
 
     def _exit(status: int) -> NoReturn:
         message(_MESSAGE + "exit", f"os._exit({status!r})", getframe(1))
         real_exit(status)
-
-    def exit(status: str | int | None = None) -> NoReturn:
-        message(_MESSAGE + "exit", f"sys.exit({status!r})", getframe(1))
-        real_sys_exit(status)
 
     def register(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         message(_MESSAGE + "exit", "atexit.register", getframe(1))
@@ -810,7 +827,7 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
         real_setprofile(func)
 
     installed: dict[str, tuple[object, str, object]] = {}
-    for owner, attr, fn in ((os, "_exit", _exit), (sys, "exit", exit), (atexit, "register", register),
+    for owner, attr, fn in ((os, "_exit", _exit), (atexit, "register", register),
                             (threading, "settrace", settrace), (threading, "setprofile", setprofile)):
         setattr(owner, attr, fn)
         installed[f"{getattr(owner, '__name__', owner)}.{attr}"] = (owner, attr, fn)

@@ -17,7 +17,7 @@ import os
 import platform
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
 
 if TYPE_CHECKING:
+    from .environments import BuiltEnv
     from .replay import Record
 
 __all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunResult", "check_memory", "default_jobs",
@@ -219,7 +220,8 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
 
 def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] | None, probe: bool,
             sandbox: Sandbox, agent: ResolvedAgent, *, jobs: int, workspace_quota: bool = True,
-            moved_to: Path | None = None, replay_of: dict[str, Any] | None = None) -> ev.RunStarted:
+            moved_to: Path | None = None, replay_of: dict[str, Any] | None = None,
+            environments: dict[str, str] | None = None) -> ev.RunStarted:
     """The run_started event of a new run (a resume journals it as run_resumed, with the run's nonce)."""
     provenance = pack.manifest.provenance
     return ev.RunStarted(
@@ -233,7 +235,8 @@ def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] |
         sandbox=sandbox.describe(), agent=agent.describe(),
         # Absent (as before quotas) when on: only the opt-out is recorded.
         **ev.present(workspace_quota=None if workspace_quota else False,
-                     pack_path=str(moved_to) if moved_to is not None else None, replay_of=replay_of))
+                     pack_path=str(moved_to) if moved_to is not None else None, replay_of=replay_of,
+                     environments=environments or None))
 
 
 def _locate_pack(contract: ScoringContract, contract_file: Path, moved_to: Path | None) -> Pack:
@@ -389,7 +392,14 @@ def execute(
         if not contract.model_endpoints:
             raise RunRefusal("--replay: the contract declares no model endpoints, so there is nothing to replay")
         record = load_record(opts.replay, contract)
+    from .environments import pins, require
+
+    # Before any line: a task whose environment is missing or changed could only be a harness error.
+    environments = require(pack, contract.task_ids)
     sandbox = open_sandbox(opts.sandbox)
+    if environments and sandbox.kind == "none":
+        raise RunRefusal("the tasks' environments link the repository into the sandbox's own root, which the none "
+                         "sandbox does not have; run them in bubblewrap (--sandbox bubblewrap)")
     if agent.kind == "command":
         # Inside the sandbox's own view, before any line: a program or script it cannot see
         # would make every attempt a harness error and spend the run_id (see preflight).
@@ -405,7 +415,8 @@ def execute(
     header = _header(contract, pack, command_line, probe, sandbox, agent, jobs=opts.jobs,
                      workspace_quota=opts.workspace_quota,
                      moved_to=pack.root if opts.pack is not None else None,
-                     replay_of=record.replay_of() if record is not None else None)
+                     replay_of=record.replay_of() if record is not None else None,
+                     environments=pins(environments))
     if not (opts.resume or probe or record is not None or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.
@@ -414,7 +425,7 @@ def execute(
         with hold_writer(base, command_line):
             _sweep_leftovers(run_dir, base, opts.keep_work)
             return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
-                                   probe=probe, on_started=on_started, record=record)
+                                   probe=probe, on_started=on_started, record=record, environments=environments)
     except OSError as e:
         failure = storage_failure(e)
         if failure is None:
@@ -425,7 +436,7 @@ def execute(
 def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
                     sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted, *,
                     probe: bool, on_started: Callable[[Journal], None] | None,
-                    record: Record | None = None) -> RunResult:
+                    record: Record | None = None, environments: Mapping[str, BuiltEnv] | None = None) -> RunResult:
     assert contract.budget is not None
     sized_limits, sized_caps = sized(contract.budget, opts.limits, opts.tree_caps)
     jpath = base / "journal.jsonl"
@@ -434,6 +445,14 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         (base / sub).mkdir(exist_ok=True)
     journal, events, prior, charges, header = _open_journal(opts, contract, run_dir, base, header,
                                                             contract_file.read_bytes(), probe, clock)
+    if events and isinstance(events[0].event, ev.RunStarted):
+        from .environments import require
+
+        try:  # the environments this run started with, not merely built ones
+            require(pack, contract.task_ids, pinned=events[0].event.environments or {})
+        except BaseException:
+            journal.close()
+            raise
     template = None
     if probe:
         template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
@@ -458,6 +477,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                         sandbox=sandbox, agent=agent, limits=sized_limits, tree_caps=sized_caps,
                         workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
                         template_override=template, gateway=gateway, derivation_version=header.derivation(),
+                        environments=dict(environments or {}),
                         yield_cpu=opts.jobs > YIELD_ABOVE_JOBS)
     executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
     requests = Requests()

@@ -302,6 +302,10 @@ class SandboxSpec:
     workdir_caps: TreeCaps | None = None
     writable_caps: TreeCaps | None = None
     relay: Relay | None = None
+    links: tuple[tuple[str, str], ...] = ()
+    """(path, target) pairs: symlinks made inside the sandbox, on its own root, before it is
+    made read-only (a repository environment's fixed path to the workdir). A path must be
+    absolute and outside every directory the sandbox binds or mounts; bubblewrap only."""
     yield_cpu: bool = False
     """True: the command runs :data:`COMMAND_NICENESS` below the runner's priority (a run of
     many agents at once, whose sandboxes could otherwise starve the runner)."""
@@ -326,6 +330,13 @@ class SandboxSpec:
         home = self.env.get("HOME")
         if home is not None and not os.path.isabs(home):
             raise ValueError(f"HOME must be absolute: {home!r}")
+        for link, target in self.links:
+            norm = os.path.normpath(link)
+            taken = (*_SYSTEM_DIRS, *_KERNEL_DIRS, "/tmp", str(self.workdir), *(str(p) for p in self.readonly_paths),
+                     *(str(p) for p in self.writable_paths))
+            if (not os.path.isabs(link) or norm == "/" or "\0" in link or "\0" in target
+                    or any(_within(norm, d) or _within(d, norm) for d in taken)):
+                raise ValueError(f"link path must be absolute and outside the sandbox's mounts: {link!r}")
 
 
 @dataclass(frozen=True)
@@ -1483,6 +1494,9 @@ class NoSandbox(_ProcessSandbox):
         if spec.relay is not None:
             raise HarnessError("the none sandbox has no network namespace of its own to relay a port into; "
                                "model endpoints need the bubblewrap sandbox")
+        if spec.links:
+            raise HarnessError("the none sandbox has no root of its own to make a link in; a task's environment "
+                               f"(its repository at {spec.links[0][0]}) needs the bubblewrap sandbox")
         home = spec.env.get("HOME")
         if home is not None:
             os.makedirs(home, exist_ok=True)
@@ -1681,6 +1695,8 @@ class BubblewrapSandbox(_ProcessSandbox):
                 args += self._tmpfs(str(writable), spec.writable_caps.max_bytes)
             else:
                 args += ["--bind", str(writable), str(writable)]
+        for link, target in spec.links:
+            args += ["--symlink", target, link]
         args += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]

@@ -91,12 +91,34 @@ def _why_reference_failed(ctx: _Validation, graded: Mapping[str, Any]) -> str | 
         parts.append(f"JUnit: {junit.get('why')}")
     if names:
         parts.append("failed: " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""))
-    if not parts:
+    err = blobs.read(oracle.get("stderr"))
+    output = "\n".join(b.text() for b in (stdout, err) if b is not None)
+    setup = _setup_problem(output)
+    if setup is not None:
+        # Not the reference's fault: the tests could not start (the environment, most often).
+        parts.insert(0, setup)
+    elif not parts:
         tail = (last_text_line(stdout.text()) if stdout is not None else None) or (
-            last_text_line(err.text()) if (err := blobs.read(oracle.get("stderr"))) is not None else None)
+            last_text_line(err.text()) if err is not None else None)
         code = oracle.get("exit_code")
         parts.append(f"the oracle exited {code}" + (f": {tail}" if tail else ""))
-    return "; ".join(parts)[:500]
+    return "; ".join(parts)[:900]
+
+
+_SETUP_MARKS = ("ModuleNotFoundError", "ImportError", "ERROR collecting", "error during collection",
+                "errors during collection", "No module named", "command not found", "No such file or directory")
+
+
+def _setup_problem(output: str) -> str | None:
+    """What stopped the tests from starting (an import or collection error), with the tail of
+    the oracle's output, or None when they ran."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    marked = next((line for line in lines if any(m in line for m in _SETUP_MARKS)), None)
+    if marked is None:
+        return None
+    tail = " | ".join(lines[-6:])
+    return (f"the tests could not be imported or collected, so the task's environment is likely incomplete "
+            f"({marked.strip()[:200]}); the oracle's output ends: {tail[-450:]}")
 
 
 def _returned(summary: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -209,7 +231,12 @@ def validate_pack(
     if missing is not None:
         raise RunRefusal(missing)
     sweep_temp_files(pack.root)
+    from .environments import require
+
+    environments = require(pack)  # a missing or changed environment would only fail every oracle
     box = open_sandbox(sandbox)
+    if environments and box.kind == "none":
+        raise RunRefusal("the tasks' environments need the bubblewrap sandbox (--sandbox bubblewrap)")
     scratch = temp_dir("validate")  # named after this process: a killed validate's is swept by the next
     try:
         (scratch / "blobs").mkdir()
@@ -218,7 +245,7 @@ def validate_pack(
         first = next(iter(pack.tasks.values())).record
         settings = Settings(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
                             pack_root=pack.root, run_dir=scratch, sandbox=box,
-                            agent=resolve_agent("reference", "builtin:reference"))
+                            agent=resolve_agent("reference", "builtin:reference"), environments=environments)
         ctx = _Validation(settings, Cancellation())
         bar = Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
         evidence: dict[str, ValidityEvidence] = {}

@@ -242,18 +242,21 @@ class TaskWorkspace:
         )
 
 
-def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths: Sequence[str]) -> list[str]:
+def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths: Sequence[str], *,
+                   reset: bool = False) -> list[str]:
     """Changed paths that the contract forbids.
 
     A pattern with a ``/`` matches the whole relative path; one without matches the file name
-    in any directory. A change to a hidden test's path, or to any directory on the way to it
-    (a symlink there would redirect the overlay), is always forbidden.
+    in any directory. A change to any directory on the way to a hidden test (a symlink there
+    would redirect the overlay) is always forbidden, and so is a change to a hidden test's own
+    path unless ``reset`` (a task whose hidden files replace the workspace's versions at
+    grading: a change to them is discarded, not a failure).
     """
     hits = []
     for path in changed:
         name = path.rsplit("/", 1)[-1]
         if any(fnmatch.fnmatchcase(path if "/" in pat else name, pat) for pat in patterns) or any(
-            h == path or h.startswith(path + "/") for h in hidden_paths
+            (h == path and not reset) or h.startswith(path + "/") for h in hidden_paths
         ):
             hits.append(path)
     return hits

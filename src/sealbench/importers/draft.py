@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import PackError, UsageError
 from ..files import describe_validation_error
-from ..formats import Provenance, TaskRecord
+from ..formats import EnvironmentSpec, Provenance, TaskRecord
 
 CONTAMINATION = "public set: contamination unknown"
 PLACEHOLDER_DIGEST = "pending-local-hash"
@@ -86,16 +86,29 @@ class ImportOptions:
     ``max_attempts`` and ``wall_clock_s`` become every task's pack ceilings (one value per pack,
     so ``contract new`` needs no override); ``wall_clock_s`` ``None`` takes the importer's
     default. ``limit`` keeps the first N records (all records are still checked). ``repo`` is
-    the local clone a SWE-bench-style import reads. ``name`` and ``license`` override the
-    pack name and the recorded license.
+    the local clone a SWE-bench-style import reads, or a directory holding one clone per
+    repository; ``repos`` names clones by repository ("owner/name" to a path). ``python`` is
+    the Python version of the environments it writes (default: the one running sealbench), and
+    ``env_spec`` a JSON file of environment overrides per repository and version (see
+    :mod:`sealbench.importers.swebench`). ``name`` and ``license`` override the pack name and
+    the recorded license.
     """
 
     max_attempts: int = 1
     wall_clock_s: float | None = None
     limit: int | None = None
     repo: Path | None = None
+    repos: tuple[tuple[str, Path], ...] = ()
+    python: str | None = None
+    env_spec: Path | None = None
     name: str | None = None
     license: str | None = None
+
+    def repository_options(self) -> list[str]:
+        """The options only a repository import reads that were given (for other importers to refuse)."""
+        given = [("--repo", self.repo is not None or bool(self.repos)), ("--python", self.python is not None),
+                 ("--env-spec", self.env_spec is not None)]
+        return [flag for flag, on in given if on]
 
     @classmethod
     def parse(cls, options: Mapping[str, object]) -> ImportOptions:
@@ -104,7 +117,7 @@ class ImportOptions:
         Raises:
             UsageError: an unknown option or a value of the wrong type or range.
         """
-        known = ("max_attempts", "wall_clock_s", "limit", "repo", "name", "license")
+        known = ("max_attempts", "wall_clock_s", "limit", "repo", "repos", "python", "env_spec", "name", "license")
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise UsageError(f"unknown import option(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -118,12 +131,21 @@ class ImportOptions:
             if isinstance(wall, bool) or not isinstance(wall, int | float) or not wall > 0:
                 raise UsageError(f"wall_clock_s must be a number of seconds above 0, got {wall!r}")
             given["wall_clock_s"] = float(wall)
-        repo = given.get("repo")
-        if repo is not None:
-            if not isinstance(repo, str | Path):
-                raise UsageError(f"repo must be a path, got {repo!r}")
-            given["repo"] = Path(repo)
-        for key in ("name", "license"):
+        for key in ("repo", "env_spec"):
+            path = given.get(key)
+            if path is not None:
+                if not isinstance(path, str | Path):
+                    raise UsageError(f"{key} must be a path, got {path!r}")
+                given[key] = Path(path)
+        repos = given.get("repos")
+        if repos is not None:
+            pairs = list(repos.items()) if isinstance(repos, Mapping) else repos
+            if not isinstance(pairs, list | tuple) or not all(
+                    isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str | Path)
+                    for p in pairs):
+                raise UsageError(f"repos must map repository names to paths, got {repos!r}")
+            given["repos"] = tuple((str(n), Path(p)) for n, p in pairs)
+        for key in ("name", "license", "python"):
             if key in given and not isinstance(given[key], str):
                 raise UsageError(f"{key} must be a string, got {given[key]!r}")
         return cls(**given)  # type: ignore[arg-type]
@@ -142,6 +164,8 @@ def make_record(
     required_tests: Sequence[str] = (),
     language: str = "python",
     decided_by: Literal["all", "required"] = "all",
+    environment: EnvironmentSpec | None = None,
+    test_files: Literal["forbidden", "reset"] = "forbidden",
 ) -> TaskRecord:
     """A task record with a placeholder hidden-tests digest (the writer fills it).
 
@@ -161,6 +185,8 @@ def make_record(
             required_tests=list(required_tests),
             decided_by=decided_by,
             provenance=provenance,
+            environment=environment,
+            test_files=test_files,
         )
     except ValidationError as e:
         raise PackError(f"{where}: {describe_validation_error(e)}") from None

@@ -204,8 +204,8 @@ def import_exercism(source: Path, options: ImportOptions) -> PackDraft:
             tests or example, a file that cannot be read, a non-Python track, a bad slug.
         UsageError: an option this importer does not take.
     """
-    if options.repo is not None:
-        raise UsageError("--repo is for swebench imports, not exercism")
+    if options.repository_options():
+        raise UsageError(f"{', '.join(options.repository_options())} is for swebench imports, not exercism")
     practice = source / "exercises" / "practice"
     if not practice.is_dir():
         raise PackError(f"{source}: no exercises/practice/ directory; is it an Exercism track?")

@@ -180,8 +180,8 @@ def import_function_set(spec: FunctionSet, source: Path, options: ImportOptions)
         PackError: a damaged file or record, a duplicate id, naming the file and the record.
         UsageError: an option this importer does not take.
     """
-    if options.repo is not None:
-        raise UsageError(f"--repo is for swebench imports, not {spec.kind}")
+    if options.repository_options():
+        raise UsageError(f"{', '.join(options.repository_options())} is for swebench imports, not {spec.kind}")
     digest = file_digest(source)
     records = [named(r, "task_id") for r in read_records(source)]
     for rec in records:

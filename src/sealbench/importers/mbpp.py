@@ -270,8 +270,8 @@ _Builder = Callable[[_Set, SourceRecord, ImportOptions, Path, str, float], TaskD
 
 def _import(spec: _Set, records: Sequence[SourceRecord], fields: Sequence[str], source: Path,
             options: ImportOptions, build: _Builder) -> PackDraft:
-    if options.repo is not None:
-        raise UsageError(f"--repo is for swebench imports, not {spec.kind}")
+    if options.repository_options():
+        raise UsageError(f"{', '.join(options.repository_options())} is for swebench imports, not {spec.kind}")
     digest = file_digest(source)
     for rec in records:
         require_fields(rec, fields)

@@ -4,18 +4,35 @@ An instance (JSON list or JSON Lines) has instance_id, base_commit, patch (the g
 test_patch, FAIL_TO_PASS and PASS_TO_PASS (lists, or JSON-encoded lists as in the published
 dataset) and problem_statement. Each task becomes:
 
-* workspace: the base commit's tree as plain files (no history), without the files the
-  test_patch touches: their post-patch versions are the hidden tests, and the line-based leak
-  control of the seal would find most of their lines in the pre-patch versions;
-* hidden: the files the test_patch adds or modifies, in their post-patch state;
+* workspace: the base commit's tree as plain files (no history), test files included: the
+  agent sees the repository's tests as they were before the fix (``test_files: "reset"``);
+* hidden: the files the test_patch adds or modifies, in their post-patch state. Grading puts
+  them in place of whatever the attempt left there, as SWE-bench resets the test patch's
+  files before applying it: an attempt may edit the test files (add a regression test, say),
+  and only the test patch's version counts;
 * solution: the files the gold patch adds or modifies, in their post-patch state (a file the
   gold patch deletes cannot be expressed as a solution file and stays);
-* oracle: the harness's pytest (``sealbench-pytest``, with ``-o pythonpath=src`` for a src/
-  layout and ``-o pythonpath=.`` otherwise, since the repository is not installed) on the
-  FAIL_TO_PASS and PASS_TO_PASS node ids (on the hidden test files when some ids are not node
-  ids); required_tests = FAIL_TO_PASS + PASS_TO_PASS, named as pytest's report names them,
-  and decided_by = "required": those tests decide, and other tests of the files may fail;
+* oracle: the harness's pytest (``sealbench-pytest``) on the Python files the test_patch
+  touches, as SWE-bench's test command runs them, and on the file of any FAIL_TO_PASS or
+  PASS_TO_PASS node id outside them; required_tests = FAIL_TO_PASS +
+  PASS_TO_PASS, named as pytest's report names them, and decided_by = "required": only those
+  tests decide, and other tests of the files may fail;
+* environment: the Python environment the tests run in (:mod:`sealbench.environments`): the
+  requirements of the repository's ``uv.lock`` at the instance's ``environment_setup_commit``
+  (else its base commit), exported with their hashes, with the first dependency group named
+  tests, test or testing; else a requirements file of the tests (``requirements/tests.txt``
+  and the like) plus pytest; else pytest alone, said in the spec's ``source``. The repository
+  is imported from the workspace or grading copy (its ``src/`` for a src/ layout). An
+  ``--env-spec`` file overrides any of it per repository (``"owner/name"``) or repository and
+  version (``"owner/name@version"``): a JSON object whose values hold any of ``name``,
+  ``python``, ``requirements`` (replacing the derived ones), ``pins`` (lines added to them),
+  ``source`` and ``import_roots``;
 * prompt.md: the problem statement.
+
+The clone of an instance's repository (its ``repo`` field, "owner/name") is ``--repo
+owner/name=PATH`` when given, else ``--repo PATH``: that clone for every instance, or, when
+PATH is not itself a clone, the one found under it as ``owner__name``, ``name`` or
+``owner/name``.
 
 The clone is only read, never written: trees are read through a private scratch repository
 that borrows the clone's objects (git "alternates"), and patches are applied to plain copies
@@ -25,14 +42,23 @@ disabled and no hooks.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+from pydantic import ValidationError
+
+from ..digest import sha256_bytes
 from ..errors import PackError, UsageError
+from ..files import describe_validation_error
+from ..formats import EnvironmentSpec
 from .draft import FileEntry, FileKind, ImportOptions, PackDraft, TaskDraft, make_record
 from .oracle import import_roots, junit_test_name, pytest_oracle_cmd
 from .provenance import describe, load_template, provenance
@@ -232,8 +258,124 @@ def _unique(items: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+_TEST_GROUPS = ("tests", "test", "testing")
+_REQUIREMENT_FILES = ("requirements/tests.txt", "requirements/test.txt", "requirements/testing.txt",
+                      "requirements-tests.txt", "requirements-test.txt", "test-requirements.txt",
+                      "tests/requirements.txt")
+_OVERRIDE_KEYS = frozenset({"name", "python", "requirements", "pins", "source", "import_roots"})
+
+
+def _requirement_lines(text: str) -> list[str]:
+    """Requirement lines with continuations joined and comments dropped."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if line.endswith("\\"):
+            pending += line[:-1].strip() + " "
+            continue
+        line = (pending + line.strip()).strip()
+        pending = ""
+        if line:
+            out.append(" ".join(line.split()))
+    if pending.strip():
+        out.append(" ".join(pending.split()))
+    return out
+
+
+def _from_lock(files: Mapping[str, FileEntry], where: str, commit: str) -> tuple[list[str], str] | None:
+    """The requirements ``uv export`` reads from the repository's uv.lock, or None without one."""
+    if "uv.lock" not in files or "pyproject.toml" not in files:
+        return None
+    from ..environments import uv_binary
+
+    try:
+        project = tomllib.loads(files["pyproject.toml"].data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise PackError(f"{where}: pyproject.toml at {commit[:12]} cannot be read: {e}") from None
+    groups = project.get("dependency-groups") or {}
+    group = next((g for g in _TEST_GROUPS if g in groups), None)
+    with tempfile.TemporaryDirectory(prefix="sealbench-uvexport-") as tmp:
+        for name in ("pyproject.toml", "uv.lock"):
+            (Path(tmp) / name).write_bytes(files[name].data)
+        argv = [uv_binary(), "export", "--frozen", "--no-emit-project", "--no-default-groups",
+                *(["--group", group] if group else []), "--format", "requirements-txt", "--no-header",
+                "--no-annotate", "--quiet"]
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+        proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise PackError(f"{where}: uv cannot export the requirements of uv.lock at {commit[:12]}: "
+                        f"{_last_line(proc.stderr.encode())}")
+    digest = sha256_bytes(files["uv.lock"].data).removeprefix("sha256:")[:12]
+    source = f"uv.lock (sha256 {digest}...)" + (f", dependency group {group!r}" if group else ", no test group")
+    return _requirement_lines(proc.stdout), source
+
+
+def _from_requirements(files: Mapping[str, FileEntry]) -> tuple[list[str], str] | None:
+    for rel in _REQUIREMENT_FILES:
+        if rel in files:
+            lines = [line for line in _requirement_lines(files[rel].data.decode("utf-8", "replace"))
+                     if not line.startswith("-")]  # -r / -c / -e: other files, not read here
+            if not any(re.match(r"pytest\b", line) for line in lines):
+                lines.append("pytest")
+            return lines, f"{rel}, plus pytest when it does not name it"
+    return None
+
+
+def load_overrides(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The ``--env-spec`` file: overrides by "owner/name" or "owner/name@version".
+
+    Raises:
+        PackError: the file cannot be read, is not a JSON object of objects, or uses a key
+            an environment spec does not have.
+    """
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise PackError(f"{path}: cannot read the environment overrides: {e}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise PackError(f"{path}: must be a JSON object mapping \"owner/name\" or \"owner/name@version\" to objects")
+    for key, value in data.items():
+        unknown = sorted(set(value) - _OVERRIDE_KEYS)
+        if unknown:
+            raise PackError(f"{path}: {key}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_OVERRIDE_KEYS))}")
+    return data
+
+
+def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEntry], base_commit: str,
+                 options: ImportOptions, overrides: Mapping[str, Mapping[str, Any]]) -> EnvironmentSpec:
+    """The environment spec of one instance (module docstring)."""
+    repo = _repo_name(rec)
+    version = rec.data.get("version") if isinstance(rec.data.get("version"), str) else ""
+    setup = rec.data.get("environment_setup_commit")
+    commit = setup.strip() if isinstance(setup, str) and _COMMIT_RE.match(setup.strip()) else base_commit
+    files = base if commit == base_commit else scratch.tree(commit, rec.where)
+    found = _from_lock(files, rec.where, commit) or _from_requirements(files)
+    requirements, source = found if found is not None else (["pytest"], "no uv.lock or test requirements file: pytest only")
+    override = {**overrides.get(repo or "", {}), **(overrides.get(f"{repo}@{version}", {}) if version else {})}
+    requirements = list(override.get("requirements", requirements)) + list(override.get("pins", []))
+    if "requirements" in override or "pins" in override:
+        source = str(override.get("source", f"{source}, overridden by --env-spec"))
+    python = options.python or f"{sys.version_info.major}.{sys.version_info.minor}"
+    label = f"{repo or 'repository'}{'@' + version if version else ''} tests, Python {override.get('python', python)}"
+    try:
+        return EnvironmentSpec.model_validate({
+            "name": override.get("name", label), "python": override.get("python", python),
+            "requirements": requirements, "source": override.get("source", source),
+            "import_roots": override.get("import_roots", import_roots(base))})
+    except ValidationError as e:
+        raise PackError(f"{rec.where}: its environment: {describe_validation_error(e)}") from None
+
+
+def _repo_name(rec: SourceRecord) -> str | None:
+    repo = rec.data.get("repo")
+    return repo.strip() if isinstance(repo, str) and repo.strip() else None
+
+
 def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: str, digest: str,
-          wall_clock_s: float) -> TaskDraft:
+          wall_clock_s: float, overrides: Mapping[str, Mapping[str, Any]]) -> TaskDraft:
     instance = get_str(rec, "instance_id")
     task_id = task_id_for(instance, rec.where)
     commit = get_str(rec, "base_commit").strip()
@@ -250,21 +392,64 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     if both:
         # The hidden overlay would replace the agent's own change to these files.
         raise PackError(f"{rec.where}: patch and test_patch both change {', '.join(both)}")
-    workspace = {p: e for p, e in base.items() if p not in tests}
     ids = _unique([*fail_to_pass, *pass_to_pass])
-    node_ids = all("::" in t for t in ids)
-    targets = ids if node_ids else sorted(p for p in tests if p.endswith(".py"))
+    # SWE-bench's test command runs the test patch's files; a decisive test in another file
+    # (FAIL_TO_PASS and PASS_TO_PASS found by running more) has its file run too, or it could
+    # never pass.
+    named = {t.split("::", 1)[0] for t in ids if "::" in t and t.split("::", 1)[0].endswith(".py")}
+    targets = sorted({p for p in tests if p.endswith(".py")} | {p for p in named if p in base or p in tests})
+    if not targets:
+        raise PackError(f"{rec.where}: test_patch touches no Python file for pytest to run")
     record = make_record(
         rec.where, task_id=task_id, template_id=TEMPLATE_ID,
-        oracle_cmd=pytest_oracle_cmd(targets, pythonpath=import_roots(base)),
+        oracle_cmd=pytest_oracle_cmd(targets),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, digest, options.license, instance),
         required_tests=_unique([junit_test_name(t) for t in ids]),
         # SWE-bench's rule: FAIL_TO_PASS and PASS_TO_PASS decide; other tests of the files may fail.
         decided_by="required",
+        environment=_environment(scratch, rec, base, commit, options, overrides),
+        test_files="reset",
     )
     return TaskDraft(record=record, prompt=get_str(rec, "problem_statement").rstrip() + "\n",
-                     workspace=workspace, hidden=tests, solution=fix, origin=rec.where)
+                     workspace=dict(base), hidden=tests, solution=fix, origin=rec.where)
+
+
+def _is_clone(path: Path) -> bool:
+    return (path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())
+
+
+def _clone_for(rec: SourceRecord, options: ImportOptions) -> Path:
+    """The local clone of ``rec``'s repository (module docstring).
+
+    Raises:
+        UsageError: no clone is given for it.
+        PackError: the clone named does not exist.
+    """
+    repo = _repo_name(rec)
+    named = dict(options.repos)
+    if repo is not None and repo in named:
+        path = named[repo]
+    elif options.repo is not None and _is_clone(options.repo):
+        path = options.repo
+    elif options.repo is not None and options.repo.is_dir() and repo is not None:
+        owner, _, name = repo.partition("/")
+        candidates = [options.repo / f"{owner}__{name}", options.repo / name, options.repo / owner / name]
+        found = next((c for c in candidates if _is_clone(c)), None)
+        if found is None:
+            raise PackError(f"{rec.where}: no clone of {repo} under {options.repo} (looked for "
+                            f"{', '.join(c.relative_to(options.repo).as_posix() for c in candidates)}); "
+                            f"pass --repo {repo}=PATH")
+        path = found
+    elif options.repo is not None:
+        path = options.repo
+    else:
+        which = f" (its repo is {repo})" if repo else ""
+        raise UsageError(f"{rec.where}: no clone for this instance{which}: pass --repo PATH or --repo "
+                         f"{repo or 'owner/name'}=PATH")
+    if not path.is_dir():
+        raise PackError(f"{path}: no such directory (the clone to read {repo or 'the instances'} from)")
+    return path
 
 
 def _checked(records: Sequence[SourceRecord]) -> list[SourceRecord]:
@@ -286,39 +471,46 @@ def _checked(records: Sequence[SourceRecord]) -> list[SourceRecord]:
 
 
 def import_swebench(source: Path, options: ImportOptions) -> PackDraft:
-    """Import SWE-bench-style instances, reading trees and applying patches in ``options.repo``.
+    """Import SWE-bench-style instances, reading trees and applying patches in local clones.
 
     Every record's fields are checked before any task is built; trees and patches are read
     only for the records kept (``limit``), one task at a time.
 
     Raises:
-        UsageError: no ``repo`` option.
+        UsageError: no clone for an instance's repository (``--repo``).
         PackError: a damaged file or record, a duplicate id, a base commit missing from the
-            clone, a patch that does not apply, naming the file and the record.
+            clone, a patch that does not apply, an environment that cannot be derived,
+            naming the file and the record.
     """
-    if options.repo is None:
-        raise UsageError("swebench imports need --repo PATH, a local clone of the instances' repository")
-    repo = options.repo
-    if not repo.is_dir():
-        raise PackError(f"{repo}: no such directory (the clone to read the instances from)")
+    if options.repo is None and not options.repos:
+        raise UsageError("swebench imports need --repo PATH (a local clone of the instances' repository, or a "
+                         "directory of clones) or --repo owner/name=PATH")
+    overrides = load_overrides(options.env_spec)
     digest = file_digest(source)
     records = _checked(read_records(source))
     check_unique((task_id_for(get_str(r, "instance_id"), r.where), r.where) for r in records)
     chosen = first_records(records, options.limit)
+    clones = [_clone_for(rec, options) for rec in chosen]  # every clone found before any task is built
     wall = options.wall_clock_s or WALL_CLOCK_S
     title = f"SWE-bench-style instances ({source.name})"
 
     def tasks() -> Iterator[TaskDraft]:
         with tempfile.TemporaryDirectory(prefix="sealbench-swebench-") as tmp:
-            scratch = _Scratch(repo, Path(tmp))
-            for rec in chosen:
-                yield _task(scratch, rec, options, title, digest, wall)
+            scratches: dict[Path, _Scratch] = {}
+            for rec, clone in zip(chosen, clones, strict=True):
+                key = clone.resolve()
+                if key not in scratches:
+                    root = Path(tmp) / f"clone-{len(scratches)}"
+                    root.mkdir()
+                    scratches[key] = _Scratch(clone, root)
+                yield _task(scratches[key], rec, options, title, digest, wall, overrides)
 
+    names = sorted({c.resolve().name for c in clones})
     return PackDraft(
         name=options.name or task_id_for(f"swebench-{source.name.split('.')[0]}", str(source)),
         description=describe(title=title, kind="swebench", source=source, digest=digest, known_digest=None,
                              imported=len(chosen), total=len(records), options=options, wall_clock_s=wall,
-                             note=f"Trees and patches read from a local clone ({repo.resolve().name}/)."),
+                             note=f"Trees and patches read from local clones ({', '.join(n + '/' for n in names)})."),
         provenance=provenance(title, digest, options.license),
         templates={TEMPLATE_ID: load_template(TEMPLATE_ID)},
         tasks=tasks(),

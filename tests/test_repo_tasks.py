@@ -1,0 +1,327 @@
+"""Repository tasks that run: sealed environments built with uv, and SWE-bench's grading semantics.
+
+Two sets of tasks, both in the real bubblewrap sandbox with environments built by uv from the
+package index:
+
+* a small repository made here (a src/ layout, a bug, a test patch), so that every machine
+  runs the whole path: import, ``env build``, validation, reference and no-op agents, an agent
+  that also edits the test file, and a hostile one that rewrites the test file instead of
+  fixing the code;
+* the three real click instances of the data folder beside this project (skipped, with the
+  reason, where it is absent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import SHARED_DATA, make_contract, needs_bwrap
+from sealbench import environments
+from sealbench.errors import EnvironmentRefused, PackError
+from sealbench.formats import EnvironmentSpec
+from sealbench.importers import import_pack
+from sealbench.pack import Pack, load_pack
+from sealbench.runner import RunOptions, execute
+from sealbench.validate import validate_pack
+
+pytestmark = needs_bwrap
+
+CLICK = SHARED_DATA / "repos"
+needs_click = pytest.mark.skipif(not (CLICK / "click.bundle").is_file(),
+                                 reason=f"the click instances are not on this machine ({CLICK} is absent)")
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {"PATH": os.environ["PATH"], "HOME": str(repo), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS_BEFORE = textwrap.dedent("""\
+    from calc import add
+
+
+    def test_add_zero():
+        assert add(5, 0) == 5
+""")
+TESTS_AFTER = TESTS_BEFORE + textwrap.dedent("""\
+
+
+    def test_add_two_numbers_gives_their_sum():
+        assert add(2, 3) == 5
+""")
+
+
+@pytest.fixture(scope="module")
+def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    cache = tmp_path_factory.mktemp("envs")
+    old = os.environ.get("SEALBENCH_ENV_CACHE")
+    os.environ["SEALBENCH_ENV_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("SEALBENCH_ENV_CACHE", None)
+    else:
+        os.environ["SEALBENCH_ENV_CACHE"] = old
+
+
+@pytest.fixture(scope="module")
+def calc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A repository with a bug, and one SWE-bench-style instance of its fix: (clone, instances)."""
+    root = tmp_path_factory.mktemp("calc")
+    repo = root / "calc"
+    (repo / "src" / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "src" / "calc" / "__init__.py").write_text(BUGGY)
+    (repo / "tests" / "test_calc.py").write_text(TESTS_BEFORE)
+    (repo / "requirements").mkdir()
+    (repo / "requirements" / "tests.txt").write_text("pytest\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "calc" / "__init__.py").write_text(FIXED)
+    patch = git(repo, "diff", "--", "src")
+    (repo / "tests" / "test_calc.py").write_text(TESTS_AFTER)
+    test_patch = git(repo, "diff", "--", "tests")
+    git(repo, "checkout", "-q", "--", ".")
+    instance = {
+        "repo": "example/calc", "instance_id": "example__calc-1", "base_commit": base, "patch": patch,
+        "test_patch": test_patch, "problem_statement": "add() subtracts instead of adding.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add_two_numbers_gives_their_sum"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_add_zero"]),
+        "version": "", "environment_setup_commit": base,
+    }
+    data = root / "instances.jsonl"
+    data.write_text(json.dumps(instance) + "\n")
+    return repo, data
+
+
+@pytest.fixture(scope="module")
+def calc_pack(calc_repo: tuple[Path, Path], env_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    repo, data = calc_repo
+    pack = import_pack("swebench", data, tmp_path_factory.mktemp("calcpack") / "pack", repos=[("example/calc", repo)])
+    environments.build_all(pack, say=lambda _line: None)
+    validate_pack(pack.root, repeat=1, progress=False)  # its verdict is a test of its own, below
+    return load_pack(pack.root)
+
+
+def run_agent(pack: Pack, tmp_path: Path, command: str, name: str, **kwargs: Any) -> list[dict[str, Any]]:
+    contract = tmp_path / f"{name}.json"
+    make_contract(pack.root, contract, command=command, run_id=f"{name}-{os.getpid()}", **kwargs)
+    run_dir = tmp_path / name
+    execute(contract, run_dir, RunOptions(progress=False, jobs=2))
+    return [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+
+
+def graded_events(run_dir: Path) -> list[dict[str, Any]]:
+    return [e["payload"] for e in map(json.loads, (run_dir / "journal.jsonl").read_text().splitlines())
+            if e["kind"] == "graded"]
+
+
+def python_agent(code: str, *args: str) -> str:
+    return "python -c " + shlex.quote(textwrap.dedent(code)) + "".join(" " + shlex.quote(a) for a in args)
+
+
+# --- the small repository: every machine --------------------------------------------------------
+
+
+def test_validation_finds_the_task_valid_in_its_environment(calc_pack: Pack) -> None:
+    validity = calc_pack.manifest.validity
+    assert validity is not None and all(ev.valid for ev in validity.tasks.values()), validity
+
+
+def test_import_keeps_the_test_files_and_writes_an_environment(calc_pack: Pack) -> None:
+    task = calc_pack.tasks["example__calc-1"]
+    assert task.record.test_files == "reset"
+    assert (task.workspace / "tests" / "test_calc.py").read_text() == TESTS_BEFORE  # the pre-patch version
+    assert (task.hidden / "tests" / "test_calc.py").read_text() == TESTS_AFTER
+    spec = task.record.environment
+    assert spec is not None and spec.import_roots == ["src"] and spec.requirements == ["pytest"]
+    assert "requirements/tests.txt" in spec.source
+    assert task.record.oracle_cmd == ["sealbench-pytest", "-q", "tests/test_calc.py"]
+
+
+def test_env_build_reuses_a_built_environment(calc_pack: Pack) -> None:
+    ((spec, built, cached, _took),) = environments.build_all(calc_pack, say=lambda _line: None)
+    assert cached and built.root == environments.env_dir(spec)
+    assert any(p.lower().startswith("pytest==") for p in built.packages)
+    pth = list(built.root.glob("lib/python*/site-packages/" + environments.PTH_FILE))
+    assert [p.read_text() for p in pth] == [f"{environments.REPO_MOUNT}/src\n"]
+
+
+def test_reference_passes_and_noop_fails_in_the_environment(calc_pack: Pack, tmp_path: Path) -> None:
+    assert [c["outcome"] for c in run_agent(calc_pack, tmp_path, "builtin:reference", "ref")] == ["pass"]
+    assert [c["outcome"] for c in run_agent(calc_pack, tmp_path, "builtin:noop", "noop")] != ["pass"]
+
+
+def test_fix_plus_a_regression_test_in_the_touched_test_file_passes(calc_pack: Pack, tmp_path: Path) -> None:
+    """SWE-bench-style agents add a test beside their fix: the test file is reset at grading,
+    so that edit neither fails the attempt nor counts."""
+    agent = python_agent(f"""\
+        open("src/calc/__init__.py", "w").write({FIXED!r})
+        with open("tests/test_calc.py", "a") as f:
+            f.write("\\n\\ndef test_added_by_the_agent():\\n    assert add(1, 1) == 2\\n")
+        import subprocess, sys
+        # the agent runs the repository's tests in its environment, on its own workspace
+        sys.exit(subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]).returncode)
+    """)
+    cards = run_agent(calc_pack, tmp_path, agent, "fixplus")
+    assert [c["outcome"] for c in cards] == ["pass"]
+    (graded,) = graded_events(tmp_path / "fixplus")
+    assert graded["forbidden"] == [] and graded["task_pass"] is True
+
+
+def test_rewriting_the_test_file_instead_of_fixing_is_discarded_at_grading(calc_pack: Pack, tmp_path: Path) -> None:
+    """A reward-hacking agent replaces the test file with tests that pass on the buggy code,
+    under the failing test's name: the hidden version is graded, so the attempt fails."""
+    agent = python_agent("""\
+        open("tests/test_calc.py", "w").write(
+            "def test_add_zero():\\n    pass\\n\\n\\ndef test_add_two_numbers_gives_their_sum():\\n    pass\\n")
+    """)
+    cards = run_agent(calc_pack, tmp_path, agent, "rewrite")
+    assert [c["outcome"] for c in cards] == ["fail"]
+    (graded,) = graded_events(tmp_path / "rewrite")
+    assert graded["patch_applies_clean"] is True and graded["tests_green"] is False
+
+
+def test_environment_is_read_only_and_the_repository_link_is_the_workspace(calc_pack: Pack, tmp_path: Path) -> None:
+    """The agent cannot change the environment its grading runs in, and the code Python
+    imports as the package is its own workspace's."""
+    agent = python_agent(f"""\
+        import os, sys, calc
+        assert os.path.realpath(calc.__file__) == os.path.realpath("src/calc/__init__.py"), calc.__file__
+        try:
+            open(os.path.join(sys.prefix, "planted.pth"), "w").write("import os\\n")
+        except OSError as e:
+            print("env write refused:", e.errno)
+        else:
+            sys.exit("the environment was writable")
+        open("src/calc/__init__.py", "w").write({FIXED!r})
+    """)
+    cards = run_agent(calc_pack, tmp_path, agent, "readonly")
+    assert [c["outcome"] for c in cards] == ["pass"]
+    for built in environments.require(calc_pack).values():
+        assert not list(built.root.rglob("planted.pth"))
+
+
+def test_code_under_test_imported_through_the_repository_link_is_still_code_under_test(
+        calc_pack: Pack, tmp_path: Path) -> None:
+    """The package is imported as /sealbench/repo/src/..., a path outside the grading copy and
+    on sys.path from the start: the guard must still see it as code under test. A fix that
+    also registers an exit hook (a known forging means) is flagged, and its pass not counted."""
+    forger = FIXED + "\nimport atexit\natexit.register(lambda: None)\n"
+    agent = python_agent(f"""\
+        open("src/calc/__init__.py", "w").write({forger!r})
+    """)
+    cards = run_agent(calc_pack, tmp_path, agent, "forger")
+    assert [c["outcome"] for c in cards] == ["fail"]
+    (graded,) = graded_events(tmp_path / "forger")
+    assert "exit_hook" in graded["forging_flags"], graded
+    assert any("/sealbench/repo/src/calc" in d for d in graded["forging_detail"]), graded["forging_detail"]
+
+
+def test_changed_environment_is_refused_at_run(calc_pack: Pack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One package changed in a built environment: run refuses before any line, naming it."""
+    cache = tmp_path / "envs"
+    monkeypatch.setenv("SEALBENCH_ENV_CACHE", str(cache))
+    ((_spec, built, cached, _),) = environments.build_all(calc_pack, say=lambda _line: None)
+    assert not cached
+    subprocess.run([environments.uv_binary(), "pip", "install", "-q", "--python", str(built.root / "bin" / "python"),
+                    "iniconfig==2.0.0"], check=True, capture_output=True)
+    contract = tmp_path / "c.json"
+    make_contract(calc_pack.root, contract, run_id=f"changed-{os.getpid()}")
+    with pytest.raises(EnvironmentRefused, match="changed since it was built"):
+        execute(contract, tmp_path / "run", RunOptions(progress=False))
+    assert not (tmp_path / "run" / "journal.jsonl").exists()
+
+
+def test_missing_environment_is_refused_with_the_command_that_builds_it(calc_pack: Pack, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEALBENCH_ENV_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(EnvironmentRefused, match=r"is not built .*sealbench env build"):
+        validate_pack(calc_pack.root, repeat=1, progress=False)
+
+
+def test_pack_digest_changes_with_the_environment_spec(calc_repo: tuple[Path, Path], tmp_path: Path) -> None:
+    repo, data = calc_repo
+    plain = import_pack("swebench", data, tmp_path / "a", repos=[("example/calc", repo)])
+    override = tmp_path / "envs.json"
+    override.write_text(json.dumps({"example/calc": {"pins": ["iniconfig==2.0.0"]}}))
+    pinned = import_pack("swebench", data, tmp_path / "b", repos=[("example/calc", repo)], env_spec=override)
+    assert plain.sealed_digest != pinned.sealed_digest
+    spec = pinned.tasks["example__calc-1"].record.environment
+    assert spec is not None and spec.requirements == ["pytest", "iniconfig==2.0.0"] and "--env-spec" in spec.source
+
+
+def test_a_python_this_machine_lacks_is_said_plainly(tmp_path: Path) -> None:
+    spec = EnvironmentSpec(name="old project", python="3.99", requirements=[], source="test", import_roots=["."])
+    with pytest.raises(EnvironmentRefused, match=r"asks for Python 3\.99, which this machine does not have"):
+        environments.build(spec, cache=tmp_path)
+    assert not environments.env_dir(spec, tmp_path).exists()
+
+
+def test_repo_dir_finds_each_repository_clone_by_name(calc_repo: tuple[Path, Path], tmp_path: Path) -> None:
+    repo, data = calc_repo
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    shutil.copytree(repo, clones / "example__calc")
+    pack = import_pack("swebench", data, tmp_path / "p", repo=clones)
+    assert list(pack.tasks) == ["example__calc-1"]
+    with pytest.raises(PackError, match="no clone of example/calc under"):
+        import_pack("swebench", data, tmp_path / "q", repo=tmp_path)
+
+
+# --- the real click instances ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def click_pack(env_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    root = tmp_path_factory.mktemp("click")
+    clone = root / "click"
+    subprocess.run(["git", "clone", "-q", str(CLICK / "click.bundle"), str(clone)], check=True, capture_output=True)
+    pack = import_pack("swebench", CLICK / "click-instances.jsonl", root / "pack", repos=[("pallets/click", clone)])
+    assert len(pack.tasks) == 3  # none dropped by the visible-test control
+    built = environments.build_all(pack, say=lambda _line: None)
+    assert sum(len(tids) for _d, (_s, tids) in environments.specs_of(pack).items()) == 3
+    assert len(built) == 2  # two instances share one uv.lock, so one environment
+    assert all(cached for _s, _b, cached, _t in environments.build_all(pack, say=lambda _line: None))
+    validity = validate_pack(pack.root, repeat=1, jobs=2, progress=False)
+    assert {tid: ev.valid for tid, ev in validity.tasks.items()} == dict.fromkeys(pack.tasks, True), validity.tasks
+    return load_pack(pack.root)
+
+
+@needs_click
+def test_click_reference_passes_three_and_noop_none(click_pack: Pack, tmp_path: Path) -> None:
+    assert [c["outcome"] for c in run_agent(click_pack, tmp_path, "builtin:reference", "ref")] == ["pass"] * 3
+    assert not any(c["outcome"] == "pass" for c in run_agent(click_pack, tmp_path, "builtin:noop", "noop"))
+
+
+@needs_click
+def test_click_gold_patch_plus_an_extra_test_passes(click_pack: Pack, tmp_path: Path) -> None:
+    gold = tmp_path / "gold"
+    for tid, task in click_pack.tasks.items():
+        shutil.copytree(task.solution, gold / tid)
+        touched = sorted(p.relative_to(task.hidden).as_posix() for p in task.hidden.rglob("test_*.py"))
+        (gold / f"{tid}.test").write_text(touched[0])
+    agent = python_agent("""\
+        import os, shutil, sys
+        root, tid = sys.argv[1], os.environ["SEALBENCH_TASK_ID"]
+        shutil.copytree(os.path.join(root, tid), ".", dirs_exist_ok=True)
+        with open(open(os.path.join(root, tid + ".test")).read(), "a") as f:
+            f.write("\\n\\ndef test_regression_added_by_the_agent():\\n    assert True\\n")
+    """, str(gold))
+    cards = run_agent(click_pack, tmp_path, agent, "goldplus", mounts=[str(gold)])
+    assert [c["outcome"] for c in cards] == ["pass"] * 3
