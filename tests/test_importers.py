@@ -79,10 +79,6 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
     overlay(task.hidden, grade)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8",
            "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    if task.record.environment is not None:
-        # What the environment's link does in the sandbox (tests/test_repo_tasks.py runs that):
-        # the repository's import roots, in the grading copy, on sys.path.
-        env["PYTHONPATH"] = ":".join(str(grade / root) for root in task.record.environment.import_roots)
     argv = list(task.record.oracle_cmd)
     guarded = None
     if pytest_oracle.is_guarded(argv):
@@ -673,7 +669,7 @@ def test_swebench_instances_become_repository_tasks(tmp_path: Path, swe_repo: tu
     assert one.record.required_tests == ["tests.test_ops::test_add_of_small_numbers",
                                          "tests.test_ops::test_mul_of_small_numbers"]
     # SWE-bench's test command: pytest on the files the test patch touches.
-    assert one.record.oracle_cmd == ["sealbench-pytest", "-q", "tests/test_ops.py"]
+    assert one.record.oracle_cmd == ["sealbench-pytest", "-q", "-o", "pythonpath=.", "tests/test_ops.py"]
     two = pack.tasks["local__calc-2"]
     assert two.hidden_paths() == ["tests/test_more.py"]
     assert (two.workspace / "tests" / "test_ops.py").read_text() == TEST_OPS_NEW

@@ -85,6 +85,7 @@ def calc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (repo / "src" / "calc").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "src" / "calc" / "__init__.py").write_text(BUGGY)
+    (repo / "src" / "calc" / "_util.py").write_text("UNIT = 1\n")  # a module no fix touches: the pack's own
     (repo / "tests" / "test_calc.py").write_text(TESTS_BEFORE)
     (repo / "requirements").mkdir()
     (repo / "requirements" / "tests.txt").write_text("pytest\n")
@@ -151,15 +152,15 @@ def test_import_keeps_the_test_files_and_writes_an_environment(calc_pack: Pack) 
     spec = task.record.environment
     assert spec is not None and spec.import_roots == ["src"] and spec.requirements == ["pytest"]
     assert "requirements/tests.txt" in spec.source
-    assert task.record.oracle_cmd == ["sealbench-pytest", "-q", "tests/test_calc.py"]
+    assert task.record.oracle_cmd == ["sealbench-pytest", "-q", "-o", "pythonpath=src", "tests/test_calc.py"]
 
 
 def test_env_build_reuses_a_built_environment(calc_pack: Pack) -> None:
     ((spec, built, cached, _took),) = environments.build_all(calc_pack, say=lambda _line: None)
     assert cached and built.root == environments.env_dir(spec)
     assert any(p.lower().startswith("pytest==") for p in built.packages)
-    pth = list(built.root.glob("lib/python*/site-packages/" + environments.PTH_FILE))
-    assert [p.read_text() for p in pth] == [f"{environments.REPO_MOUNT}/src\n"]
+    # Nothing in the environment puts code under test on sys.path at an interpreter's start.
+    assert not list(built.root.glob("lib/python*/site-packages/*.pth"))
 
 
 def test_reference_passes_and_noop_fails_in_the_environment(calc_pack: Pack, tmp_path: Path) -> None:
@@ -219,9 +220,10 @@ def test_environment_is_read_only_and_the_repository_link_is_the_workspace(calc_
 
 def test_code_under_test_imported_through_the_repository_link_is_still_code_under_test(
         calc_pack: Pack, tmp_path: Path) -> None:
-    """The package is imported as /sealbench/repo/src/..., a path outside the grading copy and
-    on sys.path from the start: the guard must still see it as code under test. A fix that
-    also registers an exit hook (a known forging means) is flagged, and its pass not counted."""
+    """Through the environment the package is importable as /sealbench/repo/src/..., a path
+    outside the grading copy: whichever name it is imported by, the guard sees it as code under
+    test. A fix that also registers an exit hook (a known forging means) is flagged, and its
+    pass not counted."""
     forger = FIXED + "\nimport atexit\natexit.register(lambda: None)\n"
     agent = python_agent(f"""\
         open("src/calc/__init__.py", "w").write({forger!r})
@@ -230,7 +232,93 @@ def test_code_under_test_imported_through_the_repository_link_is_still_code_unde
     assert [c["outcome"] for c in cards] == ["fail"]
     (graded,) = graded_events(tmp_path / "forger")
     assert "exit_hook" in graded["forging_flags"], graded
-    assert any("/sealbench/repo/src/calc" in d for d in graded["forging_detail"]), graded["forging_detail"]
+    assert any("src/calc/__init__.py" in d for d in graded["forging_detail"]), graded["forging_detail"]
+
+
+# Found by a hostile review: ways to pass with no fix at all. Each payload ends by making
+# pytest run no test body (Function.runtest replaced), which the guard must see.
+NO_TEST_RUNS = """
+import gc, _pytest.python
+for _o in gc.get_objects():
+    if type(_o).__name__ == "_Watch":
+        _o.snapshot = {}
+_pytest.python.Function.runtest = lambda self: None
+"""
+
+
+def assert_forgery_fails(pack: Pack, tmp_path: Path, name: str, agent: str) -> dict[str, Any]:
+    cards = run_agent(pack, tmp_path, agent, name)
+    (graded,) = graded_events(tmp_path / name)
+    assert [c["outcome"] for c in cards] == ["fail"], graded
+    assert graded["task_pass"] is False
+    return graded
+
+
+def test_exploit_workspace_module_imported_while_pytest_itself_is_imported(calc_pack: Pack, tmp_path: Path) -> None:
+    """copy.py looks for Jython's org.python.core when pytest is imported: a workspace src/org
+    answered it, before the guard watched, when the environment put src/ on sys.path at the
+    interpreter's start. Now only pytest adds it, once the guard watches."""
+    planted = textwrap.dedent("""\
+        import sys, importlib.machinery
+        class _F:
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                if name != "_pytest.python":
+                    return None
+                sys.meta_path.remove(cls)
+                spec = importlib.machinery.PathFinder.find_spec(name, path)
+                real = spec.loader.exec_module
+                def exec_module(module):
+                    real(module)
+                    module.Function.runtest = lambda self: None
+                spec.loader.exec_module = exec_module
+                return spec
+        sys.meta_path.insert(0, _F)
+        raise ImportError("no jython here")
+    """)
+    agent = python_agent(f"""\
+        import os
+        os.makedirs("src/org", exist_ok=True)
+        open("src/org/__init__.py", "w").write({planted!r})
+    """)
+    assert_forgery_fails(calc_pack, tmp_path, "org", agent)
+
+
+@pytest.mark.parametrize(("name", "globals_"), [("<frozen calc>", "{}"), ("<string>", "{'__file__': _os.__file__}")])
+def test_exploit_code_compiled_under_a_library_name_is_code_under_test(calc_pack: Pack, tmp_path: Path, name: str,
+                                                                        globals_: str) -> None:
+    """Code under test compiled under a frozen module's kind of name, or run in globals naming
+    a library file, was taken for the library's and could clear the guard's snapshot."""
+    payload = f"\nimport os as _os\nexec(compile({NO_TEST_RUNS!r}, {name!r}, 'exec'), {globals_})\n"
+    agent = python_agent(f"""\
+        open("src/calc/__init__.py", "a").write({payload!r})
+    """)
+    graded = assert_forgery_fails(calc_pack, tmp_path, "compiled", agent)
+    assert graded.get("forging_flags"), graded
+
+
+@pytest.mark.parametrize("how", ["link", "subprocess"])
+def test_exploit_pack_module_rewritten_at_run_time_is_no_longer_the_packs(calc_pack: Pack, tmp_path: Path,
+                                                                           how: str) -> None:
+    """A module of the pack (exempt from the guard's checks) rewritten by code under test,
+    through a link the watch saw only by its own name, or by a process the watch does not
+    run in, then imported: it is code under test now."""
+    write = ("os.symlink('_util.py', link)\n    open(link, 'w').write(BODY)\n    os.remove(link)" if how == "link" else
+             "import subprocess, sys\n    subprocess.run([sys.executable, '-c', "
+             "'import sys; open(sys.argv[1], \"w\").write(sys.argv[2])', os.path.join(here, '_util.py'), BODY])")
+    payload = (f"\n\nBODY = {NO_TEST_RUNS!r}\n"
+               "def _swap():\n"
+               "    import os, importlib\n"
+               "    here = os.path.dirname(__file__)\n"
+               "    link = os.path.join(here, 'zz_link')\n"
+               f"    {write}\n"
+               "    importlib.import_module('calc._util')\n"
+               "_swap()\n")
+    agent = python_agent(f"""\
+        open("src/calc/__init__.py", "a").write({payload!r})
+    """)
+    graded = assert_forgery_fails(calc_pack, tmp_path, f"owned-{how}", agent)
+    assert graded.get("forging_flags"), graded
 
 
 def test_changed_environment_is_refused_at_run(calc_pack: Pack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,6 +352,20 @@ def test_pack_digest_changes_with_the_environment_spec(calc_repo: tuple[Path, Pa
     assert plain.sealed_digest != pinned.sealed_digest
     spec = pinned.tasks["example__calc-1"].record.environment
     assert spec is not None and spec.requirements == ["pytest", "iniconfig==2.0.0"] and "--env-spec" in spec.source
+
+
+def test_validation_says_when_the_environment_cannot_run_the_tests(calc_repo: tuple[Path, Path], tmp_path: Path,
+                                                                     env_cache: Path) -> None:
+    """An environment whose import roots miss the package: the reference fails, and validation
+    says the tests could not start, with the end of the oracle's output, not only "fails"."""
+    repo, data = calc_repo
+    override = tmp_path / "envs.json"
+    override.write_text(json.dumps({"example/calc": {"import_roots": ["lib"]}}))
+    pack = import_pack("swebench", data, tmp_path / "p", repos=[("example/calc", repo)], env_spec=override)
+    environments.build_all(pack, say=lambda _line: None)
+    (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
+    assert not evidence.valid and evidence.why is not None
+    assert "could not be imported or collected" in evidence.why and "No module named 'calc'" in evidence.why
 
 
 def test_a_python_this_machine_lacks_is_said_plainly(tmp_path: Path) -> None:

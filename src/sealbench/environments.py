@@ -27,8 +27,11 @@ In the sandbox the environment is bound read-only at its host path (with its int
 prefix when that is not under ``/usr``), its ``bin/`` comes first on ``PATH`` (so ``python``
 is its interpreter, the one the harness's pytest runs on too), and :data:`REPO_MOUNT` is a
 symlink to the command's own working directory: the workspace for the agent, the grading copy
-for the oracle. The code the tests import is therefore the code being graded. The repository
-is not installed as a distribution, so ``importlib.metadata`` does not know it.
+for the oracle. The agent's commands get the import roots under it on ``PYTHONPATH``; the
+oracle gets them from its sealed ``-o pythonpath=...`` (pytest adds them once the harness's
+guard watches), and never ``PYTHONPATH``. The code the tests import is therefore the code
+being graded. The repository is not installed as a distribution, so ``importlib.metadata``
+does not know it.
 
 ``run``, ``pack validate`` and ``probe`` check every environment their tasks name before
 anything runs (:func:`require`): a missing one is refused (build it), and one whose tree no
@@ -63,7 +66,6 @@ if TYPE_CHECKING:
 REPO_MOUNT: Final = "/sealbench/repo"
 """Where the repository under test is inside the sandbox: a link to the command's workdir."""
 BUILT_FILE: Final = "built.json"
-PTH_FILE: Final = "sealbench-repo.pth"
 BUILT_FORMAT: Final = "sealbench-env-built/1"
 _TAIL: Final = 1500
 _SYSTEM_PREFIXES: Final = (Path("/usr"), Path("/bin"), Path("/lib"), Path("/lib64"))
@@ -266,12 +268,9 @@ def build(spec: EnvironmentSpec, *, cache: Path | None = None) -> tuple[BuiltEnv
                       "--compile-bytecode", *(["--require-hashes"] if hashed else []), "-r", str(requirements)],
                      f"installing the requirements of {label(spec)}", {**env, "SOURCE_DATE_EPOCH": "0"})
             facts = json.loads(_run([str(root / "bin" / "python"), "-I", "-c",
-                                     "import json, site, sys; print(json.dumps({'version': sys.version.split()[0], "
-                                     "'prefix': sys.base_prefix, 'site': site.getsitepackages()[0]}))"],
+                                     "import json, sys; print(json.dumps({'version': sys.version.split()[0], "
+                                     "'prefix': sys.base_prefix}))"],
                                     f"starting the interpreter of {label(spec)}", env))
-            site_dir = Path(facts["site"])
-            (site_dir / PTH_FILE).write_text(
-                "".join(f"{(Path(REPO_MOUNT) / r).as_posix()}\n" for r in spec.import_roots), encoding="utf-8")
             freeze = _run([uv, "pip", "freeze", "--python", str(root / "bin" / "python")],
                           f"listing the packages of {label(spec)}", env)
             digest, size = tree_sha256(root)

@@ -11,6 +11,7 @@ that stops its sandboxed commands at once.
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -182,11 +183,25 @@ def environment_of(settings: Settings, task: Task) -> BuiltEnv | None:
     return built
 
 
-def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file: Path | None) -> dict[str, str]:
-    """The environment of a sandboxed command of ``task`` (its agent, oracle or visible tests)."""
+def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file: Path | None, *,
+             oracle: bool = False) -> dict[str, str]:
+    """The environment of a sandboxed command of ``task`` (its agent, oracle or visible tests).
+
+    With a task environment, the agent and the visible tests find the repository's import
+    roots on ``PYTHONPATH``; the oracle does not (``oracle``): its sealed command adds them
+    through pytest once the guard watches, so no code under test runs before that.
+    """
     seed = task.record.seed if task.record.seed is not None else settings.contract.seed
     environment = environment_of(settings, task)
-    venv = {"VIRTUAL_ENV": str(environment.root)} if environment is not None else {}
+    venv: dict[str, str] = {}
+    if environment is not None:
+        from .environments import REPO_MOUNT
+
+        venv["VIRTUAL_ENV"] = str(environment.root)
+        assert task.record.environment is not None
+        if not oracle:
+            venv["PYTHONPATH"] = ":".join(posixpath.normpath(f"{REPO_MOUNT}/{r}")
+                                          for r in task.record.environment.import_roots)
     return {
         **venv,
         "PATH": command_path(environment),
@@ -388,7 +403,7 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
         else:
             if task.record.junit_xml:
                 remove_planted_report(grade_dir, task.record.junit_xml)
-            env = task_env(settings, task, grade_dir, attempt, None)
+            env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
             spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining, task=task)
             if is_oracle_cmd(task.record.oracle_cmd):
                 # The trusted function-level oracle: its package bound read-only (an editable install
@@ -435,7 +450,7 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
         guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned, aliases)
     except ValueError as e:
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
-    env = {**task_env(settings, task, grade_dir, attempt, None), **guarded.env}
+    env = {**task_env(settings, task, grade_dir, attempt, None, oracle=True), **guarded.env}
     res, facts = sandboxed(settings, cancel, guarded.argv, grade_dir, env, remaining, guarded.readonly,
                            guarded.writable, task=task)
     rule = task.record.decided_by

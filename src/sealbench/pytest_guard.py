@@ -137,6 +137,15 @@ def _norm(path: str) -> str:
     return os.path.normpath(path)
 
 
+def _stat_key(path: str) -> tuple[int, int, int, int] | None:
+    """What changes when a file is written, replaced or touched (ctime cannot be set back)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -278,6 +287,9 @@ class _Watch:
         # Other names of the rootdir (a task environment's link to the code under test): a
         # path under one is the rootdir's file, never the library's.
         self.aliases = tuple(_norm(a) for a in config.get("aliases", []) if isinstance(a, str) and a.startswith("/"))
+        self.candidate_names: set[str] = set()  # names code under test compiled code under
+        # What each pack file was before any code under test ran: one that changes is no longer the pack's.
+        self.owned_stat = {path: _stat_key(path) for path in self.owned}
         self.protected_names = frozenset({REPORT_NAME, RECORD_NAME, CONFIG_NAME, INI_NAME})
         roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                  *(p for p in sysconfig.get_paths().values() if p),
@@ -328,15 +340,26 @@ class _Watch:
     def classify_file(self, filename: str, module_globals: dict[str, Any] | None = None) -> str:
         """library, owned (the pack's files the patch left alone) or candidate."""
         if not filename.startswith("/"):
+            if filename in self.candidate_names:
+                return CANDIDATE
             if filename.startswith("<frozen "):
-                return LIBRARY
+                return LIBRARY  # unmarshalled by the interpreter, never compiled here
+            # Code compiled from a string by a library (a dataclass's __init__) runs in the
+            # globals of the module it serves: only a module's own namespace names its file.
             file = module_globals.get("__file__") if module_globals is not None else None
-            if not isinstance(file, str) or not file.startswith("/"):
+            name = module_globals.get("__name__") if module_globals is not None else None
+            module = sys.modules.get(name) if isinstance(name, str) else None
+            if (not isinstance(file, str) or not file.startswith("/") or module is None
+                    or getattr(module, "__dict__", None) is not module_globals):
                 return CANDIDATE
             filename = file
         path = self.local(_norm(filename))
         if path in self.owned:
-            return OWNED
+            if self.owned_stat.get(path) == _stat_key(path):
+                return OWNED
+            # Rewritten since the session started (by a subprocess, or through a link the watch
+            # did not see resolve here): no longer the pack's.
+            self.owned.discard(path)
         if _under(path, self.rootdir):
             return CANDIDATE
         if path == self.guard_file or any(_under(path, root) for root in self.library_roots):
@@ -415,7 +438,13 @@ class _Watch:
         filename = args[1] if len(args) > 1 else None
         if isinstance(filename, bytes):
             filename = filename.decode("utf-8", "surrogateescape")
-        if not isinstance(filename, str) or not filename.startswith("/"):
+        if not isinstance(filename, str):
+            return
+        if not filename.startswith("/"):
+            # Code under test names its own code as it likes ("<frozen os>", "<string>"): from now
+            # on code of that name is code under test, whatever globals it runs in.
+            if filename not in self.candidate_names and self.candidate(caller):
+                self.candidate_names.add(filename)
             return
         if self.classify_file(filename) != CANDIDATE and self.candidate(caller):
             self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
@@ -451,9 +480,12 @@ class _Watch:
                 os.path.realpath(path), self.private):
             self.flag("report_write", f"{event} {path} from {self.where(caller)}")
             raise PermissionError(f"sealbench: {path} belongs to the test harness")
-        if os.getpid() == self.pid and _under(self.local(path), self.rootdir):
-            # A pack file rewritten at run time is no longer the pack's.
-            self.owned.discard(self.local(path))
+        if os.getpid() == self.pid:
+            # A pack file rewritten at run time is no longer the pack's: by the name written
+            # to, and by the file a link there leads to.
+            for name in (self.local(path), self.local(_norm(os.path.realpath(path)))):
+                if _under(name, self.rootdir):
+                    self.owned.discard(name)
 
     @staticmethod
     def resolve(target: Any) -> str | None:

@@ -22,7 +22,8 @@ dataset) and problem_statement. Each task becomes:
   (else its base commit), exported with their hashes, with the first dependency group named
   tests, test or testing; else a requirements file of the tests (``requirements/tests.txt``
   and the like) plus pytest; else pytest alone, said in the spec's ``source``. The repository
-  is imported from the workspace or grading copy (its ``src/`` for a src/ layout). An
+  is imported from the workspace or grading copy (its ``src/`` for a src/ layout; the oracle's
+  ``-o pythonpath=src``, the agent's ``PYTHONPATH``). An
   ``--env-spec`` file overrides any of it per repository (``"owner/name"``) or repository and
   version (``"owner/name@version"``): a JSON object whose values hold any of ``name``,
   ``python``, ``requirements`` (replacing the derived ones), ``pins`` (lines added to them),
@@ -400,15 +401,18 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     targets = sorted({p for p in tests if p.endswith(".py")} | {p for p in named if p in base or p in tests})
     if not targets:
         raise PackError(f"{rec.where}: test_patch touches no Python file for pytest to run")
+    environment = _environment(scratch, rec, base, commit, options, overrides)
     record = make_record(
         rec.where, task_id=task_id, template_id=TEMPLATE_ID,
-        oracle_cmd=pytest_oracle_cmd(targets),
+        # The repository goes on sys.path through pytest, once the guard watches: never at the
+        # interpreter's start, where code under test would run unwatched.
+        oracle_cmd=pytest_oracle_cmd(targets, pythonpath=environment.import_roots),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, digest, options.license, instance),
         required_tests=_unique([junit_test_name(t) for t in ids]),
         # SWE-bench's rule: FAIL_TO_PASS and PASS_TO_PASS decide; other tests of the files may fail.
         decided_by="required",
-        environment=_environment(scratch, rec, base, commit, options, overrides),
+        environment=environment,
         test_files="reset",
     )
     return TaskDraft(record=record, prompt=get_str(rec, "problem_statement").rstrip() + "\n",
