@@ -112,6 +112,17 @@ def card_of(run_dir: Path) -> dict[str, Any]:
     return card
 
 
+def kill_mid_attempt(argv: Sequence[str], run_dir: Path, after_s: float) -> list[float]:
+    """Start ``argv`` (a runner), SIGKILL it ``after_s`` into its agent's first stamp; the
+    agent's stamps once it is gone."""
+    proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for_stamp(stamps_file(run_dir), proc)
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return settled_stamps(stamps_file(run_dir))
+
+
 def charges(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e["payload"] for e in events if e["kind"] == "time_charged"]
 
@@ -180,14 +191,8 @@ def test_one_kill_charges_the_time_run_plus_at_most_the_lease(sealed_pack: Path,
     make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(3.0, first_attempt_only=True),
                   run_id="one-kill", wall_clock_s=30.0, max_attempts=2)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
-                             "--no-workspace-quota",
-                             "--keep-work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_for_stamp(stamps_file(run_dir), proc)
-    time.sleep(2.0)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    stamps = settled_stamps(stamps_file(run_dir))
+    stamps = kill_mid_attempt([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                               "--no-workspace-quota", "--keep-work"], run_dir, 2.0)
     execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True))
     events = events_of(run_dir)
     (charge,) = charges(events)
@@ -204,14 +209,8 @@ def test_many_tasks_at_once_keep_the_longer_lease_and_are_charged_by_it(sealed_p
     make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(3.0, first_attempt_only=True),
                   run_id="many-lease", wall_clock_s=30.0, max_attempts=2)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
-                             "--no-workspace-quota", "--jobs", "17", "--keep-work"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_for_stamp(stamps_file(run_dir), proc)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    stamps = settled_stamps(stamps_file(run_dir))
+    stamps = kill_mid_attempt([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                               "--no-workspace-quota", "--jobs", "17", "--keep-work"], run_dir, 1.0)
     execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True, jobs=1))
     events = events_of(run_dir)
     leases = [e["payload"]["lease_ms"] for e in events if e["kind"] in ("run_started", "run_resumed")]
@@ -248,13 +247,7 @@ def test_wall_clock_step_of_an_hour_charges_nothing_extra(sealed_pack: Path, tmp
         execute(Path(sys.argv[1]), Path(sys.argv[2]),
                 RunOptions(progress=False, workspace_quota=False, jobs=1, keep_work=True, clock=Clock(utc=stepped)))
     """))
-    proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_for_stamp(stamps_file(run_dir), proc)
-    time.sleep(2.5)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    stamps = settled_stamps(stamps_file(run_dir))
+    stamps = kill_mid_attempt([sys.executable, str(driver), str(contract), str(run_dir)], run_dir, 2.5)
     times = [datetime.strptime(e["time"], "%Y-%m-%dT%H:%M:%S.%f%z") for e in events_of(run_dir)]
     assert (times[-1] - times[0]).total_seconds() > 3600  # the step is in the killed session's lines
     execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True))
@@ -273,13 +266,8 @@ def test_resume_on_another_boot_charges_the_whole_remaining_budget(sealed_pack: 
     make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(4.0, first_attempt_only=True),
                   run_id="reboot", wall_clock_s=30.0, max_attempts=2)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
-                             "--no-workspace-quota"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_for_stamp(stamps_file(run_dir), proc)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_mid_attempt([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                      "--no-workspace-quota"], run_dir, 1.0)
     execute(contract, run_dir, RunOptions(progress=False, workspace_quota=False, resume=True,
                                           clock=Clock(boot_id=OTHER_BOOT)))
     events = events_of(run_dir)
