@@ -336,6 +336,25 @@ def test_changed_environment_is_refused_at_run(calc_pack: Pack, tmp_path: Path, 
     assert not (tmp_path / "run" / "journal.jsonl").exists()
 
 
+def test_resume_refuses_an_environment_rebuilt_since_the_run_started(calc_pack: Pack, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built, run, then rebuilt with other files (its record made to agree): the fresh build
+    passes its own check, but a resume of the run refuses it, naming the journal's pin."""
+    monkeypatch.setenv("SEALBENCH_ENV_CACHE", str(tmp_path / "envs"))
+    ((_spec, built, _cached, _),) = environments.build_all(calc_pack, say=lambda _line: None)
+    contract = tmp_path / "c.json"
+    make_contract(calc_pack.root, contract, run_id=f"pinned-{os.getpid()}")
+    execute(contract, tmp_path / "run", RunOptions(progress=False))
+    subprocess.run([environments.uv_binary(), "pip", "install", "-q", "--python", str(built.root / "bin" / "python"),
+                    "iniconfig==2.0.0"], check=True, capture_output=True)
+    record = json.loads((built.root / environments.BUILT_FILE).read_text())
+    record["tree_sha256"], _size = environments.tree_sha256(built.root)
+    (built.root / environments.BUILT_FILE).write_text(json.dumps(record))
+    assert environments.require(calc_pack)  # a consistent build of its own
+    with pytest.raises(EnvironmentRefused, match="not the one this run started with"):
+        execute(contract, tmp_path / "run", RunOptions(progress=False, resume=True))
+
+
 def test_missing_environment_is_refused_with_the_command_that_builds_it(calc_pack: Pack, tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SEALBENCH_ENV_CACHE", str(tmp_path / "empty"))

@@ -330,14 +330,27 @@ def require(pack: Pack, task_ids: Iterable[str] | None = None, *, pinned: Mappin
             raise EnvironmentRefused(
                 f"environment {label(spec)} of task {tasks} is not built (looked in {env_dir(spec, cache)}); "
                 f"run `sealbench env build {pack.root}` first")
-        built = check(spec, built)
-        if pinned is not None and digest in pinned and pinned[digest] != built.tree_sha256:
+        out[digest] = check(spec, built)
+    if pinned is not None:
+        refuse_unpinned(pack, out, pinned)
+    return out
+
+
+def refuse_unpinned(pack: Pack, built: Mapping[str, BuiltEnv], pinned: Mapping[str, str]) -> None:
+    """Refuse environments (checked by :func:`require`) that differ from the ones a journal pinned.
+
+    Raises:
+        EnvironmentRefused: one was rebuilt with other files since the run started.
+    """
+    specs = specs_of(pack)
+    for digest, env in built.items():
+        if digest in pinned and pinned[digest] != env.tree_sha256:
+            spec, tids = specs[digest]
+            tasks = ", ".join(tids[:3]) + (f" and {len(tids) - 3} more" if len(tids) > 3 else "")
             raise EnvironmentRefused(
                 f"environment {label(spec)} of task {tasks} is not the one this run started with (the journal "
-                f"pins {pinned[digest][:19]}..., it is now {built.tree_sha256[:19]}...): it was rebuilt with other "
+                f"pins {pinned[digest][:19]}..., it is now {env.tree_sha256[:19]}...): it was rebuilt with other "
                 f"files. Resume where the original environment is, or start a new run.")
-        out[digest] = built
-    return out
 
 
 def pins(built: Mapping[str, BuiltEnv]) -> dict[str, str]:

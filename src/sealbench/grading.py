@@ -444,10 +444,7 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
     remove_tree(private)
     owned = (set(tw.base) - set(changed)) | set(task.hidden_paths())
     try:
-        from .environments import REPO_MOUNT
-
-        aliases = (REPO_MOUNT,) if task.record.environment is not None else ()
-        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned, aliases)
+        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned)
     except ValueError as e:
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
     env = {**task_env(settings, task, grade_dir, attempt, None, oracle=True), **guarded.env}

@@ -284,9 +284,6 @@ class _Watch:
         self.flag = flag
         self.write = write
         self.owned = {_norm(os.path.join(self.rootdir, rel)) for rel in config.get("owned", [])}
-        # Other names of the rootdir (a task environment's link to the code under test): a
-        # path under one is the rootdir's file, never the library's.
-        self.aliases = tuple(_norm(a) for a in config.get("aliases", []) if isinstance(a, str) and a.startswith("/"))
         self.candidate_names: set[str] = set()  # names code under test compiled code under
         # What each pack file was before any code under test ran: one that changes is no longer the pack's.
         self.owned_stat = {path: _stat_key(path) for path in self.owned}
@@ -294,11 +291,9 @@ class _Watch:
         roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                  *(p for p in sysconfig.get_paths().values() if p),
                  *(p for p in sys.path if p and os.path.isabs(p))}
-        self.library_roots = tuple(sorted(
-            r for r in {_norm(r) for r in roots} | {os.path.realpath(r) for r in roots}
-            if not self.is_code_under_test_root(r)))
+        self.library_roots = tuple(sorted({_norm(r) for r in roots} | {os.path.realpath(r) for r in roots}))
         # The interpreter's own path, before pytest puts any test directory on it.
-        self.library_path = [p for p in sys.path if p and os.path.isabs(p) and not self.is_code_under_test_root(p)]
+        self.library_path = [p for p in sys.path if p and os.path.isabs(p)]
         self.guard_file = _norm(os.path.abspath(__file__))
         import inspect
         import traceback
@@ -326,17 +321,6 @@ class _Watch:
 
     # --- who is calling -----------------------------------------------------------------
 
-    def is_code_under_test_root(self, root: str) -> bool:
-        """Whether ``root`` (an entry of sys.path) is in the rootdir, by name or through an alias."""
-        return _under(self.local(_norm(root)), self.rootdir) or _under(os.path.realpath(root), self.rootdir)
-
-    def local(self, path: str) -> str:
-        """``path`` with an alias of the rootdir (see ``aliases``) replaced by the rootdir."""
-        for alias in self.aliases:
-            if _under(path, alias):
-                return _norm(self.rootdir + path[len(alias):])
-        return path
-
     def classify_file(self, filename: str, module_globals: dict[str, Any] | None = None) -> str:
         """library, owned (the pack's files the patch left alone) or candidate."""
         if not filename.startswith("/"):
@@ -353,7 +337,7 @@ class _Watch:
                     or getattr(module, "__dict__", None) is not module_globals):
                 return CANDIDATE
             filename = file
-        path = self.local(_norm(filename))
+        path = _norm(filename)
         if path in self.owned:
             if self.owned_stat.get(path) == _stat_key(path):
                 return OWNED
@@ -483,7 +467,7 @@ class _Watch:
         if os.getpid() == self.pid:
             # A pack file rewritten at run time is no longer the pack's: by the name written
             # to, and by the file a link there leads to.
-            for name in (self.local(path), self.local(_norm(os.path.realpath(path)))):
+            for name in (path, _norm(os.path.realpath(path))):
                 if _under(name, self.rootdir):
                     self.owned.discard(name)
 
@@ -529,7 +513,7 @@ class _Watch:
         elif kind == "armed":
             self.arm(args[0], args[1])
         elif kind == "conftest":
-            path, box = self.local(_norm(str(args[0]))), args[1]
+            path, box = _norm(str(args[0])), args[1]
             allowed = path in self.owned
             if not allowed:
                 rel = os.path.relpath(path, self.rootdir)

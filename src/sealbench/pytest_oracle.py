@@ -121,15 +121,12 @@ class GuardedOracle:
     key: bytes = field(repr=False)
 
 
-def prepare(private: Path, oracle_cmd: Sequence[str], owned: Iterable[str],
-            aliases: Sequence[str] = ()) -> GuardedOracle:
+def prepare(private: Path, oracle_cmd: Sequence[str], owned: Iterable[str]) -> GuardedOracle:
     """Create ``private`` (it must not exist) with the harness's configuration; the command.
 
     ``owned`` are the grading copy's relative paths that are the pack's own: the hidden tests
     and the workspace files the patch left unchanged. Only those may be imported as a
-    ``conftest.py``, and code in them is not code under test. ``aliases`` are other absolute
-    names of the grading copy inside the sandbox (a task environment's link to it): code
-    imported through one is code under test too, never the library's.
+    ``conftest.py``, and code in them is not code under test.
 
     Raises:
         ValueError: ``oracle_cmd`` is not a ``sealbench-pytest`` one, or uses an option the
@@ -143,8 +140,7 @@ def prepare(private: Path, oracle_cmd: Sequence[str], owned: Iterable[str],
         raise ValueError(problem)
     private.mkdir(mode=0o700)
     key = secrets.token_bytes(32)
-    config = {"guard_version": pytest_guard.GUARD_VERSION, "owned": sorted(set(owned)), "key": key.hex(),
-              **({"aliases": list(aliases)} if aliases else {})}
+    config = {"guard_version": pytest_guard.GUARD_VERSION, "owned": sorted(set(owned)), "key": key.hex()}
     (private / pytest_guard.CONFIG_NAME).write_text(json.dumps(config), encoding="utf-8")
     (private / pytest_guard.INI_NAME).write_text(_INI, encoding="utf-8")
     argv = ("python", "-P", "-s", str(GUARD_FILE), str(private), "--", *oracle_cmd[1:])

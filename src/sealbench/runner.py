@@ -446,10 +446,10 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     journal, events, prior, charges, header = _open_journal(opts, contract, run_dir, base, header,
                                                             contract_file.read_bytes(), probe, clock)
     if events and isinstance(events[0].event, ev.RunStarted):
-        from .environments import require
+        from .environments import refuse_unpinned
 
-        try:  # the environments this run started with, not merely built ones
-            require(pack, contract.task_ids, pinned=events[0].event.environments or {})
+        try:  # the environments this run started with, not merely built ones (checked by execute)
+            refuse_unpinned(pack, environments or {}, events[0].event.environments or {})
         except BaseException:
             journal.close()
             raise
