@@ -12,7 +12,7 @@ HUMANEVAL_SHA256 := b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee069
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-slow test-soak test-defences test-agents bench-presets agents demo lint typecheck bench clean system-packages test-packages data docs
+.PHONY: setup test test-slow test-soak test-ray test-defences test-agents bench-presets agents demo lint typecheck bench clean system-packages test-packages data docs
 
 setup: $(STAMP) system-packages data
 
@@ -74,7 +74,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 2
 
 test: setup test-packages lint typecheck
-	$(BIN)/python -m pytest -q -m "not slow and not soak and not agents" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow and not soak and not agents and not ray_faults" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
@@ -92,6 +92,11 @@ test-agents: agents
 # Each preset's time per task over a bare command agent, in the same runs (the README's table).
 bench-presets: agents
 	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python benchmarks/preset_overhead.py
+
+# The Ray executor's fault tests on a local two-node cluster: a node's runner and the
+# coordinator killed mid-attempt, resumed on the same cluster and on one started anew.
+test-ray: setup
+	$(BIN)/python -m pytest -q -m ray_faults tests/test_ray_executor.py $(PYTEST_ARGS)
 
 # The kill soak: a run's whole process group killed 30 times at --jobs 4, twice (two seeds).
 test-soak: setup

@@ -52,6 +52,9 @@ class FakeExecutor:
     def ready(self, spec: AttemptSpec) -> bool:
         return self.inner.ready(spec)
 
+    def node_of(self, spec: AttemptSpec) -> str | None:
+        return None
+
     def submit(self, spec: AttemptSpec) -> Handle:
         self.submitted[spec.key] += 1
         return self.inner.submit(spec)

@@ -326,11 +326,53 @@ def _print_run_cards(run_id: str | None, run_dir: Path) -> None:
     print_cards_and_why(run_id, run_dir, read_scorecards(run_dir))
 
 
+def _executor_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where the attempts run: this machine's pool, or the nodes of a Ray cluster, each in "
+                        "its own sandbox, with this process alone journaling (default: local)")
+    p.add_argument("--address", default="auto",
+                   help="with --executor ray: the cluster (auto: the one this machine belongs to or RAY_ADDRESS; "
+                        "HOST:PORT; ray://HOST:PORT; local: a private one on this machine) (default: auto)")
+    p.add_argument("--ray-resources", metavar="JSON", default='{"CPU": 1}',
+                   help="with --executor ray: what each node's runner reserves; only nodes that offer it run "
+                        "attempts (default: {\"CPU\": 1})")
+    p.add_argument("--ray-schedule-timeout", metavar="S", type=float, default=60.0,
+                   help="with --executor ray: seconds a node's runner may wait to be scheduled before the run "
+                        "refuses (default: 60)")
+
+
+def _ray_options(args: argparse.Namespace) -> Any:
+    from .errors import UsageError
+
+    if args.executor != "ray":
+        for flag, value, default in (("--address", args.address, "auto"),
+                                     ("--ray-resources", args.ray_resources, '{"CPU": 1}'),
+                                     ("--ray-schedule-timeout", args.ray_schedule_timeout, 60.0)):
+            if value != default:
+                raise UsageError(f"{flag} applies to --executor ray only")
+        return None
+    from .ray_executor import RayOptions
+
+    try:
+        resources = json.loads(args.ray_resources)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--ray-resources: not JSON ({e.msg}); e.g. '{{\"CPU\": 1}}'") from None
+    if not isinstance(resources, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for k, v in resources.items()):
+        raise UsageError("--ray-resources: an object of resource names to non-negative numbers, e.g. '{\"CPU\": 1}'")
+    if args.ray_schedule_timeout <= 0:
+        raise UsageError("--ray-schedule-timeout must be positive")
+    return RayOptions(address=args.address, resources={k: float(v) for k, v in resources.items()},
+                      schedule_timeout_s=args.ray_schedule_timeout)
+
+
 def _run_options(args: argparse.Namespace) -> Any:
     from .runner import RunOptions
 
     opts = RunOptions(sandbox=args.sandbox, keep_work=args.keep_work,
-                      workspace_quota=not args.no_workspace_quota, pack=Path(args.pack) if args.pack else None)
+                      workspace_quota=not args.no_workspace_quota, pack=Path(args.pack) if args.pack else None,
+                      ray=_ray_options(args))
     if args.jobs is not None:
         if args.jobs < 1:
             from .errors import UsageError
@@ -697,6 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bind workspaces from the host (their files can be watched while the agent runs) "
                             "instead of a size-capped tmpfs; an agent can then fill the disk (recorded)")
         p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+        _executor_arguments(p)
         p.set_defaults(func=func)
 
     p = sub.add_parser("demo", help="the whole flow on the embedded sample pack")

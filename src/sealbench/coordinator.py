@@ -434,9 +434,9 @@ class Coordinator:
         self._write(ev.AttemptStarted(task_id=tid, attempt=attempt, budget_s=round(remaining, 3)))
         run.attempts_used = attempt
         started = self.now()
-        if self._new_vocabulary:
-            self._write(ev.Submitted(task_id=tid, attempt=attempt))
         spec = self._spec(run.task, attempt, remaining, fresh=run.fresh, feedback=run.feedback)
+        if self._new_vocabulary:
+            self._write(ev.Submitted(task_id=tid, attempt=attempt, **ev.present(node=self.executor.node_of(spec))))
         run.fresh = False
         self._to_submit.append((run, spec, started))
 

@@ -223,6 +223,8 @@ class Submitted(Event):
     """The coordinator handed the attempt to an executor (after its attempt_started line)."""
 
     kind: Literal["submitted"] = SUBMITTED
+    node: str | None = Field(None, description="The cluster node the attempt was handed to (run --executor ray); "
+                             "absent for the local pool.")
 
 
 class TraceFile(Model):

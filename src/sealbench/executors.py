@@ -66,6 +66,10 @@ class Executor(Protocol):
     def ready(self, spec: AttemptSpec) -> bool:
         """Whether submitting ``spec`` now starts its agent without waiting for its set-up."""
 
+    def node_of(self, spec: AttemptSpec) -> str | None:
+        """The machine the attempt will run on, when the executor spans several (journaled in
+        its ``submitted`` line before :meth:`submit`); None for this machine."""
+
     def submit(self, spec: AttemptSpec) -> Handle:
         """Start the attempt; its result comes through :meth:`wait`."""
 
@@ -192,6 +196,9 @@ class LocalExecutor:
         return fut is None or fut.done()
 
     # -------------------------------------------------------------------------------- attempts
+
+    def node_of(self, spec: AttemptSpec) -> str | None:
+        return None
 
     def submit(self, spec: AttemptSpec) -> Handle:
         handle = Handle(spec.task.task_id, spec.attempt, next(self._serial))

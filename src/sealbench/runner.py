@@ -46,6 +46,7 @@ from .scratch import sweep_temp_files
 
 if TYPE_CHECKING:
     from .environments import BuiltEnv
+    from .ray_executor import Cluster, RayOptions
     from .replay import Record
 
 __all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunResult", "check_memory", "default_jobs",
@@ -153,6 +154,8 @@ class RunOptions:
     executor: Callable[[Settings, int], Executor] | None = None
     """Makes the executor the attempts run on, from the run's settings and ``jobs`` (None: the
     local thread pool, :class:`sealbench.executors.LocalExecutor`)."""
+    ray: RayOptions | None = None
+    """Run the attempts on a Ray cluster (``run --executor ray``; see :mod:`sealbench.ray_executor`)."""
 
 
 @dataclass
@@ -409,7 +412,7 @@ def execute(
 
         read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
     limits, tree_caps = sized(contract.budget, opts.limits, opts.tree_caps)
-    if sandbox.kind == "bubblewrap":  # no tmpfs, and no quota, without it
+    if sandbox.kind == "bubblewrap" and opts.ray is None:  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)
     base = run_dir / "probe" if probe else run_dir
     header = _header(contract, pack, command_line, probe, sandbox, agent, jobs=opts.jobs,
@@ -417,6 +420,30 @@ def execute(
                      moved_to=pack.root if opts.pack is not None else None,
                      replay_of=record.replay_of() if record is not None else None,
                      environments=pins(environments))
+    cluster = None
+    if opts.ray is not None:
+        if contract.model_endpoints:
+            raise RunRefusal("--executor ray does not run model-backed agents yet (their model calls are "
+                             "journaled by this machine's gateway); run them with the local executor")
+        from .ray_executor import connect, node_setup
+
+        # Before any line: a node that cannot run the attempts refuses the run, naming why.
+        cluster = connect(opts.ray, node_setup(contract, pack, sandbox, agent, environments, limits, tree_caps,
+                                               workspace_quota=opts.workspace_quota, jobs=opts.jobs), pack.root)
+    try:
+        return _execute_claimed(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
+                                command_line, probe=probe, on_started=on_started, record=record,
+                                environments=environments, cluster=cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _execute_claimed(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
+                     sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted,
+                     command_line: Sequence[str] | None, *, probe: bool,
+                     on_started: Callable[[Journal], None] | None, record: Record | None,
+                     environments: Mapping[str, BuiltEnv], cluster: Cluster | None) -> RunResult:
     if not (opts.resume or probe or record is not None or (base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.
@@ -425,7 +452,8 @@ def execute(
         with hold_writer(base, command_line):
             _sweep_leftovers(run_dir, base, opts.keep_work)
             return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
-                                   probe=probe, on_started=on_started, record=record, environments=environments)
+                                   probe=probe, on_started=on_started, record=record, environments=environments,
+                                   cluster=cluster)
     except OSError as e:
         failure = storage_failure(e)
         if failure is None:
@@ -436,7 +464,8 @@ def execute(
 def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
                     sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted, *,
                     probe: bool, on_started: Callable[[Journal], None] | None,
-                    record: Record | None = None, environments: Mapping[str, BuiltEnv] | None = None) -> RunResult:
+                    record: Record | None = None, environments: Mapping[str, BuiltEnv] | None = None,
+                    cluster: Cluster | None = None) -> RunResult:
     assert contract.budget is not None
     sized_limits, sized_caps = sized(contract.budget, opts.limits, opts.tree_caps)
     jpath = base / "journal.jsonl"
@@ -479,7 +508,15 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                         template_override=template, gateway=gateway, derivation_version=header.derivation(),
                         environments=dict(environments or {}),
                         yield_cpu=opts.jobs > YIELD_ABOVE_JOBS)
-    executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
+    executor: Executor
+    if cluster is not None:
+        from .ray_executor import RunPart
+
+        executor = cluster.executor(settings, opts.jobs, RunPart(probe=probe, template_override=template,
+                                                                 derivation_version=header.derivation(),
+                                                                 yield_cpu=settings.yield_cpu))
+    else:
+        executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
     requests = Requests()
     coordinator = Coordinator(journal=journal, executor=executor, settings=settings, jobs=opts.jobs,
                               requests=requests, derivation_version=header.derivation())

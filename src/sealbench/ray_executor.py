@@ -1,0 +1,693 @@
+"""Attempts on a Ray cluster, behind the same :class:`~sealbench.executors.Executor` interface
+as the local pool: the coordinator, in the ``sealbench run`` process, still alone journals.
+
+Each node of the cluster runs one :class:`NodeRunner` actor, placed on it by node affinity.
+The actor receives the pack's files through Ray's object store once, unpacks them in its own
+scratch folder and checks them against the locked digest before anything else; it opens the
+sandbox the run names on its node, checks the built environments, the agent's command and
+the sealbench version there, and refuses (the run refuses, before any journal line) when any
+of these differs. It then runs attempts with a :class:`~sealbench.executors.LocalExecutor` of
+its own: the attempt, its cap, its process-group kill and its cleanup are exactly the local
+ones. What the coordinator needs back (the attempt's facts and the blobs they name) travels
+back through the object store and is stored in the run's folder before it is journaled.
+
+What Ray would otherwise do on its own is pinned off: actors are never restarted
+(``max_restarts=0``), their calls never retried (``max_task_retries=0``), and an actor's
+death is reported as the loss of every attempt it held (:attr:`Delivery.lost`), which the
+coordinator journals as interrupted and charges; nothing is run again. A later actor on the
+same node starts the task's next attempt in a workspace made anew, as a resume would.
+
+The order of the calls to an actor is the order they were made: each carries a sequence
+number, and the actor applies them in that order (Ray orders the calls of a threaded actor
+only as far as it schedules them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import logging
+import os
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from . import events as ev
+from .agentfs import TreeCaps
+from .attempt import AttemptFacts, AttemptSpec
+from .errors import HarnessError, RunRefusal
+from .executors import Delivery, Handle, LocalExecutor
+from .grading import Settings, store_bytes
+from .sandbox import Limits
+
+DEFAULT_ADDRESS: Final = "auto"
+LOCAL_ADDRESS: Final = "local"
+"""``--address local``: a private Ray instance started for this command and stopped with it."""
+SCHEDULE_TIMEOUT_S: Final = 60.0
+"""How long a node's runner may wait to be scheduled before the run refuses (or, later, the
+node is given up): Ray leaves an actor it cannot place pending for ever."""
+COLLECT_POLL_S: Final = 0.5
+"""How long one collection call waits on a node for a result before it returns empty."""
+_CONTROL_GROUP: Final = "control"
+_COLLECT_GROUP: Final = "collect"
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how the attempts run on Ray (``run --executor ray``)."""
+
+    address: str = DEFAULT_ADDRESS
+    """``auto`` (the cluster this machine is part of, or ``RAY_ADDRESS``), ``ray://HOST:PORT``
+    (Ray Client), a GCS ``HOST:PORT``, or ``local`` (a private instance on this machine)."""
+    resources: Mapping[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    """What each node's runner reserves; only nodes that offer all of it run attempts."""
+    schedule_timeout_s: float = SCHEDULE_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class NodeSetup:
+    """What a node's runner needs to check and run attempts, as plain values."""
+
+    version: str
+    pack_sha256: str
+    task_ids: tuple[str, ...]
+    sandbox: str
+    sandbox_described: Mapping[str, str]
+    agent: Any
+    """The run's :class:`~sealbench.agents.ResolvedAgent`."""
+    agent_mounts: tuple[str, ...]
+    contract: Any
+    """The run's :class:`~sealbench.contract.ScoringContract`."""
+    environment_pins: Mapping[str, str]
+    limits: Limits
+    tree_caps: TreeCaps
+    workspace_quota: bool
+    jobs: int
+
+
+@dataclass(frozen=True)
+class RunPart:
+    """What of a run's settings is known only once its journal is open."""
+
+    probe: bool
+    template_override: str | None
+    derivation_version: int
+    yield_cpu: bool
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One delivery from a node: the facts (or why they were lost) and the blobs they name."""
+
+    serial: int
+    facts: AttemptFacts | None
+    lost: str | None
+    blobs: Mapping[str, bytes]
+
+
+def node_setup(contract: Any, pack: Any, sandbox: Any, agent: Any, environments: Mapping[str, Any],
+               limits: Limits, tree_caps: TreeCaps, *, workspace_quota: bool, jobs: int) -> NodeSetup:
+    """What every node checks and runs by, from the coordinator's own checked values."""
+    from . import __version__
+    from .environments import pins
+
+    assert contract.agent is not None
+    return NodeSetup(version=__version__, pack_sha256=pack.sealed_digest, task_ids=tuple(contract.task_ids),
+                     sandbox=sandbox.kind, sandbox_described=dict(sandbox.describe()), agent=agent,
+                     agent_mounts=tuple(contract.agent.mounts), contract=contract,
+                     environment_pins=pins(environments), limits=limits, tree_caps=tree_caps,
+                     workspace_quota=workspace_quota, jobs=max(1, jobs))
+
+
+def pack_archive(root: Path) -> bytes:
+    """The pack's files as an uncompressed tar (links kept as links, never followed)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(str(root), arcname="pack", recursive=True)
+    return buf.getvalue()
+
+
+def _blobs_of(facts: AttemptFacts) -> list[str]:
+    return [value for event in facts.events() for _name, value in ev.blob_fields(event)]
+
+
+class NodeRunner:
+    """The attempts of one run on one node (a Ray actor: see :func:`connect`)."""
+
+    def __init__(self, setup: NodeSetup, archive: bytes) -> None:
+        self.setup = setup
+        self.node = _node_name()
+        self.refusal: str | None = None
+        self.described: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._next = 0
+        self._pending: dict[int, tuple[str, tuple[Any, ...]]] = {}
+        self._executor: LocalExecutor | None = None
+        self._handles: dict[int, Handle] = {}
+        self._by_local: dict[Handle, int] = {}
+        self._warmed: dict[tuple[str, int], AttemptSpec] = {}
+        from .scratch import temp_dir
+
+        self.scratch = temp_dir("ray-node")
+        try:
+            self._check(archive)
+        except (RunRefusal, HarnessError, OSError) as e:
+            self.refusal = str(e)
+
+    def _check(self, archive: bytes) -> None:
+        from . import __version__
+        from .environments import pins, require
+        from .pack import check_pack
+        from .sandbox import open_sandbox
+
+        s = self.setup
+        if __version__ != s.version:
+            raise RunRefusal(f"sealbench {__version__} is installed here, and the coordinator runs {s.version}; "
+                             f"install the same version on every node")
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            tar.extractall(self.scratch, filter="data")
+        pack = check_pack(self.scratch / "pack", s.task_ids)
+        if pack.sealed_digest != s.pack_sha256:
+            raise RunRefusal(f"the pack that reached this node has digest {pack.sealed_digest}, "
+                             f"not the locked {s.pack_sha256}")
+        self.pack = pack
+        environments = require(pack, s.task_ids)
+        if pins(environments) != dict(s.environment_pins):
+            raise RunRefusal("the tasks' environments built on this node differ from the coordinator's "
+                             "(build them from the same pack and lock: `sealbench env build PACK`)")
+        self.environments = environments
+        if s.sandbox == "bubblewrap":  # the node's memory holds its sandboxes' tmpfs quotas
+            from .runner import check_memory
+
+            check_memory(s.jobs, s.limits, s.tree_caps, quota=s.workspace_quota)
+        self.sandbox = open_sandbox(s.sandbox)
+        self.described = dict(self.sandbox.describe())
+        if self.sandbox.kind != s.sandbox_described.get("kind", s.sandbox):
+            raise RunRefusal(f"the sandbox here is {self.sandbox.kind}, the coordinator's {s.sandbox}")
+        if s.agent.kind == "command":
+            from .grading import command_path
+            from .preflight import refuse_unless_starts
+
+            refuse_unless_starts(s.agent.command, s.agent_mounts, self.sandbox, command_path())
+        if s.contract.agent.preset is not None:
+            from .presets import check_installed
+
+            check_installed(s.contract)
+
+    def ready(self) -> tuple[str, str | None, dict[str, str]]:
+        """``(node, refusal, sandbox described)``: a refusal means nothing will run here."""
+        return self.node, self.refusal, self.described
+
+    def begin(self, part: RunPart) -> None:
+        if self.refusal is not None:
+            raise RunRefusal(self.refusal)
+        s = self.setup
+        run_dir = self.scratch / "run"
+        (run_dir / "blobs").mkdir(parents=True, exist_ok=True)
+        settings = Settings(contract=s.contract, budget=s.contract.budget, pack_root=self.pack.root, run_dir=run_dir,
+                            sandbox=self.sandbox, agent=s.agent, limits=s.limits, tree_caps=s.tree_caps,
+                            workspace_quota=s.workspace_quota, probe=part.probe,
+                            template_override=part.template_override, derivation_version=part.derivation_version,
+                            environments=self.environments, yield_cpu=part.yield_cpu)
+        self._executor = LocalExecutor(settings, s.jobs)
+
+    # ------------------------------------------------------------------------------ control
+
+    def control(self, seq: int, op: str, args: tuple[Any, ...]) -> None:
+        """Apply the calls in the order they were made, whatever order they arrive in."""
+        with self._lock:
+            self._pending[seq] = (op, args)
+            while self._next in self._pending:
+                name, call = self._pending.pop(self._next)
+                self._next += 1
+                self._apply(name, call)
+
+    def _apply(self, op: str, args: tuple[Any, ...]) -> None:
+        ex = self._executor
+        assert ex is not None
+        if op == "warm":
+            spec = self._local(args[0])
+            self._warmed[spec.key] = spec
+            ex.warm(spec)
+        elif op == "submit":
+            serial, spec = args
+            handle = ex.submit(self._local(spec))
+            self._handles[serial] = handle
+            self._by_local[handle] = serial
+        elif op == "cancel":
+            serial, reason = args
+            running = self._handles.get(serial)
+            if running is not None:
+                ex.cancel(running, reason)
+        elif op == "wind_down":
+            ex.wind_down()
+        elif op == "release":
+            for key in [k for k in self._warmed if k[0] == args[0]]:
+                del self._warmed[key]
+            ex.release(args[0])
+
+    def _local(self, spec: AttemptSpec) -> AttemptSpec:
+        """The spec with this node's copy of its task and a workspace in this node's scratch."""
+        task = self.pack.tasks[spec.task.task_id]
+        return replace(spec, task=task, workspace=self.scratch / "run" / "work" / spec.workspace.name)
+
+    def collect(self, timeout_s: float) -> tuple[list[Shipped], list[tuple[str, int]]]:
+        """The results since the last call and the set-ups now ready; waits up to ``timeout_s``."""
+        ex = self._executor
+        if ex is None:
+            time.sleep(timeout_s)
+            return [], []
+        out: list[Shipped] = []
+        for d in ex.wait(timeout_s):
+            with self._lock:
+                serial = self._by_local.pop(d.handle, None)
+                if serial is not None:
+                    self._handles.pop(serial, None)
+            if serial is None:
+                continue
+            blobs: dict[str, bytes] = {}
+            facts = d.facts
+            if facts is not None:
+                blobs_dir = ex.settings.run_dir / "blobs"
+                try:
+                    for digest in _blobs_of(facts):
+                        blobs[digest] = (blobs_dir / digest.removeprefix("sha256:")).read_bytes()
+                except OSError as e:
+                    facts, blobs = None, {}
+                    lost = f"the node could not read back what the attempt stored: {e}"
+                    out.append(Shipped(serial, None, lost, {}))
+                    continue
+            out.append(Shipped(serial, facts, d.lost, blobs))
+        with self._lock:
+            ready = [k for k, spec in self._warmed.items() if ex.ready(spec)]
+            for key in ready:
+                del self._warmed[key]
+        return out, ready
+
+    def close(self) -> None:
+        """Wait for the attempts under way, then remove this node's scratch."""
+        if self._executor is not None:
+            self._executor.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _ray() -> Any:
+    """The ``ray`` module, untyped (it is an optional extra, imported only when asked for).
+
+    Raises:
+        RunRefusal: Ray is not installed.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise RunRefusal("--executor ray needs Ray: pip install 'sealbench[ray]'") from None
+
+
+def _node_name() -> str:
+    ray = _ray()
+
+    ctx = ray.get_runtime_context()
+    node_id = str(ctx.get_node_id())
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            return f"{node.get('NodeManagerAddress', '?')}:{node.get('NodeManagerPort', '?')}"
+    return node_id[:12]
+
+
+@dataclass
+class _Node:
+    name: str
+    node_id: str
+    actor: Any
+    collecting: Any = None
+    """The collection call under way (an ObjectRef)."""
+    seq: itertools.count[int] = field(default_factory=itertools.count)
+    dead: str | None = None
+    running: set[int] = field(default_factory=set)
+
+
+class Cluster:
+    """A connection to a Ray cluster and a checked runner on each of its usable nodes."""
+
+    def __init__(self, options: RayOptions, nodes: list[_Node], started_local: bool, factory: Any,
+                 setup: NodeSetup, archive_ref: Any) -> None:
+        self.options = options
+        self.nodes = nodes
+        self._started_local = started_local
+        self._factory = factory
+        self._setup = setup
+        self._archive_ref = archive_ref
+
+    def executor(self, settings: Settings, jobs: int, part: RunPart) -> RayExecutor:
+        """The executor of one run on these nodes (each node's runner begins the run)."""
+        ray = _ray()
+
+        try:
+            ray.get([n.actor.begin.remote(part) for n in self.nodes], timeout=self._timeout())
+        except Exception as e:
+            raise HarnessError(f"the Ray nodes could not begin the run: {e}") from e
+        return RayExecutor(self, settings, jobs, part)
+
+    def _timeout(self) -> float:
+        return self.options.schedule_timeout_s
+
+    def replace(self, node: _Node, part: RunPart) -> _Node | None:
+        """A new runner on a node whose runner died, when the node is still there and the
+        runner is scheduled in time; else None (the node is given up)."""
+        ray = _ray()
+
+        try:
+            fresh = _place(self._factory, self._setup, self._archive_ref, node.node_id)
+            name, refusal, _ = ray.get(fresh.ready.remote(), timeout=self._timeout())
+            if refusal is not None:
+                ray.kill(fresh, no_restart=True)
+                return None
+            ray.get(fresh.begin.remote(part), timeout=self._timeout())
+        except Exception:
+            return None
+        return _Node(name=name, node_id=node.node_id, actor=fresh)
+
+    def close(self) -> None:
+        ray = _ray()
+
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                ray.kill(node.actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+
+
+def _place(factory: Any, setup: NodeSetup, archive_ref: Any, node_id: str) -> Any:
+    import importlib
+
+    strategies = importlib.import_module("ray.util.scheduling_strategies")
+    return factory.options(
+        scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    ).remote(setup, archive_ref)
+
+
+def _ray_init(address: str) -> bool:
+    """Connect (or, for ``local``, start a private instance); True when it was started here.
+
+    Raises:
+        RunRefusal: Ray is not installed, or no cluster answers at ``address``.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # this machine reaches no telemetry endpoint
+    host = address.rpartition(":")[0].removeprefix("ray://").strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1"):
+        # Ray rewrites a loopback address to this machine's outward one, where a cluster started
+        # on loopback does not listen; this keeps it (read when Ray is first imported).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray = _ray()
+    if address != LOCAL_ADDRESS and not address.startswith("ray://"):
+        _refuse_unless_listening(ray, address)
+    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR,
+                              "include_dashboard": False, "ignore_reinit_error": True}
+    try:
+        if address == LOCAL_ADDRESS:
+            ray.init(**kwargs, num_cpus=os.cpu_count() or 1)
+            return True
+        if address.startswith("ray://"):
+            kwargs.pop("include_dashboard")
+        ray.init(address=address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise RunRefusal(f"no Ray cluster answered at {address!r}: {e}. Start one (`ray start --head`) or "
+                         f"name its address (--address HOST:PORT, ray://HOST:PORT, or local)") from None
+    return False
+
+
+CONNECT_TIMEOUT_S: Final = 5.0
+
+
+def _refuse_unless_listening(ray: Any, address: str) -> None:
+    """Refuse at once when nothing listens where the cluster should be: Ray itself would retry
+    the connection for minutes.
+
+    Raises:
+        RunRefusal: no cluster found for ``auto``, or nothing accepts a connection at its address.
+    """
+    import socket
+
+    try:
+        resolved = ray._private.services.canonicalize_bootstrap_address(address)
+    except Exception as e:
+        raise RunRefusal(f"no Ray cluster found at {address!r}: {str(e).rstrip('.')}. Start one (`ray start --head`) or name "
+                         f"its address (--address HOST:PORT, ray://HOST:PORT, or local)") from None
+    if resolved is None:
+        raise RunRefusal(f"no Ray cluster is running on this machine (--address {address}); start one "
+                         f"(`ray start --head`), name its address, or use --address local")
+    host, _, port = str(resolved).rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise RunRefusal(f"no Ray cluster answers at {resolved} (--address {address}): {e}") from None
+
+
+def _offers(node: Mapping[str, Any], wanted: Mapping[str, float]) -> bool:
+    have = node.get("Resources") or {}
+    return all(float(have.get(k, 0.0)) >= v for k, v in wanted.items())
+
+
+def connect(options: RayOptions, setup: NodeSetup, pack_root: Path) -> Cluster:
+    """Connect to the cluster and start a checked runner on each node that offers the resources.
+
+    Raises:
+        RunRefusal: no cluster, no node that offers the resources, a runner not scheduled within
+            the timeout, or a node whose pack, environments, sandbox, agent or sealbench
+            version differs (each named).
+    """
+    started_local = _ray_init(options.address)
+    ray = _ray()
+
+    try:
+        factory = ray.remote(max_restarts=0, max_task_retries=0,
+                             resources={k: v for k, v in options.resources.items() if k not in ("CPU", "GPU")},
+                             num_cpus=options.resources.get("CPU", 0.0), num_gpus=options.resources.get("GPU", 0.0),
+                             concurrency_groups={_CONTROL_GROUP: 1, _COLLECT_GROUP: 1})(NodeRunner)
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        usable = [n for n in alive if _offers(n, options.resources)]
+        if not usable:
+            raise RunRefusal(f"none of the cluster's {len(alive)} nodes offers {dict(options.resources)} "
+                             f"(--ray-resources); nothing would ever be scheduled")
+        archive_ref = ray.put(pack_archive(pack_root))
+        actors = [(n["NodeID"], _place(factory, setup, archive_ref, n["NodeID"])) for n in usable]
+        nodes: list[_Node] = []
+        refusals: list[str] = []
+        for node_id, actor in actors:
+            try:
+                name, refusal, _described = ray.get(actor.ready.remote(), timeout=options.schedule_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                refusals.append(f"node {node_id[:12]}: its runner was not scheduled within "
+                                f"{options.schedule_timeout_s:g} s (its resources {dict(options.resources)} "
+                                f"are taken or gone)")
+                ray.kill(actor, no_restart=True)
+                continue
+            except ray.exceptions.RayError as e:
+                refusals.append(f"node {node_id[:12]}: its runner could not start: {e}")
+                continue
+            if refusal is not None:
+                refusals.append(f"node {name}: {refusal}")
+                ray.kill(actor, no_restart=True)
+                continue
+            nodes.append(_Node(name=name, node_id=node_id, actor=actor))
+        if refusals:
+            for n in nodes:
+                ray.kill(n.actor, no_restart=True)
+            raise RunRefusal("the Ray cluster cannot run this contract's attempts:\n  " + "\n  ".join(refusals))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+    return Cluster(options, nodes, started_local, factory, setup, archive_ref)
+
+
+class RayExecutor:
+    """The :class:`~sealbench.executors.Executor` of a run on a :class:`Cluster`."""
+
+    def __init__(self, cluster: Cluster, settings: Settings, jobs: int, part: RunPart | None = None) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.jobs = max(1, jobs)
+        self._part = part
+        self._lock = threading.Lock()
+        self._serial = itertools.count(1)
+        self._nodes = list(cluster.nodes)
+        self._home: dict[str, _Node] = {}
+        """Where each task's workspace is (its next attempts go there while the node lives)."""
+        self._open: dict[int, tuple[Handle, _Node]] = {}
+        self._warmed: dict[tuple[str, int], _Node] = {}
+        self._ready: set[tuple[str, int]] = set()
+        self._early: list[Delivery] = []
+        self._closed = False
+
+    # ------------------------------------------------------------------------------ placement
+
+    def _alive(self) -> list[_Node]:
+        return [n for n in self._nodes if n.dead is None]
+
+    def _choose(self, task_id: str) -> _Node:
+        home = self._home.get(task_id)
+        if home is not None and home.dead is None:
+            return home
+        alive = self._alive()
+        if not alive:
+            raise HarnessError("no node of the Ray cluster is left to run attempts on (every runner died); "
+                               "the run stops here and resumes with `sealbench run --resume` once nodes are back")
+        homed = {id(n): 0 for n in alive}
+        for n in self._home.values():
+            if id(n) in homed:
+                homed[id(n)] += 1
+        node = min(alive, key=lambda n: homed[id(n)])  # the node with the fewest tasks under way
+        self._home[task_id] = node
+        return node
+
+    def _call(self, node: _Node, op: str, *args: Any) -> None:
+        node.actor.control.options(concurrency_group=_CONTROL_GROUP).remote(next(node.seq), op, args)
+
+    # ------------------------------------------------------------------------------ Executor
+
+    def node_of(self, spec: AttemptSpec) -> str | None:
+        """The node the attempt will run on (journaled in its ``submitted`` line)."""
+        with self._lock:
+            return self._choose(spec.task.task_id).name
+
+    def warm(self, spec: AttemptSpec) -> None:
+        with self._lock:
+            if spec.key in self._warmed:
+                return
+            node = self._choose(spec.task.task_id)
+            self._warmed[spec.key] = node
+        self._call(node, "warm", spec)
+
+    def ready(self, spec: AttemptSpec) -> bool:
+        with self._lock:
+            node = self._warmed.get(spec.key)
+            return node is None or node.dead is not None or spec.key in self._ready
+
+    def submit(self, spec: AttemptSpec) -> Handle:
+        with self._lock:
+            home = self._home.get(spec.task.task_id)
+            node = self._choose(spec.task.task_id)
+            if home is not node:  # the workspace was on a node whose runner died: made anew
+                spec = replace(spec, fresh=True)
+            self._warmed.pop(spec.key, None)
+            self._ready.discard(spec.key)
+            handle = Handle(spec.task.task_id, spec.attempt, next(self._serial))
+            self._open[handle.serial] = (handle, node)
+            node.running.add(handle.serial)
+        self._call(node, "submit", handle.serial, spec)
+        return handle
+
+    def wait(self, timeout_s: float) -> list[Delivery]:
+        ray = _ray()
+
+        out: list[Delivery] = []
+        with self._lock:
+            out.extend(self._early)
+            self._early.clear()
+        refs: dict[Any, _Node] = {}
+        for node in self._alive():
+            if node.collecting is None:
+                node.collecting = node.actor.collect.options(concurrency_group=_COLLECT_GROUP).remote(COLLECT_POLL_S)
+            refs[node.collecting] = node
+        if not refs:
+            if not out:
+                time.sleep(max(0.0, min(timeout_s, COLLECT_POLL_S)))
+            return out
+        done, _ = ray.wait(list(refs), num_returns=1, timeout=0 if out else max(0.0, timeout_s))
+        if done:
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in done:
+            node = refs[ref]
+            node.collecting = None
+            try:
+                shipped, ready = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                out.extend(self._node_died(node, e))
+                continue
+            with self._lock:
+                self._ready.update(ready)
+            for item in shipped:
+                delivery = self._arrived(node, item)
+                if delivery is not None:
+                    out.append(delivery)
+        return out
+
+    def _arrived(self, node: _Node, item: Shipped) -> Delivery | None:
+        with self._lock:
+            entry = self._open.pop(item.serial, None)
+            node.running.discard(item.serial)
+        if entry is None:
+            return None
+        handle: Handle = entry[0]
+        facts = item.facts
+        if facts is not None:
+            try:
+                for digest, data in item.blobs.items():
+                    if store_bytes(self.settings.run_dir, data) != digest:
+                        return Delivery(handle, None, lost=f"a blob from node {node.name} did not match its digest")
+            except OSError as e:
+                from .attempt import storage_failed
+
+                why = storage_failed(self.settings.run_dir, e) or f"storage failure: {e}"
+                facts = AttemptFacts(task_id=handle.task_id, attempt=handle.attempt, stopped=why,
+                                     storage_failure=why, elapsed_s=facts.elapsed_s)
+        return Delivery(handle, facts, lost=item.lost)
+
+    def _node_died(self, node: _Node, error: BaseException) -> list[Delivery]:
+        why = f"the Ray runner on node {node.name} died: {type(error).__name__}"
+        with self._lock:
+            node.dead = why
+            lost = [self._open.pop(s)[0] for s in sorted(node.running) if s in self._open]
+            node.running.clear()
+            for key in [k for k, n in self._warmed.items() if n is node]:
+                self._warmed.pop(key)
+        if self._part is not None and not self._closed:
+            fresh = self.cluster.replace(node, self._part)
+            if fresh is not None:
+                with self._lock:
+                    self._nodes.append(fresh)
+        return [Delivery(h, None, lost=why) for h in lost]
+
+    def cancel(self, handle: Handle, reason: str) -> None:
+        with self._lock:
+            entry = self._open.get(handle.serial)
+        if entry is not None and entry[1].dead is None:
+            self._call(entry[1], "cancel", handle.serial, reason)
+
+    def wind_down(self) -> None:
+        for node in self._alive():
+            self._call(node, "wind_down")
+
+    def release(self, task_id: str) -> None:
+        with self._lock:
+            node = self._home.pop(task_id, None)
+            for key in [k for k in self._warmed if k[0] == task_id]:
+                self._warmed.pop(key)
+        if node is not None and node.dead is None:
+            self._call(node, "release", task_id)
+
+    def close(self) -> None:
+        ray = _ray()
+
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        closing = [n.actor.close.options(concurrency_group=_CONTROL_GROUP).remote() for n in self._alive()]
+        with contextlib.suppress(Exception):
+            ray.get(closing, timeout=self.cluster.options.schedule_timeout_s)
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._open)
