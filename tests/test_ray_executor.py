@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,11 +61,21 @@ class LocalCluster:
         self.cluster.shutdown()
 
 
+KEY_ENV = "SEALBENCH_TEST_MODEL_KEY"
+KEY = "sk-test-" + secrets.token_hex(20)
+"""The model key, in the environment of the cluster's nodes only (as a user exports it where
+each node's `ray start` runs), never in the coordinator's."""
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     # Ray's sockets live in its temp dir, whose path must stay short (a unix socket's limit).
     temp = Path(tempfile.mkdtemp(prefix="sbray-", dir="/tmp"))
-    c = LocalCluster(temp)
+    os.environ[KEY_ENV] = KEY
+    try:
+        c = LocalCluster(temp)
+    finally:
+        del os.environ[KEY_ENV]
     try:
         yield c
     finally:
@@ -190,6 +202,60 @@ def test_a_runner_that_cannot_be_scheduled_is_refused_after_the_timeout_not_left
     assert "was not scheduled within 3 s" in done.stderr
     assert took < 60
     assert not (tmp_path / "run" / "journal.jsonl").exists()
+
+
+def test_a_model_backed_agent_on_the_cluster_calls_through_its_node_s_gateway(
+        cluster: LocalCluster, sealed_pack: Path, tmp_path: Path) -> None:
+    """The node's own gateway forwards the agent's call with the node's own key (the
+    coordinator has none); the call is journaled, its bodies stored, before the attempt's
+    agent_finished; the bundle verifies and re-derives the call's tokens."""
+    from sealbench.contract import lock_contract, new_contract
+    from sealbench.files import model_json, write_atomic
+    from sealbench.formats import AgentSpec, ModelEndpoint
+    from sealbench.model_stub import StubReply, StubUsage, start
+    from sealbench.pack import load_pack
+
+    from conftest import LOCK_TIME
+
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True,
+                            usage=StubUsage(input_tokens=120, output_tokens=30, cached_tokens=0))], key=KEY)
+    try:
+        agent_dir = tmp_path / "agent"
+        agent_dir.mkdir()
+        shutil.copy(Path(__file__).parent / "gateway_agent.py", agent_dir / "agent.py")
+        (agent_dir / "plan.json").write_text(json.dumps({"1": [{"do": "chat", "model": "stub-model",
+                                                                "write": "window.py"}]}))
+        pack = load_pack(sealed_pack)
+        contract_file = tmp_path / "gw.json"
+        contract, _ = new_contract(pack, contract_file, [TASK], host="test cluster",
+                                   agent=AgentSpec(label="gateway agent", command=f"python {agent_dir}/agent.py",
+                                                   mounts=[str(agent_dir)]),
+                                   oracle_validity="unavailable")
+        endpoint = ModelEndpoint(name="openai", style="openai-chat", base_url=stub.url + "/v1",
+                                 models=["stub-model"], key_env=KEY_ENV)
+        contract = contract.model_copy(update={"model_endpoints": [endpoint]})
+        write_atomic(contract_file, model_json(lock_contract(contract, "ray-gateway", LOCK_TIME, pack)))
+        run_dir = tmp_path / "run"
+        assert KEY_ENV not in os.environ
+        done = run_cli("run", str(contract_file), "--out", str(run_dir), "--no-progress", "--executor", "ray",
+                       "--address", cluster.address)
+        assert done.returncode == 0, done.stderr
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    kinds = [e["kind"] for e in events if e.get("task_id") == TASK]
+    assert kinds.index("model_call") < kinds.index("agent_finished")
+    (call,) = [e for e in events if e["kind"] == "model_call"]
+    assert call["payload"]["status"] == 200 and call["payload"]["input_tokens"] == 120
+    for field in ("request", "response"):
+        assert (run_dir / "blobs" / call["payload"][field].removeprefix("sha256:")).is_file()
+    assert cards_of(run_dir)[TASK]["outcome"] == "pass"
+    probed = run_cli("probe", str(contract_file), "--out", str(run_dir), "--no-progress", "--executor", "ray",
+                     "--address", cluster.address)
+    assert probed.returncode == 0, probed.stderr
+    assert run_cli("bundle", str(run_dir), "--out", str(tmp_path / "b")).returncode == 0
+    verified = run_cli("verify", str(tmp_path / "b" / "ray-gateway"))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 # --- faults: kills of a node's runner and of the coordinator (make test-ray) -----------------

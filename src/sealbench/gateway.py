@@ -399,6 +399,14 @@ class Gateway:
         for _ in range(3):
             await asyncio.sleep(0)
 
+    def seed(self, task_id: str, used: Ledger) -> None:
+        """Set what ``task_id`` has used before its next attempt: the calls it made where this
+        gateway did not see them (on another node of a cluster, see :mod:`sealbench.ray_executor`)."""
+        async def set_it() -> None:
+            self._ledgers[task_id] = dataclasses.replace(used)
+
+        self._call(set_it())
+
     # ------------------------------------------------------------------ attempts
 
     def open_attempt(self, task_id: str, attempt: int) -> AttemptAccess:

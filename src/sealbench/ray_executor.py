@@ -33,7 +33,7 @@ import shutil
 import tarfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -54,6 +54,9 @@ SCHEDULE_TIMEOUT_S: Final = 60.0
 node is given up): Ray leaves an actor it cannot place pending for ever."""
 COLLECT_POLL_S: Final = 0.5
 """How long one collection call waits on a node for a result before it returns empty."""
+COLLECT_SLICE_S: Final = 0.05
+"""How often a waiting collection looks for model calls to ship (each is journaled within
+about this long of its end)."""
 _CONTROL_GROUP: Final = "control"
 _COLLECT_GROUP: Final = "collect"
 
@@ -99,6 +102,8 @@ class RunPart:
     template_override: str | None
     derivation_version: int
     yield_cpu: bool
+    model_calls: Mapping[str, tuple[ev.ModelCall, ...]] = field(default_factory=dict)
+    """Each task's ``model_call`` events journaled before (a resume): its caps count them."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,17 @@ class Shipped:
     facts: AttemptFacts | None
     lost: str | None
     blobs: Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one collection call brings back from a node, in the order it must be journaled:
+    the model calls first (each before its attempt's ``agent_finished``), then the results."""
+
+    calls: tuple[ev.ModelCall, ...]
+    call_blobs: Mapping[str, bytes]
+    shipped: tuple[Shipped, ...]
+    ready: tuple[tuple[str, int], ...]
 
 
 def node_setup(contract: Any, pack: Any, sandbox: Any, agent: Any, environments: Mapping[str, Any],
@@ -133,8 +149,12 @@ def pack_archive(root: Path) -> bytes:
     return buf.getvalue()
 
 
-def _blobs_of(facts: AttemptFacts) -> list[str]:
-    return [value for event in facts.events() for _name, value in ev.blob_fields(event)]
+def _blobs_of(events: Sequence[ev.Event]) -> list[str]:
+    return [value for event in events for _name, value in ev.blob_fields(event)]
+
+
+def _read_blobs(blobs_dir: Path, digests: Sequence[str]) -> dict[str, bytes]:
+    return {d: (blobs_dir / d.removeprefix("sha256:")).read_bytes() for d in digests}
 
 
 class NodeRunner:
@@ -152,6 +172,10 @@ class NodeRunner:
         self._handles: dict[int, Handle] = {}
         self._by_local: dict[Handle, int] = {}
         self._warmed: dict[tuple[str, int], AttemptSpec] = {}
+        self._calls: list[ev.ModelCall] = []
+        self._called = threading.Event()
+        self._keys: dict[str, str] = {}
+        self._gateway: Any = None
         from .scratch import temp_dir
 
         self.scratch = temp_dir("ray-node")
@@ -199,6 +223,11 @@ class NodeRunner:
             from .presets import check_installed
 
             check_installed(s.contract)
+        if s.contract.model_endpoints and s.agent.kind == "command":
+            from .gateway import read_keys
+
+            # This node's own: its gateway forwards the calls of the attempts that run here.
+            self._keys = read_keys(s.contract, self.sandbox.kind)
 
     def ready(self) -> tuple[str, str | None, dict[str, str]]:
         """``(node, refusal, sandbox described)``: a refusal means nothing will run here."""
@@ -210,12 +239,27 @@ class NodeRunner:
         s = self.setup
         run_dir = self.scratch / "run"
         (run_dir / "blobs").mkdir(parents=True, exist_ok=True)
+        if s.contract.model_endpoints and s.agent.kind == "command":
+            from .gateway import Gateway, ledger_of
+
+            endpoints = s.contract.model_endpoints
+            self._gateway = Gateway(endpoints, self._keys, self._record, lambda data: store_bytes(run_dir, data),
+                                    budget=s.contract.budget,
+                                    used={tid: ledger_of(list(calls), endpoints)
+                                          for tid, calls in part.model_calls.items()}).start()
         settings = Settings(contract=s.contract, budget=s.contract.budget, pack_root=self.pack.root, run_dir=run_dir,
                             sandbox=self.sandbox, agent=s.agent, limits=s.limits, tree_caps=s.tree_caps,
                             workspace_quota=s.workspace_quota, probe=part.probe,
                             template_override=part.template_override, derivation_version=part.derivation_version,
-                            environments=self.environments, yield_cpu=part.yield_cpu)
+                            environments=self.environments, yield_cpu=part.yield_cpu, gateway=self._gateway)
         self._executor = LocalExecutor(settings, s.jobs)
+
+    def _record(self, event: ev.Event) -> None:
+        """The node's gateway journals here: kept until the next collection ships it."""
+        assert isinstance(event, ev.ModelCall)
+        with self._lock:
+            self._calls.append(event)
+        self._called.set()
 
     # ------------------------------------------------------------------------------ control
 
@@ -247,6 +291,12 @@ class NodeRunner:
                 ex.cancel(running, reason)
         elif op == "wind_down":
             ex.wind_down()
+        elif op == "ledger":
+            task_id, calls = args
+            if self._gateway is not None:
+                from .gateway import ledger_of
+
+                self._gateway.seed(task_id, ledger_of(list(calls), self.setup.contract.model_endpoints))
         elif op == "release":
             for key in [k for k in self._warmed if k[0] == args[0]]:
                 del self._warmed[key]
@@ -257,43 +307,50 @@ class NodeRunner:
         task = self.pack.tasks[spec.task.task_id]
         return replace(spec, task=task, workspace=self.scratch / "run" / "work" / spec.workspace.name)
 
-    def collect(self, timeout_s: float) -> tuple[list[Shipped], list[tuple[str, int]]]:
-        """The results since the last call and the set-ups now ready; waits up to ``timeout_s``."""
+    def collect(self, timeout_s: float) -> Collected:
+        """The model calls and results since the last call, and the set-ups now ready; waits up
+        to ``timeout_s`` for any of them (a model call ends the wait within a slice)."""
         ex = self._executor
         if ex is None:
             time.sleep(timeout_s)
-            return [], []
+            return Collected((), {}, (), ())
+        end = time.monotonic() + timeout_s
+        while True:
+            deliveries = ex.wait(min(COLLECT_SLICE_S, max(0.0, end - time.monotonic())))
+            with self._lock:
+                ready = tuple(k for k, spec in self._warmed.items() if ex.ready(spec))
+            if deliveries or ready or self._called.is_set() or time.monotonic() >= end:
+                break
+        blobs_dir = ex.settings.run_dir / "blobs"
         out: list[Shipped] = []
-        for d in ex.wait(timeout_s):
+        for d in deliveries:
             with self._lock:
                 serial = self._by_local.pop(d.handle, None)
                 if serial is not None:
                     self._handles.pop(serial, None)
             if serial is None:
                 continue
-            blobs: dict[str, bytes] = {}
-            facts = d.facts
-            if facts is not None:
-                blobs_dir = ex.settings.run_dir / "blobs"
-                try:
-                    for digest in _blobs_of(facts):
-                        blobs[digest] = (blobs_dir / digest.removeprefix("sha256:")).read_bytes()
-                except OSError as e:
-                    facts, blobs = None, {}
-                    lost = f"the node could not read back what the attempt stored: {e}"
-                    out.append(Shipped(serial, None, lost, {}))
-                    continue
-            out.append(Shipped(serial, facts, d.lost, blobs))
+            try:
+                blobs = _read_blobs(blobs_dir, _blobs_of(d.facts.events())) if d.facts is not None else {}
+            except OSError as e:
+                out.append(Shipped(serial, None, f"the node could not read back what the attempt stored: {e}", {}))
+                continue
+            out.append(Shipped(serial, d.facts, d.lost, blobs))
         with self._lock:
-            ready = [k for k, spec in self._warmed.items() if ex.ready(spec)]
+            # After the results: every call of a delivered attempt was recorded before it ended.
+            calls, self._calls = tuple(self._calls), []
+            self._called.clear()
             for key in ready:
                 del self._warmed[key]
-        return out, ready
+        call_blobs = _read_blobs(blobs_dir, _blobs_of(calls))
+        return Collected(calls, call_blobs, tuple(out), ready)
 
     def close(self) -> None:
         """Wait for the attempts under way, then remove this node's scratch."""
         if self._executor is not None:
             self._executor.close()
+        if self._gateway is not None:
+            self._gateway.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
@@ -346,15 +403,18 @@ class Cluster:
         self._setup = setup
         self._archive_ref = archive_ref
 
-    def executor(self, settings: Settings, jobs: int, part: RunPart) -> RayExecutor:
-        """The executor of one run on these nodes (each node's runner begins the run)."""
+    def executor(self, settings: Settings, jobs: int, part: RunPart,
+                 record: Callable[[ev.Event], object] | None = None) -> RayExecutor:
+        """The executor of one run on these nodes (each node's runner begins the run).
+
+        ``record`` journals the nodes' ``model_call`` lines (the run's journal append)."""
         ray = _ray()
 
         try:
             ray.get([n.actor.begin.remote(part) for n in self.nodes], timeout=self._timeout())
         except Exception as e:
             raise HarnessError(f"the Ray nodes could not begin the run: {e}") from e
-        return RayExecutor(self, settings, jobs, part)
+        return RayExecutor(self, settings, jobs, part, record)
 
     def _timeout(self) -> float:
         return self.options.schedule_timeout_s
@@ -513,8 +573,14 @@ def connect(options: RayOptions, setup: NodeSetup, pack_root: Path) -> Cluster:
 class RayExecutor:
     """The :class:`~sealbench.executors.Executor` of a run on a :class:`Cluster`."""
 
-    def __init__(self, cluster: Cluster, settings: Settings, jobs: int, part: RunPart | None = None) -> None:
+    def __init__(self, cluster: Cluster, settings: Settings, jobs: int, part: RunPart | None = None,
+                 record: Callable[[ev.Event], object] | None = None) -> None:
         self.cluster = cluster
+        self._record = record
+        self._model_calls: dict[str, list[ev.ModelCall]] = {
+            tid: list(calls) for tid, calls in (part.model_calls if part is not None else {}).items()}
+        """Each task's model calls, journaled before and by this run: what a node that takes
+        the task over must count against its caps."""
         self.settings = settings
         self.jobs = max(1, jobs)
         self._part = part
@@ -577,13 +643,17 @@ class RayExecutor:
         with self._lock:
             home = self._home.get(spec.task.task_id)
             node = self._choose(spec.task.task_id)
-            if home is not node:  # the workspace was on a node whose runner died: made anew
+            moved = home is not node
+            if moved:  # the workspace was on a node whose runner died: made anew
                 spec = replace(spec, fresh=True)
+            calls = tuple(self._model_calls.get(spec.task.task_id, ()))
             self._warmed.pop(spec.key, None)
             self._ready.discard(spec.key)
             handle = Handle(spec.task.task_id, spec.attempt, next(self._serial))
             self._open[handle.serial] = (handle, node)
             node.running.add(handle.serial)
+        if moved and calls:
+            self._call(node, "ledger", spec.task.task_id, calls)
         self._call(node, "submit", handle.serial, spec)
         return handle
 
@@ -610,17 +680,34 @@ class RayExecutor:
             node = refs[ref]
             node.collecting = None
             try:
-                shipped, ready = ray.get(ref)
+                got: Collected = ray.get(ref)
             except ray.exceptions.RayError as e:
                 out.extend(self._node_died(node, e))
                 continue
+            self._journal_calls(got)
             with self._lock:
-                self._ready.update(ready)
-            for item in shipped:
+                self._ready.update(got.ready)
+            for item in got.shipped:
                 delivery = self._arrived(node, item)
                 if delivery is not None:
                     out.append(delivery)
         return out
+
+    def _journal_calls(self, got: Collected) -> None:
+        """The nodes' model calls, bodies stored first, each journaled before its attempt's
+        results are handed on. A failure to write is the journal's: the run stops on it."""
+        if not got.calls:
+            return
+        try:
+            for data in got.call_blobs.values():
+                store_bytes(self.settings.run_dir, data)
+            for call in got.calls:
+                if self._record is not None:
+                    self._record(call)
+                if call.task_id is not None:
+                    self._model_calls.setdefault(call.task_id, []).append(call)
+        except Exception:  # the coordinator's next line fails the same way, and stops the run
+            return
 
     def _arrived(self, node: _Node, item: Shipped) -> Delivery | None:
         with self._lock:

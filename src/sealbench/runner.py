@@ -407,7 +407,7 @@ def execute(
         # Inside the sandbox's own view, before any line: a program or script it cannot see
         # would make every attempt a harness error and spend the run_id (see preflight).
         preflight.refuse_unless_starts(contract.agent.command, contract.agent.mounts, sandbox, command_path())
-    if contract.model_endpoints and record is None:
+    if contract.model_endpoints and record is None and opts.ray is None:  # on Ray each node reads its own
         from .gateway import read_keys
 
         read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
@@ -422,9 +422,9 @@ def execute(
                      environments=pins(environments))
     cluster = None
     if opts.ray is not None:
-        if contract.model_endpoints:
-            raise RunRefusal("--executor ray does not run model-backed agents yet (their model calls are "
-                             "journaled by this machine's gateway); run them with the local executor")
+        if record is not None:
+            raise RunRefusal("--replay runs on this machine only (the record answers the calls here); "
+                             "drop --executor ray")
         from .ray_executor import connect, node_setup
 
         # Before any line: a node that cannot run the attempts refuses the run, naming why.
@@ -486,17 +486,17 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     if probe:
         template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
     gateway = None
-    if contract.model_endpoints and agent.kind == "command":
+    made: dict[str, list[ev.ModelCall]] = {}
+    for line in events:
+        if isinstance(line.event, ev.ModelCall) and line.event.task_id is not None:
+            made.setdefault(line.event.task_id, []).append(line.event)
+    if contract.model_endpoints and agent.kind == "command" and cluster is None:
         # Started inside the try below, closed before the journal: its model_call lines are
         # appended (durably, under the journal's lock) from its own writer thread, each before
         # its attempt's agent_finished, which the coordinator writes once the attempt returns.
         from .gateway import Gateway, ledger_of, read_keys
 
-        # A resumed task's caps count the calls it made before the crash.
-        made: dict[str, list[ev.ModelCall]] = {}
-        for line in events:
-            if isinstance(line.event, ev.ModelCall) and line.event.task_id is not None:
-                made.setdefault(line.event.task_id, []).append(line.event)
+        # A resumed task's caps count the calls it made before the crash (``made``).
         keys = read_keys(contract, sandbox.kind) if record is None else {}  # a replay reads no key
         gateway = Gateway(contract.model_endpoints, keys, journal.append,
                           lambda data: store_bytes(base, data), budget=contract.budget,
@@ -512,9 +512,11 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     if cluster is not None:
         from .ray_executor import RunPart
 
-        executor = cluster.executor(settings, opts.jobs, RunPart(probe=probe, template_override=template,
-                                                                 derivation_version=header.derivation(),
-                                                                 yield_cpu=settings.yield_cpu))
+        executor = cluster.executor(settings, opts.jobs,
+                                    RunPart(probe=probe, template_override=template,
+                                            derivation_version=header.derivation(), yield_cpu=settings.yield_cpu,
+                                            model_calls={tid: tuple(c) for tid, c in made.items()}),
+                                    record=journal.append)
     else:
         executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
     requests = Requests()
