@@ -209,13 +209,12 @@ def test_a_model_backed_agent_on_the_cluster_calls_through_its_node_s_gateway(
     """The node's own gateway forwards the agent's call with the node's own key (the
     coordinator has none); the call is journaled, its bodies stored, before the attempt's
     agent_finished; the bundle verifies and re-derives the call's tokens."""
+    from conftest import LOCK_TIME
     from sealbench.contract import lock_contract, new_contract
     from sealbench.files import model_json, write_atomic
     from sealbench.formats import AgentSpec, ModelEndpoint
     from sealbench.model_stub import StubReply, StubUsage, start
     from sealbench.pack import load_pack
-
-    from conftest import LOCK_TIME
 
     stub = start([StubReply(text=FIX, model="stub-model", repeat=True,
                             usage=StubUsage(input_tokens=120, output_tokens=30, cached_tokens=0))], key=KEY)
