@@ -19,8 +19,10 @@ Who writes the journal: this thread; the run's heartbeat thread
 (:class:`sealbench.clock.Heartbeat`); and, when the contract declares model endpoints, the
 model gateway's recorder (:class:`sealbench.gateway.Gateway`), one durable ``model_call`` line
 per request, each before its attempt's ``agent_finished`` (the attempt closes its gateway
-access, which waits for those lines, before it returns). :class:`sealbench.journal.Journal`
-serialises their appends under its lock. Workers never write it.
+access, which waits for those lines, before it returns). On a Ray cluster the gateways run on
+the nodes, and :class:`sealbench.ray_executor.RayExecutor` journals their ``model_call`` lines,
+in this thread, before it hands on the results that came with them.
+:class:`sealbench.journal.Journal` serialises the appends under its lock. Workers never write it.
 """
 
 from __future__ import annotations
