@@ -22,11 +22,14 @@ How an executor may fail, and what the coordinator does about it:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import queue
 import threading
+from collections.abc import Collection
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -75,7 +78,8 @@ class Executor(Protocol):
 
     def wait(self, timeout_s: float) -> list[Delivery]:
         """The deliveries since the last call; waits up to ``timeout_s`` for one (returns
-        early, possibly with none, when a warmed set-up becomes ready)."""
+        early, possibly with none, when a warmed set-up that :meth:`ready` found not ready
+        becomes ready)."""
 
     def cancel(self, handle: Handle, reason: str) -> None:
         """Stop the attempt now (its sandboxed commands are killed); its result still comes."""
@@ -125,7 +129,8 @@ class LocalExecutor:
         self.jobs = max(1, jobs)
         yielding = _yield_to_the_runner if self.jobs > YIELD_ABOVE_JOBS else None
         # Apart, so that neither an attempt nor a set-up waits behind a workspace's removal: the
-        # coordinator runs at most ``jobs`` at once (more only while a lost one still runs).
+        # coordinator runs at most ``jobs`` at once (more only while a lost one still runs). A
+        # removal waits instead for the set-ups under way when it was asked for (:meth:`release`).
         self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt",
                                         initializer=yielding)
         self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-setup",
@@ -143,6 +148,11 @@ class LocalExecutor:
         self._lock = threading.Lock()
         self._workspaces: dict[str, TaskWorkspace] = {}
         self._warmed: dict[tuple[str, int], Future[Setup]] = {}
+        self._setting_up: set[Future[Setup]] = set()
+        """Set-ups made ahead (:meth:`warm`) that have not ended yet."""
+        self._awaited: set[tuple[str, int]] = set()
+        """Set-ups :meth:`ready` found under way: the end of one of these, and of no other,
+        wakes :meth:`wait`."""
         self._running: dict[Handle, Cancellation] = {}
         self._results: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self._serial = itertools.count(1)
@@ -168,8 +178,20 @@ class LocalExecutor:
         fut = self._setups_ahead.submit(self._set_up, spec, tw)
         with self._lock:
             self._warmed[spec.key] = fut
-        fut.add_done_callback(lambda _f: self._results.put(None))
+            self._setting_up.add(fut)
+        fut.add_done_callback(functools.partial(self._set_up_ended, spec.key))
         fut.add_done_callback(self._fill_ahead)
+
+    def _set_up_ended(self, key: tuple[str, int], fut: Future[Setup]) -> None:
+        # The coordinator is woken only when it is waiting for this set-up: a set-up that ends
+        # before its turn comes (most of them, on short tasks) would only cost it a turn of its
+        # loop, and the interpreter lock meanwhile, for nothing.
+        with self._lock:
+            self._setting_up.discard(fut)
+            wake = key in self._awaited
+            self._awaited.discard(key)
+        if wake:
+            self._results.put(None)
 
     def _fill_ahead(self, fut: Future[Setup]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -193,7 +215,12 @@ class LocalExecutor:
     def ready(self, spec: AttemptSpec) -> bool:
         with self._lock:
             fut = self._warmed.get(spec.key)
-        return fut is None or fut.done()
+            if fut is None or fut.done():
+                return True
+            # Under the lock that its end takes (:meth:`_set_up_ended`, called once the future
+            # is done): a set-up that ends after this check still wakes the coordinator.
+            self._awaited.add(spec.key)
+            return False
 
     # -------------------------------------------------------------------------------- attempts
 
@@ -205,6 +232,7 @@ class LocalExecutor:
         cancel = Cancellation()
         with self._lock:
             warmed = self._warmed.pop(spec.key, None)
+            self._awaited.discard(spec.key)
             self._running[handle] = cancel
             if self._wound_down:
                 cancel.wind_down()
@@ -275,13 +303,14 @@ class LocalExecutor:
             keys = [k for k in self._warmed if k[0] == task_id]
             dropped = [self._warmed.pop(k) for k in keys]
             tw = self._workspaces.pop(task_id, None)
+            ahead = list(self._setting_up)
         for fut in dropped:
             _drop(fut)
         if tw is not None and not self.settings.keep_work:
             try:
                 # On a worker: the code under test wrote in it, and its removal may take a while.
-                self._cleanup.submit(_remove, tw)
-            except RuntimeError:  # the pool is shut down
+                self._cleanup.submit(_remove, tw, ahead)
+            except RuntimeError:  # the pool is shut down, and so are the set-ups
                 _remove(tw)
 
     def close(self) -> None:
@@ -311,7 +340,18 @@ class LocalExecutor:
             return bool(self._running)
 
 
-def _remove(tw: TaskWorkspace) -> None:
+def _remove(tw: TaskWorkspace, after: Collection[Future[Setup]] = ()) -> None:
+    """Remove a task's folder once the set-ups ``after`` have ended (they go first).
+
+    A removal and a set-up are both a long run of short system calls, each of which lets go of
+    the interpreter lock: side by side on two threads they hand the lock to each other at every
+    call (a futex wake and a wait each time), slowing the set-up and the attempts under way with
+    them. One after the other, as a single thread would do them, they do not. Only the set-ups
+    already asked for are waited for, so a removal is never put off for long, and a set-up asked
+    for later never waits for it; one not begun when the executor closes is cancelled.
+    """
+    if after:
+        wait_for(after)
     with contextlib.suppress(OSError):
         remove_tree(tw.root)
 
