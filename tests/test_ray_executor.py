@@ -257,6 +257,42 @@ def test_a_model_backed_agent_on_the_cluster_calls_through_its_node_s_gateway(
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+def test_exploit_agent_on_a_node_dials_the_cluster_and_reads_the_runner_s_environment(
+        cluster: LocalCluster, sealed_pack: Path, tmp_path: Path) -> None:
+    """A hostile agent on a node tries the cluster's own services on loopback (the GCS, where
+    it could submit work of its own or kill the runner) and looks for Ray's variables and the
+    nodes' model key in its environment: every connection is refused (the sandbox has a
+    network of its own), and its environment holds none of them."""
+    port = int(cluster.address.rsplit(":", 1)[1])
+    code = textwrap.dedent(f"""\
+        import os, socket
+        out = []
+        for port in ({port}, 6379, 10001, 8265):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                out.append(f"connected {{port}}")
+            except OSError as e:
+                out.append(f"refused {{port}}: {{type(e).__name__}}")
+        leaked = sorted(k for k in os.environ if k.startswith("RAY") or k == {KEY_ENV!r})
+        out.append("env " + ",".join(leaked))
+        out.append("key " + str({KEY!r} in repr(dict(os.environ))))
+        open("NOTES.txt", "w").write("\\n".join(out) + "\\n")
+    """)
+    contract = tmp_path / "c.json"
+    make_contract(sealed_pack, contract, task_ids=(TASK,), command="python -c " + shlex.quote(code),
+                  run_id="ray-exploit")
+    run_dir = tmp_path / "run"
+    done = run_cli("run", str(contract), "--out", str(run_dir), "--no-progress", "--executor", "ray",
+                   "--address", cluster.address)
+    assert done.returncode == 0, done.stderr
+    notes = [line[1:] for line in (run_dir / "patches" / f"{TASK}.patch").read_text().splitlines()
+             if line.startswith("+") and not line.startswith("+++")]
+    assert len(notes) == 6, notes
+    assert all(line.startswith("refused ") for line in notes[:4]), notes
+    assert notes[4:] == ["env ", "key False"], notes
+    assert cards_of(run_dir)[TASK]["outcome"] == "fail"
+
+
 # --- faults: kills of a node's runner and of the coordinator (make test-ray) -----------------
 
 
