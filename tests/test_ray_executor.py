@@ -157,6 +157,23 @@ def test_a_run_and_its_probe_on_the_cluster_bundle_and_verify(cluster: LocalClus
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+def test_pack_validate_on_the_cluster_records_the_evidence_the_local_pool_records(
+        cluster: LocalCluster, sealed_pack: Path, tmp_path: Path) -> None:
+    """Each task's validity evidence (valid, reason, every grade) is the same from the nodes."""
+    validity = {}
+    for executor in ("local", "ray"):
+        pack = tmp_path / f"pack-{executor}"
+        shutil.copytree(sealed_pack, pack)
+        extra = ["--executor", "ray", "--address", cluster.address] if executor == "ray" else []
+        done = run_cli("pack", "validate", str(pack), "--repeat", "1", "--no-progress", *extra)
+        assert done.returncode == 0, done.stderr
+        manifest = json.loads((pack / "pack.json").read_text())
+        validity[executor] = {tid: {k: v for k, v in ev.items() if k != "why"}
+                              for tid, ev in manifest["validity"]["tasks"].items()}
+    assert validity["ray"] == validity["local"]
+    assert len(validity["ray"]) >= 4 and any(ev["valid"] for ev in validity["ray"].values())
+
+
 def test_resources_no_node_offers_are_refused_before_any_line(cluster: LocalCluster, sealed_pack: Path,
                                                                tmp_path: Path) -> None:
     contract = tmp_path / "c.json"

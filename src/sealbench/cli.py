@@ -92,7 +92,7 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
     from .validate import validate_pack
 
     validity = validate_pack(Path(args.pack), repeat=args.repeat, jobs=args.jobs, sandbox=args.sandbox,
-                             progress=False if args.no_progress else None)
+                             progress=False if args.no_progress else None, ray=_ray_options(args))
     bad = {tid: ev for tid, ev in validity.tasks.items() if not ev.valid}
     print(f"{len(validity.tasks) - len(bad)} of {len(validity.tasks)} task oracles valid "
           f"(reference passes and empty change fails, {validity.repeat} runs each; no trivial solution passes; "
@@ -328,8 +328,8 @@ def _print_run_cards(run_id: str | None, run_dir: Path) -> None:
 
 def _executor_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="where the attempts run: this machine's pool, or the nodes of a Ray cluster, each in "
-                        "its own sandbox, with this process alone journaling (default: local)")
+                   help="where the attempts (or oracles) run: this machine's pool, or the nodes of a Ray cluster, "
+                        "each in its own sandbox, with this process alone writing (default: local)")
     p.add_argument("--address", default="auto",
                    help="with --executor ray: the cluster (auto: the one this machine belongs to or RAY_ADDRESS; "
                         "HOST:PORT; ray://HOST:PORT; local: a private one on this machine) (default: auto)")
@@ -602,6 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=_sandbox_names(), default="auto",
                    help="where the oracles run (default: auto, the first sandbox that isolates and starts here; never none)")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    _executor_arguments(p)
     p.set_defaults(func=cmd_pack_validate)
 
     env = sub.add_parser("env", help="build the Python environments a pack's repository tasks run in").add_subparsers(

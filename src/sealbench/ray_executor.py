@@ -41,7 +41,7 @@ from typing import Any, Final
 from . import events as ev
 from .agentfs import TreeCaps
 from .attempt import AttemptFacts, AttemptSpec
-from .errors import HarnessError, RunRefusal
+from .errors import HarnessError, RunRefusal, SealbenchError
 from .executors import Delivery, Handle, LocalExecutor
 from .grading import Settings, store_bytes
 from .sandbox import Limits
@@ -157,6 +157,43 @@ def _read_blobs(blobs_dir: Path, digests: Sequence[str]) -> dict[str, bytes]:
     return {d: (blobs_dir / d.removeprefix("sha256:")).read_bytes() for d in digests}
 
 
+def _receive(scratch: Path, archive: bytes, version: str, pack_sha256: str, task_ids: Sequence[str] | None,
+             environment_pins: Mapping[str, str]) -> tuple[Any, dict[str, Any]]:
+    """The pack as it reached this node, checked against its seal and the coordinator's digest,
+    and its environments as built here, checked against the coordinator's.
+
+    Raises:
+        RunRefusal: another sealbench version here, another pack, or other environments.
+        PackError, VerificationFailed: the files that arrived do not match their seal.
+    """
+    from . import __version__
+    from .environments import pins, require
+    from .pack import check_pack
+
+    if __version__ != version:
+        raise RunRefusal(f"sealbench {__version__} is installed here, and the coordinator runs {version}; "
+                         f"install the same version on every node")
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        tar.extractall(scratch, filter="data")
+    pack = check_pack(scratch / "pack", task_ids)
+    if pack.sealed_digest != pack_sha256:
+        raise RunRefusal(f"the pack that reached this node has digest {pack.sealed_digest}, not {pack_sha256}")
+    environments = require(pack, task_ids)
+    if pins(environments) != dict(environment_pins):
+        raise RunRefusal("the tasks' environments built on this node differ from the coordinator's "
+                         "(build them from the same pack: `sealbench env build PACK`)")
+    return pack, environments
+
+
+def _open_same_sandbox(kind: str) -> Any:
+    from .sandbox import open_sandbox
+
+    sandbox = open_sandbox(kind)
+    if sandbox.kind != kind:
+        raise RunRefusal(f"the sandbox here is {sandbox.kind}, the coordinator's {kind}")
+    return sandbox
+
+
 class NodeRunner:
     """The attempts of one run on one node (a Ray actor: see :func:`connect`)."""
 
@@ -181,39 +218,19 @@ class NodeRunner:
         self.scratch = temp_dir("ray-node")
         try:
             self._check(archive)
-        except (RunRefusal, HarnessError, OSError) as e:
+        except (SealbenchError, OSError) as e:
             self.refusal = str(e)
 
     def _check(self, archive: bytes) -> None:
-        from . import __version__
-        from .environments import pins, require
-        from .pack import check_pack
-        from .sandbox import open_sandbox
-
         s = self.setup
-        if __version__ != s.version:
-            raise RunRefusal(f"sealbench {__version__} is installed here, and the coordinator runs {s.version}; "
-                             f"install the same version on every node")
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-            tar.extractall(self.scratch, filter="data")
-        pack = check_pack(self.scratch / "pack", s.task_ids)
-        if pack.sealed_digest != s.pack_sha256:
-            raise RunRefusal(f"the pack that reached this node has digest {pack.sealed_digest}, "
-                             f"not the locked {s.pack_sha256}")
-        self.pack = pack
-        environments = require(pack, s.task_ids)
-        if pins(environments) != dict(s.environment_pins):
-            raise RunRefusal("the tasks' environments built on this node differ from the coordinator's "
-                             "(build them from the same pack and lock: `sealbench env build PACK`)")
-        self.environments = environments
+        self.pack, self.environments = _receive(self.scratch, archive, s.version, s.pack_sha256, s.task_ids,
+                                                s.environment_pins)
         if s.sandbox == "bubblewrap":  # the node's memory holds its sandboxes' tmpfs quotas
             from .runner import check_memory
 
             check_memory(s.jobs, s.limits, s.tree_caps, quota=s.workspace_quota)
-        self.sandbox = open_sandbox(s.sandbox)
+        self.sandbox = _open_same_sandbox(s.sandbox)
         self.described = dict(self.sandbox.describe())
-        if self.sandbox.kind != s.sandbox_described.get("kind", s.sandbox):
-            raise RunRefusal(f"the sandbox here is {self.sandbox.kind}, the coordinator's {s.sandbox}")
         if s.agent.kind == "command":
             from .grading import command_path
             from .preflight import refuse_unless_starts
@@ -425,7 +442,7 @@ class Cluster:
         ray = _ray()
 
         try:
-            fresh = _place(self._factory, self._setup, self._archive_ref, node.node_id)
+            fresh = _place(self._factory, node.node_id, self._setup, self._archive_ref)
             name, refusal, _ = ray.get(fresh.ready.remote(), timeout=self._timeout())
             if refusal is not None:
                 ray.kill(fresh, no_restart=True)
@@ -445,13 +462,61 @@ class Cluster:
             ray.shutdown()
 
 
-def _place(factory: Any, setup: NodeSetup, archive_ref: Any, node_id: str) -> Any:
+def _place(factory: Any, node_id: str, *args: Any) -> Any:
+    """A new actor of ``factory`` on the node ``node_id`` and nowhere else."""
     import importlib
 
     strategies = importlib.import_module("ray.util.scheduling_strategies")
     return factory.options(
         scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(setup, archive_ref)
+    ).remote(*args)
+
+
+def _actor_class(ray: Any, cls: type, options: RayOptions, **more: Any) -> Any:
+    """``cls`` as a Ray actor that reserves ``options.resources``; never restarted, its calls never retried."""
+    return ray.remote(max_restarts=0, max_task_retries=0,
+                      resources={k: v for k, v in options.resources.items() if k not in ("CPU", "GPU")},
+                      num_cpus=options.resources.get("CPU", 0.0), num_gpus=options.resources.get("GPU", 0.0),
+                      **more)(cls)
+
+
+def _place_all(ray: Any, options: RayOptions, place: Callable[[str], Any], what: str) -> list[_Node]:
+    """One actor on each node that offers the resources, each ready and without a refusal.
+
+    Raises:
+        RunRefusal: no node offers the resources, one actor is not scheduled in time, could not
+            start, or refused (every node's reason named); no actor is left behind then.
+    """
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    usable = [n for n in alive if _offers(n, options.resources)]
+    if not usable:
+        raise RunRefusal(f"none of the cluster's {len(alive)} nodes offers {dict(options.resources)} "
+                         f"(--ray-resources); nothing would ever be scheduled")
+    actors = [(n["NodeID"], place(n["NodeID"])) for n in usable]
+    nodes: list[_Node] = []
+    refusals: list[str] = []
+    for node_id, actor in actors:
+        try:
+            name, refusal, _described = ray.get(actor.ready.remote(), timeout=options.schedule_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            refusals.append(f"node {node_id[:12]}: its runner was not scheduled within "
+                            f"{options.schedule_timeout_s:g} s (its resources {dict(options.resources)} "
+                            f"are taken or gone)")
+            ray.kill(actor, no_restart=True)
+            continue
+        except ray.exceptions.RayError as e:
+            refusals.append(f"node {node_id[:12]}: its runner could not start: {e}")
+            continue
+        if refusal is not None:
+            refusals.append(f"node {name}: {refusal}")
+            ray.kill(actor, no_restart=True)
+            continue
+        nodes.append(_Node(name=name, node_id=node_id, actor=actor))
+    if refusals:
+        for n in nodes:
+            ray.kill(n.actor, no_restart=True)
+        raise RunRefusal(f"the Ray cluster cannot {what}:\n  " + "\n  ".join(refusals))
+    return nodes
 
 
 def _ray_init(address: str) -> bool:
@@ -529,40 +594,10 @@ def connect(options: RayOptions, setup: NodeSetup, pack_root: Path) -> Cluster:
     ray = _ray()
 
     try:
-        factory = ray.remote(max_restarts=0, max_task_retries=0,
-                             resources={k: v for k, v in options.resources.items() if k not in ("CPU", "GPU")},
-                             num_cpus=options.resources.get("CPU", 0.0), num_gpus=options.resources.get("GPU", 0.0),
-                             concurrency_groups={_CONTROL_GROUP: 1, _COLLECT_GROUP: 1})(NodeRunner)
-        alive = [n for n in ray.nodes() if n.get("Alive")]
-        usable = [n for n in alive if _offers(n, options.resources)]
-        if not usable:
-            raise RunRefusal(f"none of the cluster's {len(alive)} nodes offers {dict(options.resources)} "
-                             f"(--ray-resources); nothing would ever be scheduled")
+        factory = _actor_class(ray, NodeRunner, options, concurrency_groups={_CONTROL_GROUP: 1, _COLLECT_GROUP: 1})
         archive_ref = ray.put(pack_archive(pack_root))
-        actors = [(n["NodeID"], _place(factory, setup, archive_ref, n["NodeID"])) for n in usable]
-        nodes: list[_Node] = []
-        refusals: list[str] = []
-        for node_id, actor in actors:
-            try:
-                name, refusal, _described = ray.get(actor.ready.remote(), timeout=options.schedule_timeout_s)
-            except ray.exceptions.GetTimeoutError:
-                refusals.append(f"node {node_id[:12]}: its runner was not scheduled within "
-                                f"{options.schedule_timeout_s:g} s (its resources {dict(options.resources)} "
-                                f"are taken or gone)")
-                ray.kill(actor, no_restart=True)
-                continue
-            except ray.exceptions.RayError as e:
-                refusals.append(f"node {node_id[:12]}: its runner could not start: {e}")
-                continue
-            if refusal is not None:
-                refusals.append(f"node {name}: {refusal}")
-                ray.kill(actor, no_restart=True)
-                continue
-            nodes.append(_Node(name=name, node_id=node_id, actor=actor))
-        if refusals:
-            for n in nodes:
-                ray.kill(n.actor, no_restart=True)
-            raise RunRefusal("the Ray cluster cannot run this contract's attempts:\n  " + "\n  ".join(refusals))
+        nodes = _place_all(ray, options, lambda node_id: _place(factory, node_id, setup, archive_ref),
+                           "run this contract's attempts")
     except BaseException:
         with contextlib.suppress(Exception):
             ray.shutdown()
@@ -778,3 +813,96 @@ class RayExecutor:
     def busy(self) -> bool:
         with self._lock:
             return bool(self._open)
+
+
+# ---------------------------------------------------------------------------- pack validate
+
+
+class NodeValidator:
+    """The oracles of one ``pack validate`` on one node (a Ray actor: see :func:`validate_on_ray`)."""
+
+    def __init__(self, version: str, pack_sha256: str, sandbox: str, environment_pins: Mapping[str, str],
+                 archive: bytes) -> None:
+        from .scratch import temp_dir
+
+        self.node = _node_name()
+        self.refusal: str | None = None
+        self.scratch = temp_dir("ray-node")
+        self.validator: Any = None
+        try:
+            pack, environments = _receive(self.scratch, archive, version, pack_sha256, None, environment_pins)
+            from .validate import Validator
+
+            self.validator = Validator(pack, _open_same_sandbox(sandbox), environments)
+        except (SealbenchError, OSError) as e:
+            self.refusal = str(e)
+
+    def ready(self) -> tuple[str, str | None, dict[str, str]]:
+        return self.node, self.refusal, {}
+
+    def validate(self, task_id: str, repeat: int) -> Any:
+        assert self.validator is not None
+        return self.validator.validate(task_id, repeat)
+
+    def stop(self, why: str) -> None:
+        if self.validator is not None:
+            self.validator.stop(why)
+
+    def close(self) -> None:
+        if self.validator is not None:
+            self.validator.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def validate_on_ray(options: RayOptions, pack: Any, sandbox: Any, environments: Mapping[str, Any], *, repeat: int,
+                    jobs: int, done: Callable[[str, Any], None]) -> None:
+    """Grade every task's oracle on the nodes of a Ray cluster, ``jobs`` tasks at once on each;
+    ``done(task_id, evidence)`` in this thread as each ends.
+
+    Raises:
+        RunRefusal: as :func:`connect` (a node's pack, environments or sandbox differ).
+        HarnessError: a node died while validating (nothing is recorded: validate again).
+    """
+    from . import __version__
+    from .environments import pins
+
+    _ray_init(options.address)
+    ray = _ray()
+    nodes: list[_Node] = []
+    try:
+        factory = _actor_class(ray, NodeValidator, options, max_concurrency=max(1, jobs) + 1)
+        archive_ref = ray.put(pack_archive(pack.root))
+        nodes = _place_all(ray, options, lambda node_id: _place(factory, node_id, __version__, pack.sealed_digest,
+                                                                  sandbox.kind, pins(environments), archive_ref),
+                           "validate this pack's oracles")
+        todo = sorted(pack.tasks)
+        running: dict[Any, tuple[str, _Node]] = {}
+        per_node = max(1, jobs)
+        try:
+            while todo or running:
+                for node in nodes:
+                    while todo and sum(1 for _, n in running.values() if n is node) < per_node:
+                        tid = todo.pop(0)
+                        running[node.actor.validate.remote(tid, repeat)] = (tid, node)
+                finished, _ = ray.wait(list(running), num_returns=1, timeout=COLLECT_POLL_S)
+                for ref in finished:
+                    tid, node = running.pop(ref)
+                    try:
+                        evidence = ray.get(ref)
+                    except ray.exceptions.RayError as e:
+                        raise HarnessError(f"node {node.name} failed while validating {tid} ({type(e).__name__}: "
+                                           f"{str(e)[:300]}); no evidence was written, validate again") from None
+                    done(tid, evidence)
+        except BaseException:
+            for node in nodes:
+                with contextlib.suppress(Exception):
+                    node.actor.stop.remote("validation stopped")
+            raise
+    finally:
+        with contextlib.suppress(Exception):
+            ray.get([n.actor.close.remote() for n in nodes], timeout=options.schedule_timeout_s)
+        for node in nodes:
+            with contextlib.suppress(Exception):
+                ray.kill(node.actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            ray.shutdown()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import pytest_oracle
 from .agents import resolve_agent
@@ -34,6 +34,11 @@ from .sandbox import open_sandbox
 from .scratch import sweep_temp_files, temp_dir
 from .trivial import trivial_candidates
 from .workspace import TaskWorkspace
+
+if TYPE_CHECKING:
+    from .environments import BuiltEnv
+    from .ray_executor import RayOptions
+    from .sandbox import Sandbox
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,47 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
                             trivial_passes=trivial, why=why)
 
 
+class Validator:
+    """The grading of one validation on this machine: a scratch folder (removed by
+    :meth:`close`) and the settings every task's grades share."""
+
+    def __init__(self, pack: Pack, box: Sandbox, environments: Mapping[str, BuiltEnv]) -> None:
+        self.scratch = temp_dir("validate")  # named after this process: a killed validate's is swept by the next
+        (self.scratch / "blobs").mkdir()
+        contract = ScoringContract(forbidden_paths=list(DEFAULT_FORBIDDEN))
+        first = next(iter(pack.tasks.values())).record
+        settings = Settings(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
+                            pack_root=pack.root, run_dir=self.scratch, sandbox=box,
+                            agent=resolve_agent("reference", "builtin:reference"), environments=environments)
+        self.ctx = _Validation(settings, Cancellation())
+        self.pack = pack
+
+    def validate(self, task_id: str, repeat: int) -> ValidityEvidence:
+        return _validate_task(self.ctx, self.pack.tasks[task_id], repeat)
+
+    def stop(self, why: str) -> None:
+        self.ctx.cancel.cancel(why)
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _validate_here(pack: Pack, box: Sandbox, environments: Mapping[str, BuiltEnv], *, repeat: int, jobs: int,
+                   done: Callable[[str, ValidityEvidence], None]) -> None:
+    validator = Validator(pack, box, environments)
+    lock = threading.Lock()
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {pool.submit(validator.validate, tid, repeat): tid for tid in pack.tasks}
+            with _stop_all_on_failure(validator.ctx, futures):
+                for fut in as_completed(futures):
+                    ev = fut.result()
+                    with lock:
+                        done(futures[fut], ev)
+    finally:
+        validator.close()
+
+
 @contextlib.contextmanager
 def _stop_all_on_failure(ctx: _Validation, futures: Iterable[Future[ValidityEvidence]]) -> Iterator[None]:
     """On any exception (Ctrl-C, SIGTERM, a storage failure): kill the oracles running, drop the
@@ -215,8 +261,12 @@ def validate_pack(
     sandbox: str = "auto",
     progress: bool | None = None,
     on_task: Callable[[str, ValidityEvidence], None] | None = None,
+    ray: RayOptions | None = None,
 ) -> Validity:
     """Validate every oracle of a sealed pack and record the evidence in its pack.json.
+
+    ``ray``: grade on the nodes of a Ray cluster (``pack validate --executor ray``), ``jobs``
+    tasks at once on each.
 
     Raises:
         PackError, VerificationFailed: the pack is unsealed or does not match its seal.
@@ -237,35 +287,25 @@ def validate_pack(
     box = open_sandbox(sandbox)
     if environments and box.kind == "none":
         raise RunRefusal("the tasks' environments need the bubblewrap sandbox (--sandbox bubblewrap)")
-    scratch = temp_dir("validate")  # named after this process: a killed validate's is swept by the next
+    evidence: dict[str, ValidityEvidence] = {}
+    bar = Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
+
+    def done(tid: str, ev: ValidityEvidence) -> None:
+        evidence[tid] = ev
+        bar.update(tid, "valid" if ev.valid else (ev.reason or "invalid").split(":")[0])
+        if on_task is not None:
+            on_task(tid, ev)
+
     try:
-        (scratch / "blobs").mkdir()
-        forbidden = list(DEFAULT_FORBIDDEN)
-        contract = ScoringContract(forbidden_paths=forbidden)
-        first = next(iter(pack.tasks.values())).record
-        settings = Settings(contract=contract, budget=Budget(max_attempts=1, wall_clock_s=first.wall_clock_s),
-                            pack_root=pack.root, run_dir=scratch, sandbox=box,
-                            agent=resolve_agent("reference", "builtin:reference"), environments=environments)
-        ctx = _Validation(settings, Cancellation())
-        bar = Progress(len(pack.tasks), 0, progress, f"validate {pack.manifest.name}")
-        evidence: dict[str, ValidityEvidence] = {}
-        lock = threading.Lock()
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                futures = {pool.submit(_validate_task, ctx, task, repeat): tid for tid, task in pack.tasks.items()}
-                with _stop_all_on_failure(ctx, futures):
-                    for fut in as_completed(futures):
-                        tid = futures[fut]
-                        ev = fut.result()
-                        with lock:
-                            evidence[tid] = ev
-                        bar.update(tid, "valid" if ev.valid else (ev.reason or "invalid").split(":")[0])
-                        if on_task is not None:
-                            on_task(tid, ev)
-        finally:
-            bar.close()
+        if ray is not None:
+            from .ray_executor import validate_on_ray
+
+            # Each node checks the pack, its sandbox and environments before any oracle runs there.
+            validate_on_ray(ray, pack, box, environments, repeat=repeat, jobs=jobs, done=done)
+        else:
+            _validate_here(pack, box, environments, repeat=repeat, jobs=jobs, done=done)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        bar.close()
     validity = Validity(pack_sha256=pack.sealed_digest, repeat=repeat, sandbox=box.kind,
                         tasks={tid: evidence[tid] for tid in sorted(evidence)})
     manifest = pack.manifest.model_copy(update={"validity": validity})
