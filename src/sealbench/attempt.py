@@ -337,7 +337,8 @@ def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
         return {"transcript": None, "transcript_rejected": e.reason}
     files = [ev.TraceFile(path=t.path, type=t.kind, sha256=t.digest or None,
                           **ev.present(bytes=t.size, not_kept=t.not_kept,
-                                       blob=store_bytes(settings.run_dir, t.data) if t.data is not None else None))
+                                       blob=store_bytes(settings.run_dir, t.data, durable=settings.durable_blobs)
+                                       if t.data is not None else None))
              for t in trace.entries]
     ending = None
     if settings.derivation_version >= ENDINGS_KEPT_FROM:
@@ -507,7 +508,7 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
         else:
             cap = capture(tw, deadline)
         patch = cap.patch
-        patch_digest = store_bytes(settings.run_dir, patch) if patch else None
+        patch_digest = store_bytes(settings.run_dir, patch, durable=settings.durable_blobs) if patch else None
         done["capture"] = ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest, empty=not patch,
                                            changed=cap.changed[:200], changed_count=len(cap.changed),
                                            **ev.present(rejected=cap.rejected,

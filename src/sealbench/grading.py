@@ -81,6 +81,9 @@ class Settings:
     :data:`sealbench.sandbox.YIELD_ABOVE_JOBS`)."""
     environments: Mapping[str, BuiltEnv] = field(default_factory=dict)
     """The built environments the tasks name, by spec digest (checked before the run)."""
+    durable_blobs: bool = True
+    """Blobs are made durable before the line naming them is written; False on a cluster node,
+    whose blobs the coordinator stores (durably) before it journals them."""
     derivation_version: int = DERIVATION_VERSION
     """The rules the run is derived by (a resumed run keeps the version it started under): what
     its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
@@ -219,12 +222,13 @@ def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file
     }
 
 
-def store_bytes(run_dir: Path, data: bytes) -> str:
-    """Keep ``data`` in blobs/ under its digest, durably (before the journal event naming it)."""
+def store_bytes(run_dir: Path, data: bytes, *, durable: bool = True) -> str:
+    """Keep ``data`` in blobs/ under its digest, durably (before the journal event naming it)
+    unless ``durable`` is False (a cluster node's scratch: the coordinator stores it again)."""
     digest = sha256_bytes(data)
     dest = run_dir / "blobs" / digest.removeprefix("sha256:")
     if not dest.exists():
-        write_atomic(dest, data)
+        write_atomic(dest, data, durable=durable)
     return digest
 
 
@@ -262,8 +266,8 @@ def process_facts(settings: Settings, res: SandboxResult) -> dict[str, Any]:
         "signal": res.signal,
         "timed_out": res.timed_out,
         "elapsed_ms": int(res.elapsed_s * 1000),
-        "stdout": store_bytes(settings.run_dir, res.stdout),
-        "stderr": store_bytes(settings.run_dir, res.stderr),
+        "stdout": store_bytes(settings.run_dir, res.stdout, durable=settings.durable_blobs),
+        "stderr": store_bytes(settings.run_dir, res.stderr, durable=settings.durable_blobs),
         "stdout_bytes": res.stdout_bytes,
         "stderr_bytes": res.stderr_bytes,
         "stdout_truncated": res.stdout_truncated,

@@ -260,7 +260,8 @@ class NodeRunner:
             from .gateway import Gateway, ledger_of
 
             endpoints = s.contract.model_endpoints
-            self._gateway = Gateway(endpoints, self._keys, self._record, lambda data: store_bytes(run_dir, data),
+            self._gateway = Gateway(endpoints, self._keys, self._record,
+                                    lambda data: store_bytes(run_dir, data, durable=False),
                                     budget=s.contract.budget,
                                     used={tid: ledger_of(list(calls), endpoints)
                                           for tid, calls in part.model_calls.items()}).start()
@@ -268,7 +269,8 @@ class NodeRunner:
                             sandbox=self.sandbox, agent=s.agent, limits=s.limits, tree_caps=s.tree_caps,
                             workspace_quota=s.workspace_quota, probe=part.probe,
                             template_override=part.template_override, derivation_version=part.derivation_version,
-                            environments=self.environments, yield_cpu=part.yield_cpu, gateway=self._gateway)
+                            environments=self.environments, yield_cpu=part.yield_cpu, gateway=self._gateway,
+                            durable_blobs=False)
         self._executor = LocalExecutor(settings, s.jobs)
 
     def _record(self, event: ev.Event) -> None:
@@ -296,6 +298,9 @@ class NodeRunner:
             spec = self._local(args[0])
             self._warmed[spec.key] = spec
             ex.warm(spec)
+            # Asked at once, so that the set-up's end wakes the collection waiting (the local
+            # pool wakes its waiter only for a set-up it was asked about).
+            ex.ready(spec)
         elif op == "submit":
             serial, spec = args
             handle = ex.submit(self._local(spec))
