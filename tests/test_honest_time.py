@@ -44,10 +44,12 @@ OTHER_BOOT = "00000000-0000-4000-8000-000000000000"
 pytestmark = needs_bwrap
 
 
-def stamping_agent(seconds: float, *, first_attempt_only: bool = False) -> str:
+def stamping_agent(seconds: float, *, first_attempt_only: bool = False, marker: str = "") -> str:
     """A command agent that stamps the monotonic clock every 20 ms for ``seconds``, then writes
-    the fix (with ``first_attempt_only``, later attempts write it at once)."""
+    the fix (with ``first_attempt_only``, later attempts write it at once). ``marker`` goes into
+    its command line, where ``pgrep -f`` finds it."""
     code = textwrap.dedent(f"""\
+        # {marker}
         import os, time
         stamps = open(os.path.join(os.environ["SEALBENCH_TRACE_DIR"], "stamps"), "a", buffering=1)
         end = time.monotonic() + ({seconds} if os.environ["SEALBENCH_ATTEMPT"] == "1" or not {first_attempt_only}

@@ -30,6 +30,7 @@ import pytest
 
 from conftest import make_contract, needs_bwrap
 from sealbench.journal import read_chain
+from test_honest_time import stamping_agent
 
 pytestmark = needs_bwrap
 
@@ -105,7 +106,7 @@ def cards_of(run_dir: Path) -> dict[str, dict[str, Any]]:
 def what_counts(card: dict[str, Any]) -> dict[str, Any]:
     """A scorecard's outcome, attempts and digests: what two runs of a deterministic agent share."""
     return {k: v for k, v in card.items() if k in ("task_id", "outcome", "attempts_used", "first_attempt_passed",
-                                                  "patch_sha256", "hidden_tests_sha256", "task_sha256")}
+                                                  "patch_sha256", "hidden_tests_sha256")}
 
 
 def deterministic_agent() -> str:
@@ -313,26 +314,6 @@ def test_exploit_agent_on_a_node_dials_the_cluster_and_reads_the_runner_s_enviro
 # --- faults: kills of a node's runner and of the coordinator (make test-ray) -----------------
 
 
-def stamping_agent(seconds: float, marker: str) -> str:
-    """Stamps the monotonic clock into its trace folder every 20 ms for ``seconds`` on its first
-    attempt, then writes the fix; later attempts write the fix at once. ``marker`` is in its
-    command line, for :func:`agent_processes`."""
-    code = textwrap.dedent(f"""\
-        # {marker}
-        import os, time
-        stamps = open(os.path.join(os.environ["SEALBENCH_TRACE_DIR"], "stamps"), "a", buffering=1)
-        end = time.monotonic() + ({seconds} if os.environ["SEALBENCH_ATTEMPT"] == "1" else 0)
-        while True:
-            now = time.monotonic()
-            stamps.write(f"{{now:.4f}}\\n")
-            if now >= end:
-                break
-            time.sleep(0.02)
-        open("window.py", "w").write({FIX!r})
-    """)
-    return "python -c " + shlex.quote(code)
-
-
 def node_stamps(before: set[Path]) -> Path | None:
     """The stamps file of TASK in a node runner's scratch made since ``before``."""
     found = set(Path(tempfile.gettempdir()).glob(f"sealbench-ray-node-*/run/work/{TASK}/ws/.sealbench/trace/stamps"))
@@ -390,7 +371,9 @@ def test_a_node_runner_killed_mid_attempt_is_journaled_lost_and_never_run_again(
     journaled interrupted (charged, used), and the task goes on with its next attempt in a
     workspace made anew; no attempt number starts twice."""
     contract = tmp_path / "c.json"
-    make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(20.0, marker := f"agent-{uuid.uuid4().hex}"), run_id="ray-kill-node",
+    marker = f"agent-{uuid.uuid4().hex}"
+    make_contract(sealed_pack, contract, task_ids=(TASK,),
+                  command=stamping_agent(20.0, first_attempt_only=True, marker=marker), run_id="ray-kill-node",
                   max_attempts=2, wall_clock_s=60)
     run_dir = tmp_path / "run"
     before = existing_stamps()
@@ -428,7 +411,7 @@ def test_a_coordinator_killed_mid_attempt_resumes_to_the_scorecards_of_an_uninte
     c = LocalCluster(temp)
     try:
         marker = f"agent-{uuid.uuid4().hex}"
-        agent = stamping_agent(20.0, marker)
+        agent = stamping_agent(20.0, first_attempt_only=True, marker=marker)
         contract = tmp_path / "c.json"
         make_contract(sealed_pack, contract, task_ids=(TASK,), command=agent, run_id="ray-kill-coordinator",
                       max_attempts=3, wall_clock_s=60)

@@ -81,7 +81,6 @@ class NodeSetup:
     pack_sha256: str
     task_ids: tuple[str, ...]
     sandbox: str
-    sandbox_described: Mapping[str, str]
     agent: Any
     """The run's :class:`~sealbench.agents.ResolvedAgent`."""
     agent_mounts: tuple[str, ...]
@@ -135,7 +134,7 @@ def node_setup(contract: Any, pack: Any, sandbox: Any, agent: Any, environments:
 
     assert contract.agent is not None
     return NodeSetup(version=__version__, pack_sha256=pack.sealed_digest, task_ids=tuple(contract.task_ids),
-                     sandbox=sandbox.kind, sandbox_described=dict(sandbox.describe()), agent=agent,
+                     sandbox=sandbox.kind, agent=agent,
                      agent_mounts=tuple(contract.agent.mounts), contract=contract,
                      environment_pins=pins(environments), limits=limits, tree_caps=tree_caps,
                      workspace_quota=workspace_quota, jobs=max(1, jobs))
@@ -201,7 +200,6 @@ class NodeRunner:
         self.setup = setup
         self.node = _node_name()
         self.refusal: str | None = None
-        self.described: dict[str, str] = {}
         self._lock = threading.Lock()
         self._next = 0
         self._pending: dict[int, tuple[str, tuple[Any, ...]]] = {}
@@ -230,7 +228,6 @@ class NodeRunner:
 
             check_memory(s.jobs, s.limits, s.tree_caps, quota=s.workspace_quota)
         self.sandbox = _open_same_sandbox(s.sandbox)
-        self.described = dict(self.sandbox.describe())
         if s.agent.kind == "command":
             from .grading import command_path
             from .preflight import refuse_unless_starts
@@ -246,9 +243,9 @@ class NodeRunner:
             # This node's own: its gateway forwards the calls of the attempts that run here.
             self._keys = read_keys(s.contract, self.sandbox.kind)
 
-    def ready(self) -> tuple[str, str | None, dict[str, str]]:
-        """``(node, refusal, sandbox described)``: a refusal means nothing will run here."""
-        return self.node, self.refusal, self.described
+    def ready(self) -> tuple[str, str | None]:
+        """``(node, refusal)``: a refusal means nothing will run here."""
+        return self.node, self.refusal
 
     def begin(self, part: RunPart) -> None:
         if self.refusal is not None:
@@ -416,11 +413,10 @@ class _Node:
 class Cluster:
     """A connection to a Ray cluster and a checked runner on each of its usable nodes."""
 
-    def __init__(self, options: RayOptions, nodes: list[_Node], started_local: bool, factory: Any,
+    def __init__(self, options: RayOptions, nodes: list[_Node], factory: Any,
                  setup: NodeSetup, archive_ref: Any) -> None:
         self.options = options
         self.nodes = nodes
-        self._started_local = started_local
         self._factory = factory
         self._setup = setup
         self._archive_ref = archive_ref
@@ -448,7 +444,7 @@ class Cluster:
 
         try:
             fresh = _place(self._factory, node.node_id, self._setup, self._archive_ref)
-            name, refusal, _ = ray.get(fresh.ready.remote(), timeout=self._timeout())
+            name, refusal = ray.get(fresh.ready.remote(), timeout=self._timeout())
             if refusal is not None:
                 ray.kill(fresh, no_restart=True)
                 return None
@@ -502,7 +498,7 @@ def _place_all(ray: Any, options: RayOptions, place: Callable[[str], Any], what:
     refusals: list[str] = []
     for node_id, actor in actors:
         try:
-            name, refusal, _described = ray.get(actor.ready.remote(), timeout=options.schedule_timeout_s)
+            name, refusal = ray.get(actor.ready.remote(), timeout=options.schedule_timeout_s)
         except ray.exceptions.GetTimeoutError:
             refusals.append(f"node {node_id[:12]}: its runner was not scheduled within "
                             f"{options.schedule_timeout_s:g} s (its resources {dict(options.resources)} "
@@ -524,8 +520,8 @@ def _place_all(ray: Any, options: RayOptions, place: Callable[[str], Any], what:
     return nodes
 
 
-def _ray_init(address: str) -> bool:
-    """Connect (or, for ``local``, start a private instance); True when it was started here.
+def _ray_init(address: str) -> None:
+    """Connect (or, for ``local``, start a private instance).
 
     Raises:
         RunRefusal: Ray is not installed, or no cluster answers at ``address``.
@@ -544,14 +540,13 @@ def _ray_init(address: str) -> bool:
     try:
         if address == LOCAL_ADDRESS:
             ray.init(**kwargs, num_cpus=os.cpu_count() or 1)
-            return True
+            return
         if address.startswith("ray://"):
             kwargs.pop("include_dashboard")
         ray.init(address=address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise RunRefusal(f"no Ray cluster answered at {address!r}: {e}. Start one (`ray start --head`) or "
                          f"name its address (--address HOST:PORT, ray://HOST:PORT, or local)") from None
-    return False
 
 
 CONNECT_TIMEOUT_S: Final = 5.0
@@ -595,7 +590,7 @@ def connect(options: RayOptions, setup: NodeSetup, pack_root: Path) -> Cluster:
             the timeout, or a node whose pack, environments, sandbox, agent or sealbench
             version differs (each named).
     """
-    started_local = _ray_init(options.address)
+    _ray_init(options.address)
     ray = _ray()
 
     try:
@@ -607,7 +602,7 @@ def connect(options: RayOptions, setup: NodeSetup, pack_root: Path) -> Cluster:
         with contextlib.suppress(Exception):
             ray.shutdown()
         raise
-    return Cluster(options, nodes, started_local, factory, setup, archive_ref)
+    return Cluster(options, nodes, factory, setup, archive_ref)
 
 
 class RayExecutor:
@@ -632,7 +627,6 @@ class RayExecutor:
         self._open: dict[int, tuple[Handle, _Node]] = {}
         self._warmed: dict[tuple[str, int], _Node] = {}
         self._ready: set[tuple[str, int]] = set()
-        self._early: list[Delivery] = []
         self._closed = False
 
     # ------------------------------------------------------------------------------ placement
@@ -701,19 +695,15 @@ class RayExecutor:
         ray = _ray()
 
         out: list[Delivery] = []
-        with self._lock:
-            out.extend(self._early)
-            self._early.clear()
         refs: dict[Any, _Node] = {}
         for node in self._alive():
             if node.collecting is None:
                 node.collecting = node.actor.collect.options(concurrency_group=_COLLECT_GROUP).remote(COLLECT_POLL_S)
             refs[node.collecting] = node
         if not refs:
-            if not out:
-                time.sleep(max(0.0, min(timeout_s, COLLECT_POLL_S)))
+            time.sleep(max(0.0, min(timeout_s, COLLECT_POLL_S)))
             return out
-        done, _ = ray.wait(list(refs), num_returns=1, timeout=0 if out else max(0.0, timeout_s))
+        done, _ = ray.wait(list(refs), num_returns=1, timeout=max(0.0, timeout_s))
         if done:
             done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
         for ref in done:
@@ -842,8 +832,8 @@ class NodeValidator:
         except (SealbenchError, OSError) as e:
             self.refusal = str(e)
 
-    def ready(self) -> tuple[str, str | None, dict[str, str]]:
-        return self.node, self.refusal, {}
+    def ready(self) -> tuple[str, str | None]:
+        return self.node, self.refusal
 
     def validate(self, task_id: str, repeat: int) -> Any:
         assert self.validator is not None
