@@ -16,6 +16,7 @@ from .scoring_io import events_from
 
 if TYPE_CHECKING:
     from .runner import RunResult
+    from .show import TaskStory
 
 
 def read_scorecards(run_dir: Path) -> list[Scorecard]:
@@ -58,19 +59,24 @@ def print_scorecards(cards: list[Scorecard], title: str, where: Path | None = No
         print(note)
 
 
-def print_cards_and_why(run_id: str | None, run_dir: Path, cards: list[Scorecard]) -> None:
+def print_cards_and_why(run_id: str | None, run_dir: Path, cards: list[Scorecard],
+                        stories: dict[str, TaskStory] | None = None) -> None:
     """Print the scorecards, then one line per task that did not pass saying why (see
-    :func:`sealbench.show.why_lines`), read from the run's journal."""
+    :func:`sealbench.show.why_lines`), from ``stories`` when the run just told them, else read
+    from the run's journal."""
     print_scorecards(cards, f"scorecards of {run_id}", run_dir / "scorecards.jsonl")
     if cards and all(c.outcome is Outcome.PASS for c in cards):
         return  # nothing to explain; the journal is not read again
     import contextlib
 
     from .lock import hold_reader
-    from .show import read_run, why_lines
+    from .show import read_run, shown_run, why_lines
 
-    with hold_reader(run_dir, "score") or contextlib.nullcontext():
-        lines = why_lines(read_run(run_dir))
+    if stories is not None:
+        lines = why_lines(shown_run(run_dir, run_id, stories))
+    else:
+        with hold_reader(run_dir, "score") or contextlib.nullcontext():
+            lines = why_lines(read_run(run_dir))
     for line in lines:
         print(line)
 
@@ -103,7 +109,8 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
     if result is not None and result.contract_sha256 != contract.contract_sha256:
         raise VerificationFailed([f"{contract_file}: changed during the run (the run was made under contract "
                                   f"{result.contract_sha256}, not {contract.contract_sha256})"])
-    print_cards_and_why(contract.run_id, run_dir, cards if cards is not None else read_scorecards(run_dir))
+    print_cards_and_why(contract.run_id, run_dir, cards if cards is not None else read_scorecards(run_dir),
+                        result.stories if result is not None else None)
     if result is not None and result.isolation is not None and NO_SANDBOX in result.isolation.split("+"):
         print(f"isolation: {isolation_sentence(result.isolation)}")
     try:

@@ -17,7 +17,8 @@ import os
 import platform
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from .pack import Pack, check_pack
 from .progress import Progress
 from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
+from .show import StoryBook, TaskStory
 
 if TYPE_CHECKING:
     from .environments import BuiltEnv
@@ -174,6 +176,9 @@ class RunResult:
     None for the probe."""
     isolation: str | None = None
     """How the agent was isolated, over every start and resume (:func:`derive.isolation_of`)."""
+    stories: dict[str, TaskStory] | None = None
+    """Each task's story, told from the same verified read of the journal as ``scorecards``;
+    None for the probe."""
 
 
 def _prior_state(events: Sequence[ev.Line], budget: Budget,
@@ -267,18 +272,27 @@ def _locate_pack(contract: ScoringContract, contract_file: Path, moved_to: Path 
 
 
 def write_derived(run_dir: Path, events: Iterable[ev.Line], task_ids: Sequence[str],
-                  endpoints: Sequence[ModelEndpoint] = ()) -> list[Scorecard]:
+                  endpoints: Sequence[ModelEndpoint] = (), *, book: StoryBook | None = None) -> list[Scorecard]:
     """(Re)write scorecards.jsonl, events.json and traces/ from the journal's events, streaming;
-    ``endpoints`` (the contract's) price the tasks' model calls.
+    ``endpoints`` (the contract's) price the tasks' model calls; ``book``, when given, is told
+    every event on the way (the run's summary explains its tasks from it).
 
     Returns the scorecards it wrote.
     """
+    if book is not None:
+        events = _told(events, book)
     cards: list[Scorecard] = []
     for rel, data in derive_iter(events, task_ids, endpoints):
         write_atomic(run_dir / rel, data, durable=False)
         if rel == "scorecards.jsonl":
             cards = [Scorecard.model_validate_json(line) for line in data.splitlines() if line]
     return cards
+
+
+def _told(events: Iterable[ev.Line], book: StoryBook) -> Iterator[ev.Line]:
+    for line in events:
+        book.add(line)
+        yield line
 
 
 def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, base: Path, header: ev.RunStarted,
@@ -377,6 +391,75 @@ def execute(
     contract = load_contract(contract_file)
     require_locked(contract)
     assert contract.budget is not None and contract.agent is not None and contract.pack is not None
+    # Opening the sandbox and checking that the agent's command starts in it mostly wait on
+    # sandboxed children: they run beside the pack's check, and refuse in the same order.
+    early = _SandboxCheck(opts.sandbox, contract.agent.label, contract.agent.command, contract.agent.mounts,
+                          python_agent)
+    try:
+        return _execute_checked(contract_file, contract, run_dir, opts, early, python_agent=python_agent,
+                                probe=probe, on_started=on_started, command_line=command_line)
+    finally:
+        early.join()
+
+
+class _SandboxCheck:
+    """:func:`open_sandbox` and the agent command's preflight, in a thread of their own."""
+
+    def __init__(self, requested: str, label: str, command: str, mounts: Sequence[str],
+                 python_agent: PythonAgent | None) -> None:
+        self._requested, self._label, self._command, self._mounts = requested, label, command, mounts
+        self._python_agent = python_agent
+        self._sandbox: Sandbox | None = None
+        self._open_error: BaseException | None = None
+        self._preflight_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._check, name="sealbench-sandbox-check", daemon=True)
+        self._thread.start()
+
+    def _check(self) -> None:
+        try:
+            self._sandbox = open_sandbox(self._requested)
+        except BaseException as e:  # re-raised in the caller's thread, in the caller's order
+            self._open_error = e
+            return
+        try:
+            kind = resolve_agent(self._label, self._command, self._python_agent).kind
+        except BaseException:
+            return  # the run refuses the agent itself, in its own order
+        if kind != "command":
+            return
+        try:
+            # Inside the sandbox's own view, before any line: a program or script it cannot see
+            # would make every attempt a harness error and spend the run_id (see preflight).
+            preflight.refuse_unless_starts(self._command, self._mounts, self._sandbox, command_path())
+        except BaseException as e:
+            self._preflight_error = e
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def sandbox(self) -> Sandbox:
+        """The opened sandbox.
+
+        Raises:
+            RunRefusal, UsageError: as :func:`open_sandbox`.
+        """
+        self.join()
+        if self._open_error is not None:
+            raise self._open_error
+        assert self._sandbox is not None
+        return self._sandbox
+
+    def refuse_unless_starts(self) -> None:
+        """Raises what :func:`preflight.refuse_unless_starts` raised for a command agent."""
+        self.join()
+        if self._preflight_error is not None:
+            raise self._preflight_error
+
+
+def _execute_checked(contract_file: Path, contract: ScoringContract, run_dir: Path, opts: RunOptions,
+                     early: _SandboxCheck, *, python_agent: PythonAgent | None, probe: bool,
+                     on_started: Callable[[Journal], None] | None, command_line: Sequence[str] | None) -> RunResult:
+    assert contract.budget is not None and contract.agent is not None and contract.pack is not None
     pack = _locate_pack(contract, contract_file, opts.pack)
     missing = pytest_oracle.missing_pytest(pack.tasks[t].record.oracle_cmd for t in contract.task_ids)
     if missing is not None:
@@ -399,14 +482,11 @@ def execute(
 
     # Before any line: a task whose environment is missing or changed could only be a harness error.
     environments = require(pack, contract.task_ids)
-    sandbox = open_sandbox(opts.sandbox)
+    sandbox = early.sandbox()
     if environments and sandbox.kind == "none":
         raise RunRefusal("the tasks' environments link the repository into the sandbox's own root, which the none "
                          "sandbox does not have; run them in bubblewrap (--sandbox bubblewrap)")
-    if agent.kind == "command":
-        # Inside the sandbox's own view, before any line: a program or script it cannot see
-        # would make every attempt a harness error and spend the run_id (see preflight).
-        preflight.refuse_unless_starts(contract.agent.command, contract.agent.mounts, sandbox, command_path())
+    early.refuse_unless_starts()
     if contract.model_endpoints and record is None and opts.ray is None:  # on Ray each node reads its own
         from .gateway import read_keys
 
@@ -578,15 +658,16 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                 remove_tree(base / "work")
     if coordinator.storage_failed:
         raise StorageError(_storage_message(coordinator.storage_failed))
-    cards = None
+    cards = book = None
     if probe:
         write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
     else:
-        cards = write_derived(base, iter_verified(jpath), contract.task_ids, contract.model_endpoints or ())
+        book = StoryBook(contract.task_ids)
+        cards = write_derived(base, iter_verified(jpath), contract.task_ids, contract.model_endpoints or (), book=book)
     headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
     result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
                        interrupted_by=stopped_by, contract_sha256=contract.contract_sha256, scorecards=cards,
-                       isolation=isolation_of([*headers, header]))
+                       isolation=isolation_of([*headers, header]), stories=book.tasks if book is not None else None)
     if not probe and header.replay_of is None:  # a replay is a reproduction, never a run of the run_id
         runs_index.record_end(contract, result, data=opts.runs_index)
     return result

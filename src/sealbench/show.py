@@ -32,6 +32,8 @@ FULL_CAP = 4 * 2**20
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
+RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
+"""What reading a run directory checked (a bundle's reading verifies it whole)."""
 
 
 def inert(text: str) -> str:
@@ -143,14 +145,19 @@ class TaskStory:
         return self.attempts[max(self.attempts)] if self.attempts else None
 
 
-def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
-    """Each task's story, in denominator order (tasks with no event included, unfinished)."""
-    out = {tid: TaskStory(tid) for tid in task_ids}
-    for line in lines:
+class StoryBook:
+    """Each task's story, told one journal line at a time (:meth:`add`), in denominator order
+    (tasks with no event included, unfinished): a run builds it while it derives its files
+    from the journal, so its summary's why needs no second read of the journal."""
+
+    def __init__(self, task_ids: Sequence[str]) -> None:
+        self.tasks = {tid: TaskStory(tid) for tid in task_ids}
+
+    def add(self, line: ev.Line) -> None:
         e = line.event
         if e.task_id is None:
-            continue
-        task = out.setdefault(e.task_id, TaskStory(e.task_id))
+            return
+        task = self.tasks.setdefault(e.task_id, TaskStory(e.task_id))
         n = e.attempt
         if isinstance(e, ev.TaskStarted):
             task.started = e
@@ -178,7 +185,14 @@ def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, Task
                 a.interrupted = e
             elif isinstance(e, ev.ModelCall):
                 a.calls.append(e)
-    return out
+
+
+def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
+    """Each task's story, in denominator order (tasks with no event included, unfinished)."""
+    book = StoryBook(task_ids)
+    for line in lines:
+        book.add(line)
+    return book.tasks
 
 
 def _last_line(blob: Blob | None, limit: int = 160) -> str | None:
@@ -551,11 +565,18 @@ def read_run(where: Path) -> Shown:
         verify_bundle(where)
         checked = "the bundle verifies (sums, chain, derived files); without a checked signature: internal consistency only"
     else:
-        checked = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
+        checked = RUN_DIRECTORY_CHECKED
     chain = read_chain(journal)
     if chain.problems:
         raise VerificationFailed(chain.problems)
     return Shown(where, contract.run_id, stories(chain.lines, contract.task_ids), Blobs(where), checked)
+
+
+
+def shown_run(where: Path, run_id: str | None, tasks: dict[str, TaskStory]) -> Shown:
+    """A run directory whose stories were told while its journal was read and verified anyway
+    (:class:`StoryBook`)."""
+    return Shown(where, run_id, tasks, Blobs(where), RUN_DIRECTORY_CHECKED)
 
 
 # --------------------------------------------------------------------------- rendering
