@@ -120,6 +120,43 @@ def test_symlinked_workspace_leaving_the_pack_is_refused(raw_pack: Path, tmp_pat
         load_pack(raw_pack)
 
 
+def test_symlinked_tasks_folder_leaving_the_pack_is_refused(raw_pack: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.move(str(raw_pack / "tasks"), tmp_path / "tasks")
+    (raw_pack / "tasks").symlink_to(tmp_path / "tasks")
+    with pytest.raises(PackError, match="symlink leaves the pack"):
+        load_pack(raw_pack)
+
+
+def test_tree_entries_name_every_entry_by_its_path_kind_and_digest(tmp_path: Path) -> None:
+    from sealbench.digest import UnsafeTree, sha256_bytes, tree_entries
+
+    root = tmp_path / "tree"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "z.txt").write_bytes(b"z")
+    (root / "a" / "b" / "deep.py").write_bytes(b"deep")
+    (root / "a" / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (root / "a" / "run.sh").chmod(0o755)
+    (root / "a" / "to-z").symlink_to("../z.txt")
+    (root / "linked-dir").symlink_to("a/b")
+    assert tree_entries(root) == [
+        ["a/b/deep.py", "f", sha256_bytes(b"deep")],
+        ["a/run.sh", "x", sha256_bytes(b"#!/bin/sh\n")],
+        ["a/to-z", "l", sha256_bytes(b"../z.txt")],
+        ["linked-dir", "l", sha256_bytes(b"a/b")],
+        ["z.txt", "f", sha256_bytes(b"z")],
+    ]
+    assert tree_entries(tmp_path / "missing") == []
+    (root / "a" / "b" / "out").symlink_to(tmp_path)
+    with pytest.raises(UnsafeTree, match="symlink leaves the pack"):
+        tree_entries(root)
+    (root / "a" / "b" / "out").unlink()
+    os.mkfifo(root / "a" / "fifo")
+    with pytest.raises(UnsafeTree, match="not a regular file"):
+        tree_entries(root)
+
+
 def test_missing_prompt_is_refused(raw_pack: Path) -> None:
     (raw_pack / "tasks" / TASK / "prompt.md").unlink()
     with pytest.raises(PackError, match=r"prompt\.md: file not found"):

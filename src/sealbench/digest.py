@@ -33,10 +33,10 @@ def sha256_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: str | os.PathLike[str]) -> str:
     """Return the tagged sha256 digest of a file's bytes, read in chunks."""
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
@@ -77,26 +77,30 @@ def tree_entries(root: Path, bound: Path | None = None) -> list[list[str]]:
     """
     if not root.exists() and not root.is_symlink():
         return []
-    limit = (bound or root).resolve()
+    limit: Path | None = None  # resolved only when a symlink needs it (most trees have none)
+    top = os.fspath(root)
     entries: list[list[str]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
+    # Plain strings, not Path objects: a pack's check walks every file of every task.
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         dirnames.sort()
-        for name in [*filenames, *[d for d in dirnames if (here / d).is_symlink()]]:
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            st = path.lstat()
+        prefix = dirpath[len(top) + 1:] + "/" if dirpath != top else ""
+        for name in [*filenames, *[d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]]:
+            path = os.path.join(dirpath, name)
+            rel = prefix + name
+            st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(path)
-                resolved = (here / target).resolve()
+                resolved = (Path(dirpath) / target).resolve()
+                if limit is None:
+                    limit = (bound or root).resolve()
                 if resolved != limit and limit not in resolved.parents:
-                    raise UnsafeTree(path, f"symlink leaves the pack (points to {target})")
+                    raise UnsafeTree(Path(path), f"symlink leaves the pack (points to {target})")
                 entries.append([rel, "l", sha256_bytes(target.encode("utf-8"))])
             elif stat.S_ISREG(st.st_mode):
                 kind = "x" if st.st_mode & 0o111 else "f"
                 entries.append([rel, kind, sha256_file(path)])
             else:
-                raise UnsafeTree(path, "not a regular file, directory or symlink")
+                raise UnsafeTree(Path(path), "not a regular file, directory or symlink")
     entries.sort(key=lambda e: e[0])
     return entries
 

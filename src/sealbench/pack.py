@@ -96,12 +96,14 @@ def _iter_task_dirs(root: Path) -> Iterator[Path]:
     tasks_dir = root / "tasks"
     if not tasks_dir.is_dir():
         raise PackError(f"{tasks_dir}: missing tasks/ directory")
+    # ``root`` is resolved: below a tasks/ that is no symlink, a folder that is none is inside.
+    linked = tasks_dir.is_symlink()
     for entry in sorted(tasks_dir.iterdir()):
         if entry.name.startswith("."):
             continue
         if not entry.is_dir():
             raise PackError(f"{entry}: expected a task folder")
-        if not _inside(entry, root):
+        if (linked or entry.is_symlink()) and not _inside(entry, root):
             raise PackError(f"{entry}: symlink leaves the pack")
         yield entry
 
@@ -223,16 +225,20 @@ def pack_digest(name: str, digests: dict[str, TaskDigests]) -> str:
 
 
 def _text_files(root: Path) -> Iterator[tuple[str, str]]:
-    for dirpath, dirs, files in os.walk(root):
+    top = os.fspath(root)
+    for dirpath, dirs, files in os.walk(top):
         dirs.sort()
+        prefix = dirpath[len(top) + 1:] + "/" if dirpath != top else ""
         for name in sorted(files):
-            path = Path(dirpath) / name
-            if path.is_symlink():
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
                 continue
             try:
-                yield path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
             except (UnicodeDecodeError, OSError):
                 continue
+            yield prefix + name, text
 
 
 def _leak_lines(text: str) -> set[str]:
