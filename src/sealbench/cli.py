@@ -386,6 +386,9 @@ def _run_options(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .errors import UsageError
+    from .sandbox import open_ahead
+
+    open_ahead(args.sandbox)  # its smoke test runs while the runner imports and checks the pack
     from .render import print_run_summary
 
     if args.resume and args.out and Path(args.resume) != Path(args.out):
@@ -419,6 +422,9 @@ def _execute_resumable(resume: str, contract: Path, run_dir: Path, opts: Any, **
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    from .sandbox import open_ahead
+
+    open_ahead(args.sandbox)  # as in cmd_run
     opts = _run_options(args)
     opts.resume = args.resume
     run_dir = Path(args.out)

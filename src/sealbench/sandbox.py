@@ -1869,3 +1869,28 @@ def open_sandbox(requested: str = "auto", *, bwrap_executable: str | None = None
         f"no sandbox available ({'; '.join(refusals) or 'none is registered'}); install bubblewrap "
         "(apt-get install bubblewrap) or pass --sandbox none to run agents without isolation"
     )
+
+
+def open_ahead(requested: str = "auto") -> threading.Thread:
+    """Begin :func:`open_sandbox` (a backend's smoke test) on a thread of its own and return it.
+
+    Opening mostly waits on sandboxed children, so a command starts it before its imports and
+    checks, which then overlap it; its own :func:`open_sandbox` later finds the outcome in the
+    per-process cache (waiting for it if need be), its refusal included. What this thread
+    raises is dropped: that later call raises it again. The thread is not a daemon: a command
+    that ends early waits for it at exit rather than kill its smoke test half-way.
+    """
+
+    def open_quietly() -> None:
+        with contextlib.suppress(Exception):
+            open_sandbox(requested)
+
+    if requested in ("auto", "bubblewrap"):
+        # Here, not on the thread: walking /etc is a thousand short system calls, and a thread
+        # that gives up the interpreter lock at each one waits for it again behind the caller's
+        # imports every time (12 ms here, the whole of the imports there).
+        with contextlib.suppress(OSError):
+            _system_binds()
+    thread = threading.Thread(target=open_quietly, name="sealbench-open-sandbox")
+    thread.start()
+    return thread
