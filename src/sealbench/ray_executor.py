@@ -55,6 +55,9 @@ node is given up): Ray leaves an actor it cannot place pending for ever."""
 COLLECT_POLL_S: Final = 0.5
 """How long one collection call waits on a node for a result before it returns empty."""
 COLLECT_SLICE_S: Final = 0.05
+HOLD_FOR_SET_UP_S: Final = 0.1
+"""How long a collection that has results keeps them while the node's set-ups ahead are all
+still under way, so that the first to be ready goes back with them (see NodeRunner.collect)."""
 """How often a waiting collection looks for model calls to ship (each is journaled within
 about this long of its end)."""
 _CONTROL_GROUP: Final = "control"
@@ -202,7 +205,7 @@ class NodeRunner:
         self.refusal: str | None = None
         self._lock = threading.Lock()
         self._next = 0
-        self._pending: dict[int, tuple[str, tuple[Any, ...]]] = {}
+        self._pending: dict[int, tuple[tuple[str, tuple[Any, ...]], ...]] = {}
         self._executor: LocalExecutor | None = None
         self._handles: dict[int, Handle] = {}
         self._by_local: dict[Handle, int] = {}
@@ -279,14 +282,16 @@ class NodeRunner:
 
     # ------------------------------------------------------------------------------ control
 
-    def control(self, seq: int, op: str, args: tuple[Any, ...]) -> None:
-        """Apply the calls in the order they were made, whatever order they arrive in."""
+    def control(self, seq: int, ops: tuple[tuple[str, tuple[Any, ...]], ...]) -> None:
+        """Apply the calls in the order they were made, whatever order their batches arrive in
+        (``seq`` numbers the batches; a batch holds the calls of one turn of the coordinator)."""
         with self._lock:
-            self._pending[seq] = (op, args)
+            self._pending[seq] = ops
             while self._next in self._pending:
-                name, call = self._pending.pop(self._next)
+                batch = self._pending.pop(self._next)
                 self._next += 1
-                self._apply(name, call)
+                for name, call in batch:
+                    self._apply(name, call)
 
     def _apply(self, op: str, args: tuple[Any, ...]) -> None:
         ex = self._executor
@@ -326,20 +331,33 @@ class NodeRunner:
         task = self.pack.tasks[spec.task.task_id]
         return replace(spec, task=task, workspace=self.scratch / "run" / "work" / spec.workspace.name)
 
-    def collect(self, timeout_s: float) -> Collected:
+    def collect(self, timeout_s: float, seq: int | None = None,
+                ops: tuple[tuple[str, tuple[Any, ...]], ...] = ()) -> Collected:
         """The model calls and results since the last call, and the set-ups now ready; waits up
-        to ``timeout_s`` for any of them (a model call ends the wait within a slice)."""
+        to ``timeout_s`` for any of them (a model call ends the wait within a slice; results
+        wait up to :data:`HOLD_FOR_SET_UP_S` for a set-up under way when none is ready)."""
+        if seq is not None:
+            self.control(seq, ops)  # a batch of calls that rode on this one (see RayExecutor.wait)
         ex = self._executor
         if ex is None:
             time.sleep(timeout_s)
             return Collected((), {}, (), ())
         end = time.monotonic() + timeout_s
+        deliveries: list[Delivery] = []
         while True:
-            deliveries = ex.wait(min(COLLECT_SLICE_S, max(0.0, end - time.monotonic())))
+            deliveries += ex.wait(min(COLLECT_SLICE_S, max(0.0, end - time.monotonic())))
             with self._lock:
                 ready = tuple(k for k, spec in self._warmed.items() if ex.ready(spec))
-            if deliveries or ready or self._called.is_set() or time.monotonic() >= end:
+                setting_up = bool(self._warmed) and not ready
+            if ready or self._called.is_set() or time.monotonic() >= end:
                 break
+            if deliveries:
+                if not setting_up:
+                    break
+                # Set-ups are under way and none is ready: the coordinator can start nothing
+                # new before one is, so the results wait for it (a little while at most) and
+                # both leave in one reply, which saves a round trip before the next start.
+                end = min(end, time.monotonic() + HOLD_FOR_SET_UP_S)
         blobs_dir = ex.settings.run_dir / "blobs"
         out: list[Shipped] = []
         for d in deliveries:
@@ -408,6 +426,8 @@ class _Node:
     seq: itertools.count[int] = field(default_factory=itertools.count)
     dead: str | None = None
     running: set[int] = field(default_factory=set)
+    outbox: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    """Calls not sent yet (:meth:`RayExecutor._flush` sends them as one batch)."""
 
 
 class Cluster:
@@ -650,8 +670,23 @@ class RayExecutor:
         self._home[task_id] = node
         return node
 
-    def _call(self, node: _Node, op: str, *args: Any) -> None:
-        node.actor.control.options(concurrency_group=_CONTROL_GROUP).remote(next(node.seq), op, args)
+    def _call(self, node: _Node, op: str, *args: Any, now: bool = False) -> None:
+        """Queue a call to ``node``'s runner; ``now`` sends it (and those queued before it) at
+        once. The others leave together when the coordinator next waits (:meth:`wait`): one
+        round trip per node and turn, not one per call, for what a turn asks (set-ups ahead,
+        submissions, releases)."""
+        with self._lock:
+            node.outbox.append((op, args))
+        if now:
+            self._flush(node)
+
+    def _flush(self, node: _Node) -> None:
+        with self._lock:
+            ops, node.outbox = tuple(node.outbox), []
+            if not ops or node.dead is not None:
+                return
+            seq = next(node.seq)
+        node.actor.control.options(concurrency_group=_CONTROL_GROUP).remote(seq, ops)
 
     # ------------------------------------------------------------------------------ Executor
 
@@ -698,7 +733,14 @@ class RayExecutor:
         refs: dict[Any, _Node] = {}
         for node in self._alive():
             if node.collecting is None:
-                node.collecting = node.actor.collect.options(concurrency_group=_COLLECT_GROUP).remote(COLLECT_POLL_S)
+                # What this turn asked of the node rides on its next collection: one round trip.
+                with self._lock:
+                    ops, node.outbox = tuple(node.outbox), []
+                    seq = next(node.seq) if ops else None
+                node.collecting = node.actor.collect.options(concurrency_group=_COLLECT_GROUP).remote(
+                    COLLECT_POLL_S, seq, ops)
+            else:
+                self._flush(node)  # what this turn asked, before waiting on what it asked for
             refs[node.collecting] = node
         if not refs:
             time.sleep(max(0.0, min(timeout_s, COLLECT_POLL_S)))
@@ -779,11 +821,11 @@ class RayExecutor:
         with self._lock:
             entry = self._open.get(handle.serial)
         if entry is not None and entry[1].dead is None:
-            self._call(entry[1], "cancel", handle.serial, reason)
+            self._call(entry[1], "cancel", handle.serial, reason, now=True)
 
     def wind_down(self) -> None:
         for node in self._alive():
-            self._call(node, "wind_down")
+            self._call(node, "wind_down", now=True)
 
     def release(self, task_id: str) -> None:
         with self._lock:
@@ -800,6 +842,8 @@ class RayExecutor:
             if self._closed:
                 return
             self._closed = True
+        for node in self._alive():
+            self._flush(node)  # submitted attempts still reach their runner, which waits for them
         closing = [n.actor.close.options(concurrency_group=_CONTROL_GROUP).remote() for n in self._alive()]
         with contextlib.suppress(Exception):
             ray.get(closing, timeout=self.cluster.options.schedule_timeout_s)
