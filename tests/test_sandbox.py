@@ -581,6 +581,33 @@ def test_open_sandbox_none_unknown_and_unshare() -> None:
         open_sandbox("unshare")
 
 
+def test_opening_ahead_changes_nothing_a_later_open_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sealbench.sandbox import open_ahead
+
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    for requested in ("unshare", "docker", "none"):
+        thread = open_ahead(requested)
+        assert not thread.daemon  # a command that ends early waits for it, never cuts it short
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert raised == []  # what the thread met is dropped: the later open says it
+    with pytest.raises(RunRefusal, match="install bubblewrap"):
+        open_sandbox("unshare")
+    with pytest.raises(UsageError):
+        open_sandbox("docker")
+    assert isinstance(open_sandbox("none"), NoSandbox)
+
+
+@needs_bwrap
+def test_a_sandbox_opened_ahead_is_the_one_opened_later() -> None:
+    from sealbench.sandbox import open_ahead
+
+    open_ahead("auto").join(timeout=60)
+    assert open_sandbox("auto") is open_sandbox("bubblewrap")
+    assert open_sandbox("auto").kind == "bubblewrap"
+
+
 def test_open_sandbox_without_bubblewrap_refuses_with_advice(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-bwrap")
     with pytest.raises(RunRefusal, match=r"install bubblewrap.*--sandbox none"):
