@@ -599,15 +599,6 @@ def test_opening_ahead_changes_nothing_a_later_open_says(monkeypatch: pytest.Mon
     assert isinstance(open_sandbox("none"), NoSandbox)
 
 
-@needs_bwrap
-def test_a_sandbox_opened_ahead_is_the_one_opened_later() -> None:
-    from sealbench.sandbox import open_ahead
-
-    open_ahead("auto").join(timeout=60)
-    assert open_sandbox("auto") is open_sandbox("bubblewrap")
-    assert open_sandbox("auto").kind == "bubblewrap"
-
-
 def test_open_sandbox_without_bubblewrap_refuses_with_advice(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-bwrap")
     with pytest.raises(RunRefusal, match=r"install bubblewrap.*--sandbox none"):

@@ -55,11 +55,11 @@ node is given up): Ray leaves an actor it cannot place pending for ever."""
 COLLECT_POLL_S: Final = 0.5
 """How long one collection call waits on a node for a result before it returns empty."""
 COLLECT_SLICE_S: Final = 0.05
+"""How often a waiting collection looks for model calls to ship (each is journaled within
+about this long of its end)."""
 HOLD_FOR_SET_UP_S: Final = 0.1
 """How long a collection that has results keeps them while the node's set-ups ahead are all
 still under way, so that the first to be ready goes back with them (see NodeRunner.collect)."""
-"""How often a waiting collection looks for model calls to ship (each is journaled within
-about this long of its end)."""
 _CONTROL_GROUP: Final = "control"
 _COLLECT_GROUP: Final = "collect"
 
@@ -680,13 +680,16 @@ class RayExecutor:
         if now:
             self._flush(node)
 
-    def _flush(self, node: _Node) -> None:
+    def _take(self, node: _Node) -> tuple[int | None, tuple[tuple[str, tuple[Any, ...]], ...]]:
+        """The calls queued for ``node`` as one numbered batch (no number: nothing to send)."""
         with self._lock:
             ops, node.outbox = tuple(node.outbox), []
-            if not ops or node.dead is not None:
-                return
-            seq = next(node.seq)
-        node.actor.control.options(concurrency_group=_CONTROL_GROUP).remote(seq, ops)
+            return (next(node.seq) if ops and node.dead is None else None), ops
+
+    def _flush(self, node: _Node) -> None:
+        seq, ops = self._take(node)
+        if seq is not None:
+            node.actor.control.options(concurrency_group=_CONTROL_GROUP).remote(seq, ops)
 
     # ------------------------------------------------------------------------------ Executor
 
@@ -734,9 +737,7 @@ class RayExecutor:
         for node in self._alive():
             if node.collecting is None:
                 # What this turn asked of the node rides on its next collection: one round trip.
-                with self._lock:
-                    ops, node.outbox = tuple(node.outbox), []
-                    seq = next(node.seq) if ops else None
+                seq, ops = self._take(node)
                 node.collecting = node.actor.collect.options(concurrency_group=_COLLECT_GROUP).remote(
                     COLLECT_POLL_S, seq, ops)
             else:
