@@ -314,3 +314,35 @@ def test_attempts_of_a_run_of_many_agents_run_on_threads_below_the_runner_s_prio
             assert finished[0]["payload"]["action"] == {"nice": nice}, jobs
     finally:
         _BUILTINS.pop("nice-probe", None)
+
+
+def test_the_first_line_is_the_run_s_start_however_long_the_executor_took_to_set_up(
+        sealed_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster's begin (here a slow executor) can outlast the heartbeat's interval; the
+    heartbeat, once started, writes at once, and it must never be the journal's first line
+    (bundle and resume read a journal only from its run_started)."""
+    import time
+
+    from sealbench.clock import HEARTBEAT_MS, Heartbeat
+
+    started = Heartbeat.start
+
+    def start_and_dawdle(self: Heartbeat) -> Heartbeat:
+        out = started(self)
+        time.sleep(0.3)  # what a loaded machine does to the thread that started it
+        return out
+
+    monkeypatch.setattr(Heartbeat, "start", start_and_dawdle)
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=(TASK,), command="builtin:reference", run_id="slow-start",
+                  narration_probe=False)
+
+    def slow_executor(settings: Settings, jobs: int) -> FakeExecutor:
+        time.sleep(HEARTBEAT_MS / 1000 + 0.2)
+        return FakeExecutor(settings, jobs, {})
+
+    run_dir = tmp_path / "run"
+    execute(contract_file, run_dir, RunOptions(progress=False, sandbox="fake", executor=slow_executor))
+    events = read_chain(run_dir / "journal.jsonl").events
+    assert events[0]["kind"] == "run_started"
+    make_bundle(run_dir, tmp_path / "bundles")

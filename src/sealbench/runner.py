@@ -605,13 +605,16 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     j = coordinator.j
     outcomes = coordinator.outcomes
     stopped_by: str | None = None
-    heartbeat = Heartbeat(journal, lease_ms=header.lease_ms or lease_for(opts.jobs, many_above=YIELD_ABOVE_JOBS)).start()
+    # Started once the session's first line is written: a beat before it would be the journal's
+    # first line (the executor's set-up, a cluster's begin, may outlast the beat's interval).
+    heartbeat = Heartbeat(journal, lease_ms=header.lease_ms or lease_for(opts.jobs, many_above=YIELD_ABOVE_JOBS))
     try:
         requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
         if gateway is not None:
             gateway.start()
         if opts.resume and events:
             j(ev.RunResumed(**header.payload()))
+            heartbeat.start()
             for tid, p in prior.items():
                 # Every attempt that had started is used; none is given back.
                 if p.open_attempt is not None and not p.finished:
@@ -624,6 +627,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
                 _restore_patches(base, prior)
         else:
             j(header)
+            heartbeat.start()
             if not probe and record is None:
                 runs_index.journal_started(contract, run_dir, data=opts.runs_index)
         if on_started is not None:
