@@ -278,6 +278,7 @@ def test_exploit_fork_bomb_is_contained(agent: Agent) -> None:
     assert marked_pids(agent.mark) == []
     if HAS_PIDS_CGROUP:
         root = Path(process_limit_method().split("(", 1)[1].rstrip(")"))
+        assert sandbox_module.settle_cgroup_removals()
         assert list(root.glob(f"run-{os.getpid()}-*")) == []
 
 
@@ -673,6 +674,7 @@ def test_many_concurrent_launches_all_succeed(tmp_path: Path) -> None:
     assert outcomes == [(code, out, "") for code, out in [commands[i % 4][1:] for i in range(32)]]
     assert all(marked_pids(a.mark) == [] for a in agents)
     if HAS_PIDS_CGROUP:
+        assert sandbox_module.settle_cgroup_removals()
         assert list(cgroup_root().glob(f"run-{os.getpid()}-*")) == []
         assert sandbox_module.deferred_cgroup_removals() == {}
 
@@ -743,11 +745,15 @@ def test_busy_cgroup_after_a_completed_run_is_deferred_not_a_harness_error(tmp_p
         "cg=$(sed -n 's/^[0-9]*:pids:\\(.*\\)$/\\1/p; s/^0::\\(.*\\)$/\\1/p' /proc/self/cgroup | head -n1)"
         f"; mkdir {cgroup_root().parent}$cg/pin && echo $cg"
     )
+    t0 = time.monotonic()
     result, out, _ = agent.sh(script)
+    # The command's end does not wait for its busy cgroup (retried for a second on the remover's thread).
+    assert time.monotonic() - t0 < sandbox_module._REMOVE_S / 2
     assert result.exit_code == 0
     run_cgroup = cgroup_root().parent / out.strip().lstrip("/")
     try:
         assert run_cgroup.name.startswith(f"run-{os.getpid()}-") and run_cgroup.is_dir()
+        assert sandbox_module.settle_cgroup_removals()  # retried for a second off the caller's path
         assert str(run_cgroup) in sandbox_module.deferred_cgroup_removals()
     finally:
         (run_cgroup / "pin").rmdir()
@@ -817,6 +823,7 @@ def test_prepared_command_closed_unstarted_never_runs_and_leaves_nothing(kind: s
     assert not (agent.workdir / "ran").exists()
     assert marked_pids(agent.mark) == []
     if HAS_PIDS_CGROUP:
+        assert sandbox_module.settle_cgroup_removals()
         assert list(cgroup_root().glob(f"run-{os.getpid()}-*")) == []
 
 

@@ -70,8 +70,9 @@ us before the move (an older sealbench's sweep) is replaced by a fresh one.
 
 Run cgroups are named ``run-<pid>-<n>`` under ``<pids hierarchy>/sealbench``. After a run,
 once its processes are all dead, a cgroup the kernel still reports busy is retried for a
-second, then left for a later sweep and recorded (:func:`deferred_cgroup_removals`) rather
-than failing the run. :func:`open_sandbox` sweeps stale run cgroups: those whose
+second on a thread of its own (the command's caller does not wait for it;
+:func:`settle_cgroup_removals` does), then left for a later sweep and recorded
+(:func:`deferred_cgroup_removals`) rather than failing the run. :func:`open_sandbox` sweeps stale run cgroups: those whose
 owner pid no longer exists (a runner killed with SIGKILL), and this process's own leftovers;
 their processes are killed first. A live owner's cgroups are never touched.
 
@@ -117,6 +118,7 @@ import itertools
 import json
 import math
 import os
+import queue
 import resource
 import select
 import shutil
@@ -152,6 +154,7 @@ __all__ = [
     "open_none",
     "open_sandbox",
     "process_limit_method",
+    "settle_cgroup_removals",
     "sweep_stale_cgroups",
 ]
 
@@ -645,15 +648,104 @@ class _RunCgroup:
             return None
 
     def release(self) -> None:
-        """Remove after a run, or defer the removal to a later sweep (recorded)."""
-        reason = self.remove(_REMOVE_S)
+        """Remove after a run, on the remover's thread (:data:`_REMOVER`): the caller never
+        waits for the kernel to let go of the cgroup."""
+        _REMOVER.put(self)
+
+    def try_remove(self) -> tuple[bool, str | None]:
+        """One removal: ``(busy, why not)``; ``(False, None)`` once gone, ``busy`` while the kernel
+        still holds the emptied cgroup for a moment."""
+        try:
+            self.path.rmdir()
+        except OSError as exc:
+            if exc.errno in _VANISHED:
+                return False, None
+            return exc.errno == errno.EBUSY, f"{exc.strerror} (errno {exc.errno})"
+        return False, None
+
+    def settle(self, reason: str | None) -> None:
+        """The removal is over: gone (``reason`` None), or deferred to a later sweep (recorded)."""
         with _cgroups_lock:
             _active_cgroups.discard(self.path.name)
-            if reason is not None:
+            if reason is None:
+                _deferred_cgroups.pop(str(self.path), None)
+            else:
                 _deferred_cgroups[str(self.path)] = reason
             retry = [Path(p) for p in _deferred_cgroups if p != str(self.path)]
         for path in retry:  # earlier deferrals: one cheap attempt each
             _RunCgroup(self.version, path, 0).remove(0.0)
+
+
+class _Remover:
+    """Removes emptied run cgroups on a thread of its own.
+
+    An attempt's end waited for its cgroup's removal, and the next attempt with it: the
+    ``rmdir`` itself blocked in the kernel for up to 15 ms now and then, and about one in five
+    was refused busy for a moment after the last member died, then retried. The cgroup is
+    empty and no process can enter it (only the runner moves one in, before its command
+    starts), so nothing a run measures depends on when it goes. Until then it stays among this
+    process's active cgroups, so a sweep leaves it alone. A busy one is retried (backing off, others meanwhile) for :data:`_REMOVE_S`, then
+    deferred to a later sweep and recorded, as before. :func:`settle_cgroup_removals` waits for
+    the removals under way; the process waits for them at exit.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_RunCgroup] = queue.SimpleQueue()
+        self._lock = threading.Condition()
+        self._pending = 0
+        self._thread: threading.Thread | None = None
+
+    def put(self, cgroup: _RunCgroup) -> None:
+        with self._lock:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="sealbench-cgroup-remover", daemon=True)
+                self._thread.start()
+                atexit.register(self.settle)
+        self._queue.put(cgroup)
+
+    def _work(self) -> None:
+        # cgroup -> (when to try next, the pause after that, when to give up)
+        waiting: dict[_RunCgroup, tuple[float, float, float]] = {}
+        while True:
+            now = time.monotonic()
+            due = min((next_try for next_try, _, _ in waiting.values()), default=None)
+            try:
+                cgroup = self._queue.get(timeout=None if due is None else max(0.0, due - now))
+                waiting[cgroup] = (0.0, 0.0005, time.monotonic() + _REMOVE_S)
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            for cgroup, (next_try, pause, give_up) in list(waiting.items()):
+                if next_try > now:
+                    continue
+                try:
+                    busy, reason = cgroup.try_remove()
+                    if busy and now < give_up:
+                        waiting[cgroup] = (time.monotonic() + pause, min(pause * 2, 0.05), give_up)
+                        continue
+                    cgroup.settle(reason)
+                except BaseException as exc:  # never lose the bookkeeping: recorded as deferred
+                    cgroup.settle(f"{type(exc).__name__}: {exc}")
+                del waiting[cgroup]
+                with self._lock:
+                    self._pending -= 1
+                    self._lock.notify_all()
+
+    def settle(self, timeout_s: float = 2 * _REMOVE_S) -> bool:
+        """Wait until every removal handed over has ended (True), or ``timeout_s`` passes."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._pending == 0, timeout=timeout_s)
+
+
+_REMOVER: Final = _Remover()
+
+
+def settle_cgroup_removals(timeout_s: float = 2 * _REMOVE_S) -> bool:
+    """Wait for the removals of emptied run cgroups still under way on the remover's thread:
+    True once each has ended (removed, or deferred and recorded, see
+    :func:`deferred_cgroup_removals`)."""
+    return _REMOVER.settle(timeout_s)
 
 
 def _forget(path: Path) -> None:
