@@ -48,6 +48,8 @@ def start_cluster(temp: Path) -> tuple[Any, str, float]:
     from ray.cluster_utils import Cluster
 
     common: dict[str, Any] = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * MIB}
+    # Ray's harness writes the cluster's address there whatever temp_dir says, and never makes the folder.
+    (Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray").mkdir(exist_ok=True)
     t0 = time.perf_counter()
     cluster = Cluster(initialize_head=True, connect=False,
                       head_node_args={**common, "num_cpus": 2, "include_dashboard": False, "temp_dir": str(temp)})

@@ -43,6 +43,13 @@ LOOPBACK = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER":
 loopback address to this machine's outward one, where the cluster does not listen."""
 
 
+def ray_default_temp() -> Path:
+    """Where Ray's test harness writes the cluster's address whatever ``temp_dir`` says (``RAY_TMPDIR``,
+    else ``TMPDIR``, else /tmp, then ``ray``): it never creates that folder itself, so on a machine
+    where no Ray ran before, starting the cluster failed."""
+    return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+
+
 class LocalCluster:
     """A head node and a worker node on this machine, loopback only."""
 
@@ -51,6 +58,7 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         common = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * MIB}
+        ray_default_temp().mkdir(exist_ok=True)
         self.cluster = Cluster(initialize_head=True, connect=False,
                                head_node_args={**common, "num_cpus": 2, "include_dashboard": False,
                                                "resources": {"head": 1}, "temp_dir": str(temp)})

@@ -132,6 +132,21 @@ def graded_events(run_dir: Path) -> list[dict[str, Any]]:
             if e["kind"] == "graded"]
 
 
+def not_passed(run_dir: Path) -> str:
+    """What the journal says about every attempt that did not pass (for an assertion's message):
+    its grading, or its harness error, with the oracle's output kept as blobs."""
+    lines = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    told = []
+    for e in lines:
+        p = e["payload"]
+        if (e["kind"] == "graded" and not p.get("task_pass")) or e["kind"] == "harness_error":
+            oracle = p.get("oracle") or {}
+            output = [(run_dir / "blobs" / str(oracle[k]).removeprefix("sha256:")).read_text(errors="replace")[-1500:]
+                      for k in ("stdout", "stderr") if oracle.get(k)]
+            told.append(f"{e['task_id']} attempt {e['attempt']}: {e['kind']} {json.dumps(p)[:1500]} {output}")
+    return "\n".join(told) or "no graded or harness_error line says why"
+
+
 def python_agent(code: str, *args: str) -> str:
     return "python -c " + shlex.quote(textwrap.dedent(code)) + "".join(" " + shlex.quote(a) for a in args)
 
@@ -426,7 +441,8 @@ def click_pack(env_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Pac
 
 @needs_click
 def test_click_reference_passes_three_and_noop_none(click_pack: Pack, tmp_path: Path) -> None:
-    assert [c["outcome"] for c in run_agent(click_pack, tmp_path, "builtin:reference", "ref")] == ["pass"] * 3
+    cards = run_agent(click_pack, tmp_path, "builtin:reference", "ref")
+    assert [c["outcome"] for c in cards] == ["pass"] * 3, not_passed(tmp_path / "ref")
     assert not any(c["outcome"] == "pass" for c in run_agent(click_pack, tmp_path, "builtin:noop", "noop"))
 
 
@@ -445,4 +461,4 @@ def test_click_gold_patch_plus_an_extra_test_passes(click_pack: Pack, tmp_path: 
             f.write("\\n\\ndef test_regression_added_by_the_agent():\\n    assert True\\n")
     """, str(gold))
     cards = run_agent(click_pack, tmp_path, agent, "goldplus", mounts=[str(gold)])
-    assert [c["outcome"] for c in cards] == ["pass"] * 3
+    assert [c["outcome"] for c in cards] == ["pass"] * 3, not_passed(tmp_path / "goldplus")
