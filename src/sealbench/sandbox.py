@@ -72,9 +72,10 @@ Run cgroups are named ``run-<pid>-<n>`` under ``<pids hierarchy>/sealbench``. Af
 once its processes are all dead, a cgroup the kernel still reports busy is retried for a
 second on a thread of its own (the command's caller does not wait for it;
 :func:`settle_cgroup_removals` does), then left for a later sweep and recorded
-(:func:`deferred_cgroup_removals`) rather than failing the run. :func:`open_sandbox` sweeps stale run cgroups: those whose
-owner pid no longer exists (a runner killed with SIGKILL), and this process's own leftovers;
-their processes are killed first. A live owner's cgroups are never touched.
+(:func:`deferred_cgroup_removals`) rather than failing the run. :func:`open_sandbox` sweeps
+stale run cgroups: those whose owner pid no longer exists (a runner killed with SIGKILL), and
+this process's own leftovers; their processes are killed first. A live owner's cgroups are
+never touched.
 
 Known limits
 ------------
@@ -633,19 +634,14 @@ class _RunCgroup:
         give_up = time.monotonic() + timeout_s
         pause = 0.0005
         while True:
-            try:
-                self.path.rmdir()
-            except OSError as exc:
-                if exc.errno in _VANISHED:
-                    _forget(self.path)
-                    return None
-                if exc.errno != errno.EBUSY or time.monotonic() > give_up:
-                    return f"{exc.strerror} (errno {exc.errno})"
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-                continue
-            _forget(self.path)
-            return None
+            busy, reason = self.try_remove()
+            if reason is None:
+                _forget(self.path)
+                return None
+            if not busy or time.monotonic() > give_up:
+                return reason
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def release(self) -> None:
         """Remove after a run, on the remover's thread (:data:`_REMOVER`): the caller never
@@ -684,9 +680,10 @@ class _Remover:
     was refused busy for a moment after the last member died, then retried. The cgroup is
     empty and no process can enter it (only the runner moves one in, before its command
     starts), so nothing a run measures depends on when it goes. Until then it stays among this
-    process's active cgroups, so a sweep leaves it alone. A busy one is retried (backing off, others meanwhile) for :data:`_REMOVE_S`, then
-    deferred to a later sweep and recorded, as before. :func:`settle_cgroup_removals` waits for
-    the removals under way; the process waits for them at exit.
+    process's active cgroups, so a sweep leaves it alone. A busy one is retried (backing off,
+    others meanwhile) for :data:`_REMOVE_S`, then deferred to a later sweep and recorded, as
+    before. :func:`settle_cgroup_removals` waits for the removals under way; the process waits
+    for them at exit.
     """
 
     def __init__(self) -> None:
