@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +220,96 @@ def test_overlay_refuses_a_linked_directory_on_the_way_to_a_hidden_test(tmp_path
     with pytest.raises(HarnessError, match="refusing to overlay hidden tests through"):
         overlay(hidden_tree(tmp_path), grade)
     assert list(outside.iterdir()) == []
+
+
+# --- the oracle set up ahead, while the patch is captured --------------------------------------
+
+
+def write_marking_oracle_pack(root: Path) -> Path:
+    """A one-task pack whose oracle leaves ``oracle_ran`` in its grading copy before it checks."""
+    pack = write_slow_oracle_pack(root, oracle_sleep_s=0, wall_clock_s=20)
+    task = json.loads((pack / "tasks" / "slow" / "task.json").read_text())
+    task["oracle_cmd"] = ["sh", "-c", "touch oracle_ran && python check_slowly.py"]
+    (pack / "tasks" / "slow" / "task.json").write_text(json.dumps(task))
+    seal_pack(pack)
+    return pack
+
+
+@needs_bwrap
+def test_exploit_an_oracle_set_up_ahead_never_runs_for_a_forbidden_change(tmp_path: Path) -> None:
+    """The agent fixes the task and rewrites the hidden test's path too. The oracle was set up,
+    held at its gate, as soon as the attempt had changed something; the forbidden change fails
+    the attempt, and the held oracle is killed without ever running: the grading copy (kept
+    with keep_work) holds no mark of it."""
+    pack = write_marking_oracle_pack(tmp_path / "pack")
+    contract = tmp_path / "contract.json"
+    make_contract(pack, contract, task_ids=("slow",),
+                  command=sh("echo 'VALUE = 1' > mod.py; echo 'pass' > check_slowly.py"))
+    run_dir = tmp_path / "run"
+    execute(contract, run_dir, RunOptions(progress=False, keep_work=True))
+    grade = graded(read_chain(run_dir / "journal.jsonl").events)
+    assert grade["forbidden"] == ["check_slowly.py"] and "oracle" not in grade
+    grade_dir = run_dir / "work" / "slow" / "grade-1"
+    assert (grade_dir / "mod.py").read_text() == "VALUE = 1\n"  # the grading copy, patched
+    assert not (grade_dir / "oracle_ran").exists()
+
+
+@needs_bwrap
+def test_an_oracle_set_up_ahead_outlives_the_thread_that_asked_for_it(tmp_path: Path) -> None:
+    """bubblewrap dies with the thread that spawned it (a parent-death signal, sent when that
+    thread ends, a race with its own set-up): an oracle set up ahead is spawned by a thread
+    that is still alive when it runs, whichever thread asked for it, and its result is its own."""
+    from sealbench.grading import OracleAhead
+    from sealbench.sandbox import Limits, SandboxSpec, open_sandbox
+
+    real = open_sandbox("bubblewrap")
+    spawners: list[threading.Thread] = []
+
+    class Recording:
+        """The real sandbox, noting which thread spawns each command."""
+
+        kind = real.kind
+
+        def prepare(self, spec: SandboxSpec) -> Any:
+            spawners.append(threading.current_thread())
+            return real.prepare(spec)
+
+    work = tmp_path / "grade"
+    work.mkdir()
+    spec = SandboxSpec(argv=("sh", "-c", "exit 7"), workdir=work, env={"PATH": "/usr/bin:/bin"}, timeout_s=10,
+                       stdout_path=None, stderr_path=None, limits=Limits(processes=16))
+    box: dict[str, OracleAhead] = {}
+    asker = threading.Thread(target=lambda: box.update(ahead=OracleAhead(Recording(), spec)))  # type: ignore[arg-type]
+    asker.start()
+    asker.join()
+    time.sleep(0.1)
+    prepared = box["ahead"].take()
+    assert prepared is not None and len(spawners) == 1
+    try:
+        assert spawners[0] is not asker and spawners[0].is_alive()
+        assert prepared.start(10).exit_code == 7
+        assert spawners[0].is_alive()
+    finally:
+        prepared.close()
+        box["ahead"].close()
+
+
+@needs_bwrap
+def test_an_oracle_not_set_up_ahead_in_time_is_set_up_by_grading_itself(sealed_pack: Path, tmp_path: Path) -> None:
+    """Every thread that sets oracles up ahead is busy: the attempt's grading does not wait for
+    one, it sets its oracle up itself, and the correct fix passes."""
+    from sealbench import grading
+
+    release = threading.Event()
+    blockers = [grading._ahead().submit(release.wait, 30) for _ in range(grading._AHEAD_WORKERS)]
+    try:
+        contract = tmp_path / "contract.json"
+        make_contract(sealed_pack, contract, task_ids=(TASK,), command=sh(f"printf {shlex.quote(FIX)} > window.py"),
+                      max_attempts=1)
+        events, card = run_contract(contract, tmp_path / "run")
+        assert not any(b.done() for b in blockers)  # the run graded while they were all busy
+    finally:
+        release.set()
+    grade = graded(events)
+    assert grade["tests_green"] is True and grade["oracle"]["exit_code"] == 0
+    assert card["outcome"] == "pass"

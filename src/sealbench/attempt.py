@@ -29,6 +29,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +44,12 @@ from .files import write_atomic
 from .formats import Outcome
 from .grading import (
     Cancellation,
+    OracleAhead,
     Settings,
     Stopped,
     feedback,
     grade,
+    prepare_oracle,
     process_facts,
     sandbox_spec,
     store_bytes,
@@ -387,10 +390,15 @@ class Capture:
     timed_out: bool = False
 
 
-def capture(tw: TaskWorkspace, deadline: float) -> Capture:
-    """What the attempt changed, and its patch; a tree over the caps is refused, with why."""
+def capture(tw: TaskWorkspace, deadline: float, on_changes: Callable[[], None] | None = None) -> Capture:
+    """What the attempt changed, and its patch; a tree over the caps is refused, with why.
+
+    ``on_changes`` is called once the attempt is known to have changed something, before its
+    patch is taken (which runs git twice)."""
     try:
         changed = tw.changes()
+        if changed and on_changes is not None:
+            on_changes()
         patch = tw.capture_patch(deadline - time.monotonic()) if changed else b""
     except TreeRejected as e:
         return Capture([], b"", rejected=e.reason)
@@ -475,6 +483,7 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
     task, attempt = spec.task, spec.attempt
     tid = task.task_id
     done: dict[str, Any] = {}
+    ahead: OracleAhead | None = None
 
     def facts(**more: Any) -> AttemptFacts:
         return AttemptFacts(task_id=tid, attempt=attempt, elapsed_s=time.monotonic() - started, **done, **more)
@@ -502,11 +511,20 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
         agent = ev.AgentFinished(task_id=tid, attempt=attempt, prompt_sha256=sha256_bytes(prompt.encode()),
                                  **transcript(settings, tw), **agent_facts)
         done["agent"] = agent
+
+        def oracle_ahead() -> None:
+            # The patch is not empty (or only in what capture drops): the oracle's sandbox sets
+            # itself up while git takes the patch, unless the attempt cannot be graded anyway.
+            nonlocal ahead
+            end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=False)
+            if must_grade(end, probe=settings.probe):
+                ahead = prepare_oracle(settings, task, tw, attempt, deadline - time.monotonic())
+
         if agent.workdir_rejected:
             # The copy back of the quota'd workspace stopped at a cap: the agent's failure.
             cap = Capture([], b"", rejected=agent.workdir_rejected)
         else:
-            cap = capture(tw, deadline)
+            cap = capture(tw, deadline, oracle_ahead)
         patch = cap.patch
         patch_digest = store_bytes(settings.run_dir, patch, durable=settings.durable_blobs) if patch else None
         done["capture"] = ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest, empty=not patch,
@@ -521,7 +539,8 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             graded = None
             if remaining > 0:
                 try:
-                    graded = grade(settings, cancel, task, tw, attempt, patch, cap.changed, remaining)
+                    graded = grade(settings, cancel, task, tw, attempt, patch, cap.changed, remaining, ahead)
+                    ahead = None  # grade closed it
                 except subprocess.TimeoutExpired:
                     graded = None
             if graded is not None:
@@ -557,3 +576,6 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             return facts(stopped=why, storage_failure=why)
         # The harness failed, not the agent: recorded, and the task stays in the denominator.
         return facts(error=f"{type(e).__name__}: {e}")
+    finally:
+        if ahead is not None:  # set up for grading that never came
+            ahead.close()

@@ -15,6 +15,7 @@ import posixpath
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -377,21 +378,120 @@ def remove_planted_report(grade_dir: Path, rel: str) -> None:
     remove_entry(grade_dir, rel)
 
 
+_AHEAD_WORKERS = 4
+_ahead_pool: ThreadPoolExecutor | None = None
+_ahead_pool_lock = threading.Lock()
+
+
+def _ahead() -> ThreadPoolExecutor:
+    """The threads that set oracles up ahead. Long-lived on purpose: bubblewrap dies with the
+    thread that spawned it (``--die-with-parent`` is a parent-death signal, sent when that
+    thread ends), so the spawning thread must outlive every sandbox it spawns."""
+    global _ahead_pool
+    with _ahead_pool_lock:
+        if _ahead_pool is None:
+            _ahead_pool = ThreadPoolExecutor(max_workers=_AHEAD_WORKERS, thread_name_prefix="sealbench-oracle-ahead")
+        return _ahead_pool
+
+
+class OracleAhead:
+    """An attempt's oracle, being set up in its sandbox on another thread while the attempt's
+    patch is still being captured (:func:`prepare_oracle`); :func:`grade` fills its grading
+    copy and starts it."""
+
+    def __init__(self, sandbox: Sandbox, spec: SandboxSpec) -> None:
+        self.grade_dir = spec.workdir
+        # Most of a set-up is waiting for the kernel (the move into the run cgroup, bwrap's
+        # namespaces), which overlaps git's two runs.
+        self._future: Future[Prepared] = _ahead().submit(sandbox.prepare, spec)
+        self._done = False
+
+    def _result(self) -> Prepared | None:
+        if self._done or self._future.cancel():
+            return None  # not begun yet (every thread busy): grade sets it up itself, now
+        try:
+            return self._future.result()
+        except Exception:  # grade sets it up again, and reports the failure then
+            return None
+
+    def take(self) -> Prepared | None:
+        """The oracle held at its gate, once its set-up has ended; None if it was not begun or
+        failed (the caller then sets it up itself). The caller closes what it takes."""
+        prepared = self._result()
+        self._done = True
+        return prepared
+
+    def close(self) -> None:
+        """Kill it if it was never taken and free what it held, once its set-up has ended, so
+        that nothing of it outlives the attempt (twice is harmless)."""
+        prepared = self._result()
+        self._done = True
+        if prepared is not None:
+            prepared.close()
+
+
+def _oracle_spec(settings: Settings, task: Task, grade_dir: Path, attempt: int, remaining: float) -> SandboxSpec:
+    env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
+    spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining, task=task)
+    if is_oracle_cmd(task.record.oracle_cmd):
+        # The trusted function-level oracle: its package bound read-only (an editable install
+        # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
+        # the candidate starts can signal or rewrite (see sealbench.function_oracle).
+        spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
+    return spec
+
+
+def prepare_oracle(settings: Settings, task: Task, tw: TaskWorkspace, attempt: int,
+                   remaining: float) -> OracleAhead | None:
+    """Set the oracle of ``attempt`` up in its sandbox, held at its gate, on an empty grading
+    directory that :func:`grade` fills (the sandbox binds the directory, not what it holds):
+    the sandbox's own set-up then overlaps the capture of the patch instead of following it.
+    Only the time the oracle runs counts: :func:`grade` gives it what remains then.
+
+    None when there is nothing to set up ahead (a guarded pytest oracle, no time left). A
+    set-up that fails is done again by :func:`grade`, which reports the failure as it always has.
+    """
+    if remaining <= 0 or pytest_oracle.is_guarded(task.record.oracle_cmd):
+        return None
+    grade_dir = tw.root / f"grade-{attempt}"
+    try:
+        remove_tree(grade_dir)
+        grade_dir.mkdir()
+    except OSError:
+        return None
+    return OracleAhead(settings.sandbox, _oracle_spec(settings, task, grade_dir, attempt, remaining))
+
+
 def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
-          changed: list[str], remaining: float) -> dict[str, Any]:
+          changed: list[str], remaining: float, ahead: OracleAhead | None = None) -> dict[str, Any]:
     """Grade one attempt in a new directory; never in the agent's. Returns the ``graded`` payload.
+
+    ``ahead``: the oracle set up by :func:`prepare_oracle` for this attempt (closed here,
+    whether it ran or not).
 
     Raises:
         HarnessError: the hidden tests changed under the run, or the harness failed.
         Stopped: cancelled while a guarded oracle ran.
         subprocess.TimeoutExpired: applying the patch ran out of the time that remains.
     """
+    try:
+        return _grade(settings, cancel, task, tw, attempt, patch, changed, remaining, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
+           changed: list[str], remaining: float, ahead: OracleAhead | None) -> dict[str, Any]:
     hidden_paths = task.hidden_paths()
     forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths,
                                reset=task.record.test_files == "reset")
     grade_dir = tw.root / f"grade-{attempt}"
-    remove_tree(grade_dir)
-    copy_tree(task.workspace, grade_dir)
+    if ahead is None:
+        remove_tree(grade_dir)
+        copy_tree(task.workspace, grade_dir)
+    else:  # prepare_oracle made it, empty
+        copy_tree(task.workspace, grade_dir, into=True)
     applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
     result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
                               "no_forbidden_path": not forbidden, "tests_green": False}
@@ -407,14 +507,14 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
         else:
             if task.record.junit_xml:
                 remove_planted_report(grade_dir, task.record.junit_xml)
-            env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
-            spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining, task=task)
-            if is_oracle_cmd(task.record.oracle_cmd):
-                # The trusted function-level oracle: its package bound read-only (an editable install
-                # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
-                # the candidate starts can signal or rewrite (see sealbench.function_oracle).
-                spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
-            res = settings.sandbox.run(spec)
+            prepared = ahead.take() if ahead is not None else None
+            if prepared is not None:
+                try:
+                    res = prepared.start(remaining)
+                finally:
+                    prepared.close()
+            else:
+                res = settings.sandbox.run(_oracle_spec(settings, task, grade_dir, attempt, remaining))
             facts = process_facts(settings, res)
             result["oracle"] = facts
             rule = task.record.decided_by
@@ -432,6 +532,8 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
     if flagged and result["tests_green"]:
         result["flagged_pass"] = "counted" if counted else "not_counted"
     result["task_pass"] = bool(result["tests_green"] and applies and not forbidden and counted)
+    if ahead is not None:
+        ahead.close()  # never started (the patch did not apply, or was forbidden): before its folder goes
     if not settings.keep_work:
         # The code under test wrote in it: removed without recursion, whatever its depth.
         with contextlib.suppress(OSError):

@@ -115,11 +115,12 @@ def git_capped(args: Sequence[str], cwd: Path, *, ceiling: Path, cap: int, timeo
     return b"".join(chunks)
 
 
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a tree keeping symlinks as symlinks; a missing ``src`` gives an empty ``dst``."""
+def copy_tree(src: Path, dst: Path, *, into: bool = False) -> None:
+    """Copy a tree keeping symlinks as symlinks; a missing ``src`` gives an empty ``dst``.
+    ``into``: ``dst`` is an empty directory already (made by the host, never by an agent)."""
     if src.is_dir():
-        shutil.copytree(src, dst, symlinks=True)
-    else:
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=into)
+    elif not into:
         dst.mkdir(parents=True)
 
 
