@@ -101,3 +101,26 @@ def test_contract_new_warns_at_once_about_an_unmounted_script(sealed_pack: Path,
 ])
 def test_what_the_check_cannot_know_or_finds_visible_is_left_to_the_run(command: str) -> None:
     assert problems(command, [], open_sandbox("bubblewrap"), command_path()) == []
+
+
+@needs_bwrap
+def test_odd_names_are_checked_word_for_word_inside_the_sandbox(tmp_path: Path) -> None:
+    """Names with spaces, glob characters and a leading dash reach the check as they are (the
+    check is a shell: nothing is split or expanded), and only the unmounted ones are named."""
+    folder = tmp_path / "odd * [dir]"
+    folder.mkdir()
+    shown, hidden = folder / "-shown file", tmp_path / "hidden?*.py"
+    shown.write_text("x\n")
+    hidden.write_text("x\n")
+    program = folder / "run agent"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    box = open_sandbox("bubblewrap")
+    command = f"'{program}' '{shown}' '{hidden}'"
+    found = problems(command, [str(folder)], box, command_path())
+    assert [p.what for p in found] == [f"{hidden}, named in the agent's command, exists on this machine but is not "
+                                       "visible inside the bubblewrap sandbox"]
+    program.chmod(0o644)  # visible, but not a program
+    found = problems(command, [str(folder)], box, command_path())
+    assert [p.what for p in found][:1] == [f"the agent's program {str(program)!r} is not executable"]
+    assert len(found) == 2

@@ -12,10 +12,12 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import RunRefusal
-from .pack import Task
+
+if TYPE_CHECKING:
+    from .pack import Task
 
 # seed 000's signature: agent(task, workspace, attempt) -> anything JSON-serialisable
 PythonAgent = Callable[[dict[str, Any], Path, int], Any]
@@ -68,7 +70,7 @@ def _noop(task: Task, workspace: Path, attempt: int) -> dict[str, Any]:
     return {"changed": []}
 
 
-BuiltinAgent = Callable[[Task, Path, int], dict[str, Any]]
+BuiltinAgent = Callable[["Task", Path, int], dict[str, Any]]
 _BUILTINS: dict[str, BuiltinAgent] = {}
 
 

@@ -386,9 +386,11 @@ def _run_options(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .errors import UsageError
-    from .sandbox import open_ahead
+    from .preflight import check_ahead
 
-    open_ahead(args.sandbox)  # its smoke test runs while the runner imports and checks the pack
+    # The sandbox's smoke test and the agent command's check in it run while the runner imports
+    # and checks the pack.
+    check_ahead(args.contract, args.sandbox)
     from .render import print_run_summary
 
     if args.resume and args.out and Path(args.resume) != Path(args.out):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,6 +33,7 @@ from .formats import Budget, ScoringContract
 from .function_oracle import is_oracle_cmd
 from .pack import Task
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
+from .sandbox import command_path as sandbox_path
 from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
 
 if TYPE_CHECKING:
@@ -164,9 +164,8 @@ class Cancellation:
 
 def command_path(environment: BuiltEnv | None = None) -> str:
     """``PATH`` inside the sandbox for every command of a task: the task's environment's bin
-    when it names one, this Python's bin, then the system's."""
-    first = [str(environment.bin)] if environment is not None else []
-    return ":".join(dict.fromkeys([*first, str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+    when it names one, then :func:`sealbench.sandbox.command_path`'s."""
+    return sandbox_path(str(environment.bin) if environment is not None else None)
 
 
 def environment_of(settings: Settings, task: Task) -> BuiltEnv | None:

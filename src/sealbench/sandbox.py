@@ -130,7 +130,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -150,7 +150,9 @@ __all__ = [
     "Sandbox",
     "SandboxResult",
     "SandboxSpec",
+    "command_path",
     "deferred_cgroup_removals",
+    "open_ahead",
     "open_bubblewrap",
     "open_none",
     "open_sandbox",
@@ -1960,8 +1962,16 @@ def open_sandbox(requested: str = "auto", *, bwrap_executable: str | None = None
     )
 
 
-def open_ahead(requested: str = "auto") -> threading.Thread:
-    """Begin :func:`open_sandbox` (a backend's smoke test) on a thread of its own and return it.
+def command_path(first: str | None = None) -> str:
+    """``PATH`` inside the sandbox for a command: ``first`` (a task environment's bin) when
+    given, this Python's bin, then the system's."""
+    head = [first] if first is not None else []
+    return ":".join(dict.fromkeys([*head, str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+
+
+def open_ahead(requested: str = "auto", then: Callable[[Sandbox], None] | None = None) -> threading.Thread:
+    """Begin :func:`open_sandbox` (a backend's smoke test) on a thread of its own and return it;
+    ``then`` is called there with the sandbox once it is open (not if it could not be).
 
     Opening mostly waits on sandboxed children, so a command starts it before its imports and
     checks, which then overlap it; its own :func:`open_sandbox` later finds the outcome in the
@@ -1972,7 +1982,9 @@ def open_ahead(requested: str = "auto") -> threading.Thread:
 
     def open_quietly() -> None:
         with contextlib.suppress(Exception):
-            open_sandbox(requested)
+            sandbox = open_sandbox(requested)
+            if then is not None:
+                then(sandbox)
 
     if requested in ("auto", "bubblewrap"):
         # Here, not on the thread: walking /etc is a thousand short system calls, and a thread
