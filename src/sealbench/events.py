@@ -65,7 +65,7 @@ Num = int | float
 class Model(BaseModel):
     """Base of every event and nested payload part: unknown keys and loose types are refused."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class ProcessFacts(Model):
