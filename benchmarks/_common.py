@@ -3,7 +3,9 @@ printing each figure as the median and range of several runs beside its floor.
 
 Every figure is measured ``--runs`` times (at least 3); each run measures its floor too, right
 before the figure itself, so a ratio compares the two under the same load. A target is "met"
-when the median meets it, "MISSED" otherwise, with how many single runs met it.
+when the median meets it, "MISSED" otherwise, with how many single runs met it. With
+``--against REV`` each ratio of the two builds also gets the 95% interval of its median (see
+:func:`sealbench.stats.median_interval`), which says whether the runs settle the target at all.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from sealbench.stats import median_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "src" / "sealbench" / "examples" / "sample_pack"
@@ -254,6 +258,26 @@ def against_lines(label: str, rev: str, walls: dict[str, list[float]], cpus: dic
         figure(f"    {what} time, {rev}", values[rev], seconds)
         ratios = [c / p for c, p in zip(values["current"], values[rev], strict=True)]
         figure(f"    {what} time, current / {rev}, each run", ratios, times, AGAINST_TARGET)
+        row(f"    {what} time, current / {rev}, the median's 95% interval", interval_verdict(ratios, AGAINST_TARGET))
+
+
+def interval_verdict(values: Sequence[float], target: Target, fmt: Callable[[float], str] = times) -> str:
+    """Whether the runs settle ``target`` for the median, from its 95% interval (a sign-test
+    interval from the order statistics, :func:`sealbench.stats.median_interval`: it assumes
+    nothing of how the runs spread, only that they are independent): within the target when
+    the whole interval is, beyond it when the whole interval is beyond, and otherwise that these
+    runs cannot tell (the machine's noise is wider than the margin; more runs narrow it)."""
+    interval = median_interval(values)
+    if interval is None:
+        return f"needs at least 6 runs (n={len(values)})"
+    lo, hi = interval
+    if target.met(hi):
+        status = "within the target"
+    elif not target.met(lo):
+        status = "beyond the target"
+    else:
+        status = "these runs cannot tell"
+    return f"[{fmt(lo)}, {fmt(hi)}], n={len(values)}; target {target.text}: {status}"
 
 
 def no_quota(exe: str) -> list[str]:

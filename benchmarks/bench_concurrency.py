@@ -10,7 +10,8 @@
 Every line is measured --runs times, each run under a contract locked for it.
 With ``--against REV`` each of the three workloads runs under the current code and under REV
 (built into a private virtualenv under .cache/), alternately, and prints the ratio current/REV
-of every run against the 5% target of issue 16 (and the peak memory of both); no floors then.
+of every run against the 5% target of issue 16, with the 95% interval of its median (and the
+peak memory of both); no floors then.
 Run: .venv/bin/python benchmarks/bench_concurrency.py [--big N] [--skip-big] [--runs R] [--against REV [--no-quota]]
 """
 

@@ -9,7 +9,8 @@ subprocesses per task. Every configuration runs --runs times, each time right af
 floor, under a contract locked for that run.
 With ``--against REV`` the same workloads run under the current code and under REV (built
 into a private virtualenv under .cache/), alternately, and each configuration prints the ratio
-current/REV of every run against the 5% target of issue 16; no floors are timed then.
+current/REV of every run against the 5% target of issue 16, with the 95% interval of its
+median; no floors are timed then.
 Run: .venv/bin/python benchmarks/bench_harness.py [--tasks N] [--jobs J] [--runs R] [--against REV [--no-quota]]
 """
 

@@ -19,6 +19,7 @@ from sealbench.stats import (
     clopper_pearson_interval,
     holm_adjust,
     mcnemar_exact,
+    median_interval,
     pass_at_k,
     wilson_interval,
 )
@@ -534,3 +535,58 @@ def test_wilson_z_matches_scipy_norm_ppf(scipy_stats: Any, xn: tuple[int, int], 
     low, high = wilson_interval(x, n, confidence)
     assert low == pytest.approx(max(0.0, ref_low), abs=1e-12)
     assert high == pytest.approx(min(1.0, ref_high), abs=1e-12)
+
+
+# --------------------------------------------------------------------------- median interval
+
+
+@pytest.mark.parametrize(("n", "confidence", "ranks"), [
+    # Conover (1999) section 3.2 and the usual sign-test tables: 1-based ranks of the bounds.
+    (6, 0.95, (1, 6)), (9, 0.95, (2, 8)), (11, 0.95, (2, 10)), (15, 0.95, (4, 12)),
+    (20, 0.95, (6, 15)), (21, 0.95, (6, 16)), (100, 0.95, (40, 61)),
+    (10, 0.99, (1, 10)), (20, 0.99, (4, 17)), (10, 0.9, (2, 9)),
+])
+def test_median_interval_published_ranks(n: int, confidence: float, ranks: tuple[int, int]) -> None:
+    values = [10.0 * i for i in range(1, n + 1)]
+    assert median_interval(values, confidence) == (10.0 * ranks[0], 10.0 * ranks[1])
+
+
+def test_median_interval_needs_enough_draws() -> None:
+    # [min, max] of five draws covers the median only 1 - 2 / 32 = 93.75% of the time.
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert median_interval([1.0]) is None
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == (1.0, 5.0)
+    assert median_interval([5.0, 1.0, 4.0, 2.0, 6.0, 3.0]) == (1.0, 6.0)
+
+
+def test_median_interval_reads_values_in_any_order_with_ties() -> None:
+    runs = [1.21, 0.94, 1.06, 1.33, 0.73, 1.06, 1.10, 0.98, 1.06, 1.02, 1.15]
+    assert median_interval(runs) == (0.94, 1.21)
+    assert median_interval(list(reversed(runs))) == (0.94, 1.21)
+    assert median_interval([2.0] * 11) == (2.0, 2.0)
+
+
+@pytest.mark.parametrize(("values", "confidence", "name"), [
+    ([], 0.95, "values"), ([1.0, float("nan"), 2.0, 3.0, 4.0, 5.0], 0.95, "values"),
+    ([1.0] * 10, 1.0, "confidence"), ([1.0] * 10, 0.0, "confidence"), ([1.0] * 10, float("nan"), "confidence"),
+])
+def test_median_interval_invalid_input(values: list[float], confidence: float, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        median_interval(values, confidence)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=300), st.sampled_from([0.5, 0.8, 0.9, 0.95, 0.99, 0.999]))
+def test_median_interval_ranks_match_scipy_binomial(scipy_stats: Any, n: int, confidence: float) -> None:
+    # The widest rank k whose two tails stay within 1 - confidence, and no wider.
+    alpha = 1 - confidence
+    k = 0
+    while k < n // 2 and 2 * float(scipy_stats.binom.cdf(k, n, 0.5)) <= alpha:
+        k += 1
+    got = median_interval([float(i) for i in range(1, n + 1)], confidence)
+    if k == 0:
+        assert got is None
+        return
+    assert got == (float(k), float(n + 1 - k))
+    assert 1 - 2 * float(scipy_stats.binom.cdf(k - 1, n, 0.5)) >= confidence - 1e-12
+

@@ -19,6 +19,9 @@ Public API
     Holm-Bonferroni step-down adjusted p-values (Holm 1979; Wright 1992).
 ``pass_at_k(n, c, k)``
     Unbiased pass@k estimator (Chen et al. 2021).
+``median_interval(values, confidence=0.95)``
+    Distribution-free interval for a median from independent draws (the sign test's order
+    statistics); None when there are too few draws for one.
 
 Invalid arguments raise ``ValueError`` whose message names the offending argument; callers
 that need sealbench's exception hierarchy translate it where it enters (see ``errors.py``).
@@ -38,6 +41,7 @@ __all__ = [
     "clopper_pearson_interval",
     "holm_adjust",
     "mcnemar_exact",
+    "median_interval",
     "pass_at_k",
     "wilson_interval",
 ]
@@ -539,3 +543,52 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n_int - c_int < k_int:
         return 1.0
     return float(1 - Fraction(math.comb(n_int - c_int, k_int), math.comb(n_int, k_int)))
+
+
+# --------------------------------------------------------------------------- median interval
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free confidence interval for the median of the population that ``values``
+    were drawn from, independently (repeated timings of one workload, say).
+
+    The interval is ``[x_(k), x_(n+1-k)]`` of the sorted values, with ``k`` the largest rank
+    such that ``2 * P(B <= k - 1) <= 1 - confidence`` for ``B ~ Binomial(n, 1/2)``: the median
+    lies below ``x_(k)`` only if fewer than ``k`` draws fell below it, which happens with
+    probability ``P(B <= k - 1)``, and likewise above. The coverage is at least ``confidence``
+    whatever the distribution (exactly ``1 - 2 P(B <= k - 1)`` for a continuous one). The tail
+    is summed in exact rational arithmetic, so no rank is chosen by a rounding error.
+
+    References:
+        W. J. Conover (1999), "Practical Nonparametric Statistics", 3rd ed., section 3.2
+        (confidence interval for a quantile).
+
+    Args:
+        values: the draws, in any order; at least one.
+        confidence: in (0, 1).
+
+    Returns:
+        ``(low, high)``, or None when ``n`` is too small for any such interval (fewer than six
+        draws at 95%: even ``[min, max]`` covers only ``1 - 2^(1-n)``).
+
+    Raises:
+        ValueError: if ``values`` is empty or holds a NaN, or ``confidence`` is outside (0, 1).
+    """
+    conf = _check_confidence(confidence)
+    ordered = sorted(float(v) for v in values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("values must hold at least one value")
+    if any(math.isnan(v) for v in ordered):
+        raise ValueError("values must not hold NaN")
+    alpha = Fraction(1) - Fraction(conf)
+    total = 2**n
+    k, tail = 0, Fraction(0)  # tail = P(B <= k - 1)
+    while k < n // 2:
+        nxt = tail + Fraction(math.comb(n, k), total)  # P(B <= k)
+        if 2 * nxt > alpha:
+            break
+        k, tail = k + 1, nxt
+    if k == 0:
+        return None
+    return ordered[k - 1], ordered[n - k]
