@@ -189,6 +189,7 @@ class Journal:
     def __init__(self, path: Path, seq: int, prev: str | None, *, fsync: bool = True,
                  clock: Clock | None = None, exclusive: bool = False) -> None:
         self.path = path
+        self._path_text = os.fspath(path)
         self._seq = seq
         self._prev = prev
         self._fsync = fsync
@@ -224,17 +225,20 @@ class Journal:
             raise (StorageError if self._failed_storage else HarnessError)(self._failed)
 
     def _check_sole_writer(self) -> None:
-        """Stop before writing if anything but this writer changed the file (a second writer)."""
-        st = os.fstat(self._fd)
+        """Stop before writing if anything but this writer changed the file (a second writer).
+
+        One ``stat`` of the journal's name tells both: when it still names the file this writer
+        holds open, its size is that file's size. (It runs before every line, on the thread that
+        journals: every system call there lets the interpreter lock go to another thread.)"""
         try:
-            named = os.stat(self.path)
+            named = os.stat(self._path_text)
         except FileNotFoundError:
             named = None
         if named is None or (named.st_dev, named.st_ino) != self._file_id:
             problem = "was removed or replaced under this run"
-        elif st.st_size != self._size:
-            problem = (f"is {st.st_size} bytes where this run wrote {self._size}: another process "
-                       f"{'appended to' if st.st_size > self._size else 'cut'} it")
+        elif named.st_size != self._size:
+            problem = (f"is {named.st_size} bytes where this run wrote {self._size}: another process "
+                       f"{'appended to' if named.st_size > self._size else 'cut'} it")
         else:
             return
         self._failed = (f"{self.path.name} {problem}; the run stopped before writing again. Only one "
