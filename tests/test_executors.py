@@ -346,3 +346,81 @@ def test_the_first_line_is_the_run_s_start_however_long_the_executor_took_to_set
     events = read_chain(run_dir / "journal.jsonl").events
     assert events[0]["kind"] == "run_started"
     make_bundle(run_dir, tmp_path / "bundles")
+
+
+def test_set_ups_take_their_slots_in_the_order_they_were_asked_for() -> None:
+    """A set-up that waits for a slot is served by its turn, not by when it came to wait: the
+    first set-ups asked for are ready first, even when later ones came to wait sooner."""
+    import threading
+    import time
+
+    from sealbench.executors import Turns
+
+    turns = Turns(1)
+    first, second, third, fourth = (turns.turn() for _ in range(4))
+    got: list[int] = []
+    holders = 0
+    most = 0
+    guard = threading.Lock()
+
+    def take(turn: Any) -> None:
+        nonlocal holders, most
+        with turn:
+            with guard:
+                holders += 1
+                most = max(most, holders)
+                got.append(turn.number)
+            time.sleep(0.01)
+            with guard:
+                holders -= 1
+
+    with first:
+        threads = []
+        for turn in (fourth, second, third):  # they come to wait out of turn
+            t = threading.Thread(target=take, args=(turn,))
+            t.start()
+            threads.append(t)
+            deadline = time.monotonic() + 5
+            while len(turns._waiting) < len(threads) and time.monotonic() < deadline:
+                time.sleep(0.001)
+        assert len(turns._waiting) == 3
+    for t in threads:
+        t.join(5)
+    assert got == [second.number, third.number, fourth.number]
+    assert most == 1
+    with first:  # a turn is held again after it was let go (a set-up's second step)
+        assert turns._free == 0
+    assert turns._free == 1
+
+
+class WarmedFirst(FakeExecutor):
+    """The fake executor, recording each attempt's warm and submit in order in ``log``."""
+
+    def __init__(self, settings: Settings, jobs: int, log: list[tuple[str, tuple[str, int]]]) -> None:
+        super().__init__(settings, jobs, {})
+        self.log = log
+
+    def warm(self, spec: AttemptSpec) -> None:
+        self.log.append(("warm", spec.key))
+        super().warm(spec)
+
+    def submit(self, spec: AttemptSpec) -> Handle:
+        self.log.append(("submit", spec.key))
+        return super().submit(spec)
+
+
+def test_no_task_starts_before_its_set_up_was_asked_for_ahead(sealed_pack: Path, tmp_path: Path) -> None:
+    """Each task's first attempt is submitted only after its set-up was asked for ahead: the
+    run's first tasks too (never --jobs set-ups at once on the attempts' own threads), and a
+    task entering the window (never started ahead of older tasks still setting up)."""
+    tasks = ("t_03_rename_helper", "t_11_fix_off_by_one", "t_18_add_missing_test", "t_22_reject_network_call")
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=tasks, command="builtin:reference", run_id="warmed-first",
+                  narration_probe=False)
+    log: list[tuple[str, tuple[str, int]]] = []
+    execute(contract_file, tmp_path / "run", RunOptions(progress=False, sandbox="fake", jobs=2,
+                                                        executor=lambda s, j: WarmedFirst(s, j, log)))
+    submitted = [key for op, key in log if op == "submit" and key[1] == 1]
+    assert sorted(submitted) == sorted((t, 1) for t in tasks)
+    for key in submitted:
+        assert log.index(("warm", key)) < log.index(("submit", key)), log
