@@ -391,7 +391,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The sandbox's smoke test and the agent command's check in it run while the runner imports
     # and checks the pack.
     check_ahead(args.contract, args.sandbox)
-    from .render import print_run_summary
+    from .render import load_table_printer, print_run_summary
 
     if args.resume and args.out and Path(args.resume) != Path(args.out):
         raise UsageError("--resume names the run directory; do not also pass a different --out")
@@ -403,7 +403,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts.replay = Path(args.replay) if args.replay else None
     resume = (f"sealbench run {args.contract} --resume {run_dir}" + (f" --pack {args.pack}" if args.pack else "")
               + (f" --replay {args.replay}" if args.replay else ""))
-    result = _execute_resumable(resume, Path(args.contract), run_dir, opts, command_line=args.command_line)
+    # While the agents run, not after them: the summary's table printer.
+    result = _execute_resumable(resume, Path(args.contract), run_dir, opts, command_line=args.command_line,
+                                on_started=lambda _journal: load_table_printer())
     if result.interrupted:
         print(f"interrupted; continue with: {resume}", file=sys.stderr)
         return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
