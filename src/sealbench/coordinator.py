@@ -272,7 +272,6 @@ class Coordinator:
             self._guarded(self._poll)
             self._guarded(self._refill)
             self._guarded(self._commit)
-            self._guarded(self._warm_window)
             while self._running or (self._queue and not self._stopping and self._failure is None):
                 try:
                     deliveries = self.executor.wait(0.5)
@@ -289,7 +288,6 @@ class Coordinator:
                     self._guarded(self._poll)
                     self._guarded(self._refill)
                     self._guarded(self._commit)
-                    self._guarded(self._warm_window)
                 else:
                     self._overdue()
                     self._release()
@@ -369,48 +367,26 @@ class Coordinator:
         return self.prior.get(task.task_id, Prior()).runs_attempts(self.settings.max_attempts)
 
     def _refill(self) -> None:
-        """Start tasks while fewer than ``jobs`` run, each once its set-up made ahead is ready
-        (see :meth:`_warm_window`)."""
+        """Start tasks while fewer than ``jobs`` run; as many again are set up ahead meanwhile
+        (the workspace, the first prompt, the first attempt's sandbox held before exec: what
+        costs the agent nothing), so memory stays flat however long the denominator is."""
         if self._stopping:
             return
         while len(self._running) < self.jobs and self._queue and not self._stopping:
-            ready = next((t for t in itertools.islice(self._queue, self.jobs) if self._ready_to_start(t)), None)
+            ready = next((t for t in itertools.islice(self._queue, self.jobs)
+                          if not self._needs_attempt(t) or self.executor.ready(self._first_spec(t))), None)
             if ready is None:
                 break
             self._queue.remove(ready)
             self._warmed.discard(ready.task_id)
             self._first_specs.pop(ready.task_id, None)
             self._start(ready)
-
-    def _warm_window(self) -> None:
-        """Ask the executor to set up the next ``jobs`` tasks of the queue that need an attempt
-        (the workspace, the first prompt, the first attempt's sandbox held before exec: what
-        costs the agent nothing), so memory stays flat however long the denominator is. After
-        the turn's submissions, which it would otherwise delay."""
         if self._stopping:
             return
         for task in list(itertools.islice(self._queue, self.jobs)):
-            if self._needs_attempt(task):
-                self._warm(task)
-
-    def _warm(self, task: Task) -> None:
-        if task.task_id not in self._warmed:
-            self.executor.warm(self._first_spec(task))
-            self._warmed.add(task.task_id)
-
-    def _ready_to_start(self, task: Task) -> bool:
-        """Whether ``task`` starts now: it needs no attempt, or its first attempt's set-up, asked
-        for ahead (here, if not yet), is done (or its executor makes none ahead).
-
-        Never a task that nothing set up: started so, it would set up on its attempt's thread,
-        beside every other such task and ahead of those set up in turn (on the run's first
-        turn, --jobs sandboxes set up at once, each ready only near the end of the burst; later,
-        a task entering the window started before the older ones in it).
-        """
-        if not self._needs_attempt(task):
-            return True
-        self._warm(task)
-        return self.executor.ready(self._first_spec(task))
+            if task.task_id not in self._warmed and self._needs_attempt(task):
+                self.executor.warm(self._first_spec(task))
+                self._warmed.add(task.task_id)
 
     def _start(self, task: Task) -> None:
         tid = task.task_id

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import itertools
 import os
 import queue
@@ -32,7 +31,6 @@ from collections.abc import Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Final, Protocol
 
 from .agentfs import remove_tree
@@ -40,60 +38,6 @@ from .attempt import AttemptFacts, AttemptSpec, Setup, run_attempt, set_up
 from .grading import Cancellation, Settings
 from .sandbox import YIELD_ABOVE_JOBS, Prepared
 from .workspace import TaskWorkspace
-
-
-class Turns:
-    """At most ``slots`` holders at once, each waiter served in the order of its turn (taken by
-    :meth:`turn`, in the order set-ups are asked for), not in the order it came to wait.
-
-    A set-up holds a slot twice, for its workspace's copy and for its sandbox's spawn, and lets
-    it go between (a model-backed agent's set-up waits on the gateway there). With a plain
-    semaphore the spawn waits behind every later set-up's copy, so a burst of set-ups ends
-    together, the first ready no sooner than the last; in turn order the first is ready first.
-    A slot is handed straight to the waiter it goes to.
-    """
-
-    def __init__(self, slots: int) -> None:
-        self._lock = threading.Lock()
-        self._free = max(1, slots)
-        self._waiting: list[tuple[int, threading.Lock]] = []  # a heap, by turn
-        self._turns = itertools.count()
-
-    def turn(self) -> Turn:
-        """The next turn: a context manager that holds a slot, waiting for it in turn order."""
-        return Turn(self, next(self._turns))
-
-    def acquire(self, turn: int) -> None:
-        with self._lock:
-            if self._free > 0:
-                self._free -= 1
-                return
-            handed = threading.Lock()
-            handed.acquire()
-            heapq.heappush(self._waiting, (turn, handed))
-        handed.acquire()  # released by the holder that hands its slot over
-
-    def release(self) -> None:
-        with self._lock:
-            if self._waiting:
-                _, handed = heapq.heappop(self._waiting)
-                handed.release()
-            else:
-                self._free += 1
-
-
-class Turn:
-    """One set-up's turn at :class:`Turns` (re-entrant in sequence: held, let go, held again)."""
-
-    def __init__(self, turns: Turns, number: int) -> None:
-        self._turns, self.number = turns, number
-
-    def __enter__(self) -> None:
-        self._turns.acquire(self.number)
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._turns.release()
 
 
 @dataclass(frozen=True)
@@ -199,9 +143,8 @@ class LocalExecutor:
         self._fills = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-fill",
                                         initializer=yielding)
         # A set-up's copy of the workspace and its sandbox's spawn are CPU work: a few at a time,
-        # in the order they were asked for, so that the first tasks are ready first (its wait on
-        # the gateway is not held to it).
-        self._setups = Turns(os.cpu_count() or 1)
+        # so that the first tasks are ready first (its wait on the gateway is not held to it).
+        self._setups = threading.Semaphore(os.cpu_count() or 1)
         self._lock = threading.Lock()
         self._workspaces: dict[str, TaskWorkspace] = {}
         self._warmed: dict[tuple[str, int], Future[Setup]] = {}
@@ -232,7 +175,7 @@ class LocalExecutor:
             if self._wound_down or spec.key in self._warmed:
                 return
         tw = self._workspace(spec.task.task_id, spec)
-        fut = self._setups_ahead.submit(self._set_up, spec, tw, self._setups.turn())
+        fut = self._setups_ahead.submit(self._set_up, spec, tw)
         with self._lock:
             self._warmed[spec.key] = fut
             self._setting_up.add(fut)
@@ -266,8 +209,8 @@ class LocalExecutor:
         with contextlib.suppress(Exception):
             prepared.fill_ahead()
 
-    def _set_up(self, spec: AttemptSpec, tw: TaskWorkspace, turn: Turn) -> Setup:
-        return set_up(self.settings, spec, tw, cpu=turn)
+    def _set_up(self, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
+        return set_up(self.settings, spec, tw, cpu=self._setups)
 
     def ready(self, spec: AttemptSpec) -> bool:
         with self._lock:
