@@ -346,3 +346,43 @@ def test_the_first_line_is_the_run_s_start_however_long_the_executor_took_to_set
     events = read_chain(run_dir / "journal.jsonl").events
     assert events[0]["kind"] == "run_started"
     make_bundle(run_dir, tmp_path / "bundles")
+
+
+def test_one_task_more_than_jobs_is_set_up_ahead_while_the_first_run(sealed_pack: Path, tmp_path: Path) -> None:
+    """At --jobs 2 the coordinator starts two tasks and asks for the next three to be set up before
+    it first waits: with only --jobs set up ahead, a task whose set-up ran long stalled the run."""
+    ids = task_ids_of(sealed_pack)
+    assert len(ids) == 5
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=ids, command="builtin:reference", run_id="ahead",
+                  narration_probe=False)
+    log: list[tuple[str, str]] = []
+
+    class Recording(FakeExecutor):
+        def warm(self, spec: AttemptSpec) -> None:
+            log.append(("warm", spec.task.task_id))
+            super().warm(spec)
+
+        def submit(self, spec: AttemptSpec) -> Handle:
+            log.append(("submit", spec.task.task_id))
+            return super().submit(spec)
+
+        def wait(self, timeout_s: float) -> list[Delivery]:
+            log.append(("wait", ""))
+            return super().wait(timeout_s)
+
+    result = execute(contract_file, tmp_path / "run", RunOptions(progress=False, sandbox="fake", jobs=2,
+                                                                 executor=lambda s, j: Recording(s, j, {})))
+    assert result.complete
+    first = log[:log.index(("wait", ""))]
+    started = [tid for kind, tid in first if kind == "submit"]
+    warmed = [tid for kind, tid in first if kind == "warm"]
+    assert started == list(ids[:2])
+    assert warmed == list(ids[2:5])
+    # Every task was set up ahead once at most (a second attempt is not set up ahead), and each ran.
+    assert Counter(tid for kind, tid in log if kind == "warm") == Counter(ids[2:])
+    assert {tid for kind, tid in log if kind == "submit"} == set(ids)
+
+
+def task_ids_of(pack: Path) -> tuple[str, ...]:
+    return tuple(sorted(p.name for p in (pack / "tasks").iterdir()))

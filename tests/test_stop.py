@@ -3,7 +3,7 @@
 Black-box: each agent appends a timestamp to a file in its workspace every few milliseconds
 (``--keep-work`` keeps the workspaces), the runner is stopped, and no file may grow once the
 runner is gone. Sandboxes set up ahead of their turn (``--jobs`` N runs N agents and holds N
-more) must never start at all.
++ 1 more) must never start at all.
 """
 
 from __future__ import annotations

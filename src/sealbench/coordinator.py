@@ -42,7 +42,7 @@ from . import pytest_oracle
 from .attempt import PROBE_PASS, AttemptFacts, AttemptSpec, final_outcome, storage_failed
 from .derive import DERIVATION_VERSION
 from .errors import HarnessError, StorageError, Terminated
-from .executors import Delivery, Executor, Handle
+from .executors import AHEAD_BEYOND_JOBS, Delivery, Executor, Handle
 from .files import write_atomic
 from .formats import Outcome
 from .grading import Settings
@@ -367,9 +367,10 @@ class Coordinator:
         return self.prior.get(task.task_id, Prior()).runs_attempts(self.settings.max_attempts)
 
     def _refill(self) -> None:
-        """Start tasks while fewer than ``jobs`` run; as many again are set up ahead meanwhile
-        (the workspace, the first prompt, the first attempt's sandbox held before exec: what
-        costs the agent nothing), so memory stays flat however long the denominator is."""
+        """Start tasks while fewer than ``jobs`` run; as many again and
+        :data:`~sealbench.executors.AHEAD_BEYOND_JOBS` more are set up ahead meanwhile (the
+        workspace, the first prompt, the first attempt's sandbox held before exec: what costs the
+        agent nothing), so memory stays flat however long the denominator is."""
         if self._stopping:
             return
         while len(self._running) < self.jobs and self._queue and not self._stopping:
@@ -383,7 +384,7 @@ class Coordinator:
             self._start(ready)
         if self._stopping:
             return
-        for task in list(itertools.islice(self._queue, self.jobs)):
+        for task in list(itertools.islice(self._queue, self.jobs + AHEAD_BEYOND_JOBS)):
             if task.task_id not in self._warmed and self._needs_attempt(task):
                 self.executor.warm(self._first_spec(task))
                 self._warmed.add(task.task_id)
