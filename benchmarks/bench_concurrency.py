@@ -39,6 +39,7 @@ from _common import (
     no_quota,
     private_runs_index,
     runs_argument,
+    scratch_filesystem,
     seconds,
     times,
     write_pack,
@@ -66,7 +67,8 @@ def against(root: Path, runs: int, rev: str, big_n: int | None, quota: bool = Tr
     ``quota`` False: every run with --no-workspace-quota where the build knows it."""
     both: list[Build] = builds(rev)
     print(f"bench_concurrency --against {rev}: {runs} runs of each line, the current code and {rev} alternately"
-          + ("" if quota else "; every run with --no-workspace-quota where the build knows it"))
+          + ("" if quota else "; every run with --no-workspace-quota where the build knows it")
+          + f"; packs and runs on {scratch_filesystem(root)} (TMPDIR chooses where)")
     workloads = [("sleepy", 64, "sleep 0.5", 16, "64 tasks, agent sleeps 0.5 s, --jobs 16 (--no-workspace-quota where known)"),
                  ("trivial", 200, "true", 1, "200 trivial tasks (agent `true`), --jobs 1"),
                  ("trivial", 200, "true", 2, "200 trivial tasks (agent `true`), --jobs 2")]

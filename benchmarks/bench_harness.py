@@ -36,6 +36,7 @@ from _common import (
     no_quota,
     private_runs_index,
     runs_argument,
+    scratch_filesystem,
     seconds,
     signed_ms,
     times,
@@ -65,7 +66,8 @@ def against(root: Path, n: int, jobs_default: int, runs: int, rev: str, quota: b
         check(measure([b.exe, "pack", "seal", str(packs[b.label])]), f"seal ({b.label})")
     print(f"bench_harness --against {rev}: {n} one-attempt tasks, oracle python -c pass, {runs} runs of each "
           f"line, the current code and {rev} alternately"
-          + ("" if quota else "; every run with --no-workspace-quota where the build knows it"))
+          + ("" if quota else "; every run with --no-workspace-quota where the build knows it")
+          + f"; packs and runs on {scratch_filesystem(root)} (TMPDIR chooses where)")
     for key, (label, agent, _per_task) in AGENTS.items():
         for jobs in sorted({1, jobs_default}):
             walls: dict[str, list[float]] = {b.label: [] for b in both}
