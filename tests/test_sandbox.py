@@ -1015,15 +1015,32 @@ def test_a_workspace_copied_in_ahead_is_what_the_command_sees_and_its_writes_com
     box = sandbox_module.open_sandbox("bubblewrap")
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "in.txt").write_text("from the host\n")
-    held = box.prepare(_quota_spec(tmp_path / "work", ["sh", "-c", "cat in.txt; echo back > out.txt"]))
+    spec = _quota_spec(tmp_path / "work", ["sh", "-c", "cat in.txt; echo back > out.txt"])
+    held = box.prepare(spec)
     try:
+        assert held.fills_ahead() == box.quota_applies(spec)
         held.fill_ahead()
+        assert not held.fills_ahead()
         held.fill_ahead()  # once only
         result = held.start()
     finally:
         held.close()
     assert result.exit_code == 0 and result.stdout == b"from the host\n"
     assert (tmp_path / "work" / "out.txt").read_text() == "back\n"
+
+
+@needs_bwrap
+def test_a_held_sandbox_without_a_quota_has_nothing_to_fill_ahead(tmp_path: Path) -> None:
+    """The executor wakes no thread to copy a workspace that is bound, not copied, in."""
+    box = sandbox_module.open_sandbox("bubblewrap")
+    (tmp_path / "work").mkdir()
+    held = box.prepare(SandboxSpec(argv=("true",), workdir=tmp_path / "work", env={"PATH": "/usr/bin:/bin"},
+                                   timeout_s=30.0, stdout_path=None, stderr_path=None))
+    try:
+        assert not held.fills_ahead()
+        assert held.start().exit_code == 0
+    finally:
+        held.close()
 
 
 @needs_bwrap

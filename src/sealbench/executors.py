@@ -210,6 +210,8 @@ class LocalExecutor:
         if ready is None or ready.prepared is None:
             return
         prepared = ready.prepared
+        if not prepared.fills_ahead():  # nothing to copy (no quota): no thread to wake for it
+            return
         with contextlib.suppress(RuntimeError):  # the executor is closing: the start copies it
             self._fills.submit(self._fill, prepared)
 

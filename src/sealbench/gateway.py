@@ -820,6 +820,9 @@ class _Guarded:
     def kill(self) -> None:
         self._prepared.kill()
 
+    def fills_ahead(self) -> bool:
+        return self._prepared.fills_ahead()
+
     def fill_ahead(self) -> None:
         self._prepared.fill_ahead()
 

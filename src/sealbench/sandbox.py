@@ -391,6 +391,10 @@ class Prepared(Protocol):
         may be called twice."""
         ...
 
+    def fills_ahead(self) -> bool:
+        """Whether :meth:`fill_ahead` has anything to do (when unsure: True)."""
+        ...
+
     def fill_ahead(self) -> None:
         """Do now what :meth:`start` would do first and need not wait for (copying the working
         directory into its quota'd tmpfs), for a command set up ahead of its turn. The caller
@@ -1385,6 +1389,11 @@ class PreparedProcess:
             return result
         except OSError as exc:
             raise HarnessError(f"{self._box.kind} sandbox failed for {self.spec.argv[0]!r}: {exc}") from exc
+
+    def fills_ahead(self) -> bool:
+        """True while quota'd directories wait to be copied in (a hint: :meth:`fill_ahead` checks again)."""
+        return (self._filled is None and not self._started and self._proc is not None
+                and self._block is not None and self._box.quota_applies(self.spec) and bool(self._quota_dirs()))
 
     def fill_ahead(self) -> None:
         """Copy the quota'd directories into their tmpfs now, while the command waits at its
