@@ -295,7 +295,8 @@ def scratch_filesystem(path: Path) -> str:
     spread. On an ext4 ``/tmp`` that the benchmark itself fills and empties thousands of times a
     minute, creating a file or directory cost 0.7 to 1 ms of CPU (the allocator passes over
     inodes freed in the last minutes) against 0.05 ms in a quiet directory and 0.007 ms on a
-    tmpfs, and the runs of one build spread by 20% to 50%; ``TMPDIR`` chooses the filesystem.
+    tmpfs; a line's slowest run of one build took 56% longer than its fastest there (the median
+    line of fourteen), 24% on a tmpfs. ``TMPDIR`` chooses the filesystem.
     """
     target = os.path.realpath(path)
     best, kind = "", "unknown"

@@ -348,7 +348,7 @@ def test_the_first_line_is_the_run_s_start_however_long_the_executor_took_to_set
     make_bundle(run_dir, tmp_path / "bundles")
 
 
-def test_one_task_more_than_jobs_is_set_up_ahead_while_the_first_run(sealed_pack: Path, tmp_path: Path) -> None:
+def test_one_task_more_than_jobs_is_set_up_ahead_while_the_first_tasks_run(sealed_pack: Path, tmp_path: Path) -> None:
     """At --jobs 2 the coordinator starts two tasks and asks for the next three to be set up before
     it first waits: with only --jobs set up ahead, a task whose set-up ran long stalled the run."""
     ids = task_ids_of(sealed_pack)

@@ -127,10 +127,9 @@ def _yield_to_the_runner() -> None:
 class LocalExecutor:
     """Attempts on a pool of threads in this process (the work is waiting on sandboxes, not computing).
 
-    ``jobs`` attempts run at once, at most; as many set-ups again and
-    :data:`AHEAD_BEYOND_JOBS` more run ahead of their turn (:meth:`warm`), a few at a time, so
-    that the first tasks are ready first. A storage
-    failure reported by one attempt cancels every other at once.
+    ``jobs`` attempts run at once, at most; as many set-ups again and :data:`AHEAD_BEYOND_JOBS`
+    more run ahead of their turn (:meth:`warm`), a few at a time, so that the first tasks are
+    ready first. A storage failure reported by one attempt cancels every other at once.
     """
 
     def __init__(self, settings: Settings, jobs: int) -> None:
@@ -143,8 +142,7 @@ class LocalExecutor:
         self._pool = ThreadPoolExecutor(max_workers=2 * self.jobs, thread_name_prefix="sealbench-attempt",
                                         initializer=yielding)
         self._setups_ahead = ThreadPoolExecutor(max_workers=self.jobs + AHEAD_BEYOND_JOBS,
-                                                thread_name_prefix="sealbench-setup",
-                                        initializer=yielding)
+                                                thread_name_prefix="sealbench-setup", initializer=yielding)
         self._cleanup = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="sealbench-cleanup",
                                         initializer=yielding)
         # A set-up is ready once its sandbox is spawned; copying the workspace into the
