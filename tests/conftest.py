@@ -54,6 +54,11 @@ def raw_pack(tmp_path: Path) -> Path:
     return dest
 
 
+def task_ids(pack: Path) -> tuple[str, ...]:
+    """The ids of a pack's tasks, sorted (the folder names under ``tasks/``)."""
+    return tuple(sorted(p.name for p in (pack / "tasks").iterdir()))
+
+
 @pytest.fixture
 def sealed_pack(raw_pack: Path) -> Path:
     seal_pack(raw_pack)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import make_contract, rewrite_journal
+from conftest import make_contract, rewrite_journal, task_ids
 from sealbench import coordinator
 from sealbench.attempt import AttemptSpec
 from sealbench.bundle import make_bundle, verify_bundle
@@ -351,7 +351,7 @@ def test_the_first_line_is_the_run_s_start_however_long_the_executor_took_to_set
 def test_one_task_more_than_jobs_is_set_up_ahead_while_the_first_tasks_run(sealed_pack: Path, tmp_path: Path) -> None:
     """At --jobs 2 the coordinator starts two tasks and asks for the next three to be set up before
     it first waits: with only --jobs set up ahead, a task whose set-up ran long stalled the run."""
-    ids = task_ids_of(sealed_pack)
+    ids = task_ids(sealed_pack)
     assert len(ids) == 5
     contract_file = tmp_path / "c.json"
     make_contract(sealed_pack, contract_file, task_ids=ids, command="builtin:reference", run_id="ahead",
@@ -382,7 +382,3 @@ def test_one_task_more_than_jobs_is_set_up_ahead_while_the_first_tasks_run(seale
     # Every task was set up ahead once at most (a second attempt is not set up ahead), and each ran.
     assert Counter(tid for kind, tid in log if kind == "warm") == Counter(ids[2:])
     assert {tid for kind, tid in log if kind == "submit"} == set(ids)
-
-
-def task_ids_of(pack: Path) -> tuple[str, ...]:
-    return tuple(sorted(p.name for p in (pack / "tasks").iterdir()))

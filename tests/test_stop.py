@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_contract, needs_bwrap
+from conftest import make_contract, needs_bwrap, task_ids
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
 from test_resume import check_run
@@ -35,10 +35,6 @@ def sealbench_exe() -> str:
 
 
 needs_exe = pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
-
-
-def task_ids(pack: Path) -> tuple[str, ...]:
-    return tuple(sorted(p.name for p in (pack / "tasks").iterdir()))
 
 
 def start_run(contract: Path, run_dir: Path, *extra: str, resume: bool = False) -> subprocess.Popen[str]:

@@ -1392,8 +1392,12 @@ class PreparedProcess:
 
     def fills_ahead(self) -> bool:
         """True while quota'd directories wait to be copied in (a hint: :meth:`fill_ahead` checks again)."""
-        return (self._filled is None and not self._started and self._proc is not None
-                and self._block is not None and self._box.quota_applies(self.spec) and bool(self._quota_dirs()))
+        return self._filled is None and not self._started and self._copies_in()
+
+    def _copies_in(self) -> bool:
+        """Whether this command's quota'd directories are copied into their tmpfs before it runs."""
+        return (self._proc is not None and self._block is not None and self._box.quota_applies(self.spec)
+                and bool(self._quota_dirs()))
 
     def fill_ahead(self) -> None:
         """Copy the quota'd directories into their tmpfs now, while the command waits at its
@@ -1414,8 +1418,7 @@ class PreparedProcess:
         """Copy the quota'd directories in, once; False when bwrap died before they could be.
         Called with the fill lock held. A copy that failed is tried again by the next call."""
         if self._filled is None:
-            quota = self._proc is not None and self._block is not None and self._box.quota_applies(self.spec)
-            if quota and self._quota_dirs():
+            if self._copies_in():
                 while self._quota_fds:  # what a failed copy left: begun again from the start
                     os.close(self._quota_fds.pop()[2])
                 self._filled = self._fill_workdir()
