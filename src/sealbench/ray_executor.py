@@ -57,9 +57,6 @@ COLLECT_POLL_S: Final = 0.5
 COLLECT_SLICE_S: Final = 0.05
 """How often a waiting collection looks for model calls to ship (each is journaled within
 about this long of its end)."""
-HOLD_FOR_SET_UP_S: Final = 0.1
-"""How long a collection that has results keeps them while the node's set-ups ahead are all
-still under way, so that the first to be ready goes back with them (see NodeRunner.collect)."""
 _CONTROL_GROUP: Final = "control"
 _COLLECT_GROUP: Final = "collect"
 
@@ -334,8 +331,9 @@ class NodeRunner:
     def collect(self, timeout_s: float, seq: int | None = None,
                 ops: tuple[tuple[str, tuple[Any, ...]], ...] = ()) -> Collected:
         """The model calls and results since the last call, and the set-ups now ready; waits up
-        to ``timeout_s`` for any of them (a model call ends the wait within a slice; results
-        wait up to :data:`HOLD_FOR_SET_UP_S` for a set-up under way when none is ready)."""
+        to ``timeout_s`` for any of them (a model call ends the wait within a slice). Results
+        leave at once, even while this node's set-ups ahead are under way: the coordinator may
+        have a set-up ready on another node to start in their place."""
         if seq is not None:
             self.control(seq, ops)  # a batch of calls that rode on this one (see RayExecutor.wait)
         ex = self._executor
@@ -348,16 +346,8 @@ class NodeRunner:
             deliveries += ex.wait(min(COLLECT_SLICE_S, max(0.0, end - time.monotonic())))
             with self._lock:
                 ready = tuple(k for k, spec in self._warmed.items() if ex.ready(spec))
-                setting_up = bool(self._warmed) and not ready
-            if ready or self._called.is_set() or time.monotonic() >= end:
+            if deliveries or ready or self._called.is_set() or time.monotonic() >= end:
                 break
-            if deliveries:
-                if not setting_up:
-                    break
-                # Set-ups are under way and none is ready: the coordinator can start nothing
-                # new before one is, so the results wait for it (a little while at most) and
-                # both leave in one reply, which saves a round trip before the next start.
-                end = min(end, time.monotonic() + HOLD_FOR_SET_UP_S)
         blobs_dir = ex.settings.run_dir / "blobs"
         out: list[Shipped] = []
         for d in deliveries:
