@@ -298,6 +298,8 @@ def scratch_filesystem(path: Path) -> str:
     tmpfs; a line's slowest run of one build took 56% longer than its fastest there (the median
     line of fourteen), 24% on a tmpfs. ``TMPDIR`` chooses the filesystem.
     """
+    from sealbench.sandbox import unescape_mount_field
+
     target = os.path.realpath(path)
     best, kind = "", "unknown"
     try:
@@ -306,7 +308,7 @@ def scratch_filesystem(path: Path) -> str:
                 fields = line.split()
                 if len(fields) < 3:
                     continue
-                point = fields[1].replace("\\040", " ").replace("\\011", "\t")
+                point = unescape_mount_field(fields[1])
                 inside = target == point or target.startswith(point.rstrip("/") + "/")
                 if inside and len(point) >= len(best):
                     best, kind = point, fields[2]

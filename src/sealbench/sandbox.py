@@ -159,6 +159,7 @@ __all__ = [
     "process_limit_method",
     "settle_cgroup_removals",
     "sweep_stale_cgroups",
+    "unescape_mount_field",
 ]
 
 COMMAND_NICENESS: Final = 10
@@ -448,8 +449,9 @@ def _write_text(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def _unescape_mount_field(text: str) -> str:
-    # /proc/self/mounts escapes blanks and backslashes as octal (\040 ...).
+def unescape_mount_field(text: str) -> str:
+    """A field of ``/proc/self/mounts`` as written there, with blanks and backslashes escaped
+    as octal (``\\040`` ...), read back."""
     return text.encode().decode("unicode_escape") if "\\" in text else text
 
 
@@ -461,7 +463,7 @@ def _cgroup_mounts() -> Iterator[tuple[Path, str, set[str]]]:
     for line in lines:
         parts = line.split()
         if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
-            yield Path(_unescape_mount_field(parts[1])), parts[2], set(parts[3].split(","))
+            yield Path(unescape_mount_field(parts[1])), parts[2], set(parts[3].split(","))
 
 
 def _prepare_hierarchy(mount: Path, fstype: str, options: set[str]) -> _PidsHierarchy | None:
