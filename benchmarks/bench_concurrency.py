@@ -69,6 +69,13 @@ def against(root: Path, runs: int, rev: str, big_n: int | None, quota: bool = Tr
     print(f"bench_concurrency --against {rev}: {runs} runs of each line, the current code and {rev} alternately"
           + ("" if quota else "; every run with --no-workspace-quota where the build knows it")
           + f"; packs and runs on {scratch_filesystem(root)} (TMPDIR chooses where)")
+    paired_workloads(root, both, runs, big_n, quota)
+
+
+def paired_workloads(root: Path, both: list[Build], runs: int, big_n: int | None, quota: bool = True) -> None:
+    """The three workloads (four with ``big_n``), ``runs`` times under both builds alternately
+    (the current code first), and their ratios current / the other build."""
+    rev = both[1].label
     workloads = [("sleepy", 64, "sleep 0.5", 16, "64 tasks, agent sleeps 0.5 s, --jobs 16 (--no-workspace-quota where known)"),
                  ("trivial", 200, "true", 1, "200 trivial tasks (agent `true`), --jobs 1"),
                  ("trivial", 200, "true", 2, "200 trivial tasks (agent `true`), --jobs 2")]

@@ -68,8 +68,15 @@ def against(root: Path, n: int, jobs_default: int, runs: int, rev: str, quota: b
           f"line, the current code and {rev} alternately"
           + ("" if quota else "; every run with --no-workspace-quota where the build knows it")
           + f"; packs and runs on {scratch_filesystem(root)} (TMPDIR chooses where)")
+    paired_lines(root, both, packs, extra, sorted({1, jobs_default}), runs)
+
+
+def paired_lines(root: Path, both: list[Build], packs: dict[str, Path], extra: dict[str, list[str]],
+                 jobs_list: list[int], runs: int) -> None:
+    """Each workload of :data:`AGENTS` at each ``--jobs``, ``runs`` times under both builds
+    alternately (the current code first), and its ratios current / the other build."""
     for key, (label, agent, _per_task) in AGENTS.items():
-        for jobs in sorted({1, jobs_default}):
+        for jobs in jobs_list:
             walls: dict[str, list[float]] = {b.label: [] for b in both}
             cpus: dict[str, list[float]] = {b.label: [] for b in both}
             for r in range(runs):
@@ -80,7 +87,7 @@ def against(root: Path, n: int, jobs_default: int, runs: int, rev: str, quota: b
                                        "--no-progress", "--jobs", str(jobs), *extra[b.label]]), f"run ({b.label})")
                     walls[b.label].append(m.seconds)
                     cpus[b.label].append(m.cpu_seconds)
-            against_lines(f"{label}, --jobs {jobs}", rev, walls, cpus)
+            against_lines(f"{label}, --jobs {jobs}", both[1].label, walls, cpus)
 
 
 def main() -> None:
