@@ -8,7 +8,8 @@ run with them takes at most 5% longer than the same run without them.
 
 The copy is ``src/sealbench`` with :data:`CUTS` applied: each is an exact edit whose old text
 must occur exactly once in its file, or the benchmark stops (it never times a copy that kept a
-safeguard because the code moved; ``tests/test_docs.py`` applies them on every ``make test``).
+safeguard because the code moved; ``tests/test_benchmark_cuts.py`` applies them on every
+``make test``).
 Both run the workloads of ``bench_harness.py`` (200 one-attempt tasks, agent ``true`` and an
 agent whose edit is graded, at ``--jobs 1`` and the CLI's default) and those of
 ``bench_concurrency.py --against`` (64 agents sleeping 0.5 s at ``--jobs 16``; 200 trivial
@@ -126,8 +127,8 @@ def cut_copy(dest: Path) -> Path:
 def without_build(dest: Path) -> Build:
     """The copy without the safeguards, started the way the installed ``sealbench`` command is."""
     src = cut_copy(dest)
-    # Compiled ahead, as the current code is (with PYTHONDONTWRITEBYTECODE every start would
-    # compile it); never the examples, which the benchmark does not use.
+    # Both builds compiled ahead (with PYTHONDONTWRITEBYTECODE set, every start would compile
+    # them); never the examples: a __pycache__ in the sample pack would enter every copy of it.
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/", str(src / "sealbench")], check=True)
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/",
                     str(ROOT / "src" / "sealbench")], check=True)
