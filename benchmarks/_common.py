@@ -237,9 +237,13 @@ def builds(against: str | None) -> list[Build]:
     if against is None:
         return [CURRENT]
     previous = build_revision(against)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/",
-                    str(ROOT / "src" / "sealbench")], check=True)
+    compile_package(ROOT / "src" / "sealbench")
     return [CURRENT, previous]
+
+
+def compile_package(package: Path) -> None:
+    """Byte-compile a copy of the sealbench package, never its examples (see :func:`builds`)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/", str(package)], check=True)
 
 
 def alternate(run: int, items: Sequence[Build]) -> list[Build]:

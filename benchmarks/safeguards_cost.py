@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import py_compile
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from _common import (
     ROOT,
     Build,
     check,
+    compile_package,
     measure,
     private_runs_index,
     runs_argument,
@@ -127,11 +127,9 @@ def cut_copy(dest: Path) -> Path:
 def without_build(dest: Path) -> Build:
     """The copy without the safeguards, started the way the installed ``sealbench`` command is."""
     src = cut_copy(dest)
-    # Both builds compiled ahead (with PYTHONDONTWRITEBYTECODE set, every start would compile
-    # them); never the examples: a __pycache__ in the sample pack would enter every copy of it.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/", str(src / "sealbench")], check=True)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", "/examples/",
-                    str(ROOT / "src" / "sealbench")], check=True)
+    # Both builds compiled ahead (with PYTHONDONTWRITEBYTECODE set, every start would compile them).
+    compile_package(src / "sealbench")
+    compile_package(ROOT / "src" / "sealbench")
     exe = dest / "bin" / "sealbench"
     exe.parent.mkdir()
     exe.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(src)!r})\n"
