@@ -252,17 +252,19 @@ def alternate(run: int, items: Sequence[Build]) -> list[Build]:
     return list(items) if run % 2 == 0 else list(reversed(items))
 
 
-def against_lines(label: str, rev: str, walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
+def against_lines(label: str, rev: str, walls: dict[str, list[float]], cpus: dict[str, list[float]],
+                  current: str = CURRENT.label) -> None:
     """Wall-clock and CPU time of each build, and the ratio current/REV of each run with its
     verdict. CPU time (user + system of the run and its sandboxes) is the figure that depends
-    least on what else the machine runs; wall-clock time is what a user waits."""
+    least on what else the machine runs; wall-clock time is what a user waits. ``current`` is
+    the label of the build whose cost is judged."""
     print(f"  {label}")
     for what, values in (("wall-clock", walls), ("CPU", cpus)):
-        figure(f"    {what} time, current", values["current"], seconds)
+        figure(f"    {what} time, {current}", values[current], seconds)
         figure(f"    {what} time, {rev}", values[rev], seconds)
-        ratios = [c / p for c, p in zip(values["current"], values[rev], strict=True)]
-        figure(f"    {what} time, current / {rev}, each run", ratios, times, AGAINST_TARGET)
-        row(f"    {what} time, current / {rev}, the median's 95% interval", interval_verdict(ratios, AGAINST_TARGET))
+        ratios = [c / p for c, p in zip(values[current], values[rev], strict=True)]
+        figure(f"    {what} time, {current} / {rev}, each run", ratios, times, AGAINST_TARGET)
+        row(f"    {what} time, {current} / {rev}, the median's 95% interval", interval_verdict(ratios, AGAINST_TARGET))
 
 
 def interval_verdict(values: Sequence[float], target: Target, fmt: Callable[[float], str] = times) -> str:

@@ -98,7 +98,7 @@ def paired_workloads(root: Path, both: list[Build], runs: int, big_n: int | None
                 walls[b.label].append(m.seconds)
                 cpus[b.label].append(m.cpu_seconds)
                 peaks[b.label].append(m.peak_mb)
-        against_lines(label, rev, walls, cpus)
+        against_lines(label, rev, walls, cpus, current=both[0].label)
         if key == "big":
             for b in both:
                 figure(f"    runner peak memory, {b.label}", peaks[b.label], megabytes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from _common import (
@@ -72,11 +73,14 @@ def against(root: Path, n: int, jobs_default: int, runs: int, rev: str, quota: b
 
 
 def paired_lines(root: Path, both: list[Build], packs: dict[str, Path], extra: dict[str, list[str]],
-                 jobs_list: list[int], runs: int) -> None:
-    """Each workload of :data:`AGENTS` at each ``--jobs``, ``runs`` times under both builds
-    alternately (the current code first), and its ratios current / the other build."""
+                 jobs_list: list[int], runs: int, only: Collection[tuple[str, int]] | None = None) -> None:
+    """Each workload of :data:`AGENTS` at each ``--jobs`` (those of ``only`` when given: pairs of
+    an AGENTS key and a --jobs), ``runs`` times under both builds alternately (the first build
+    first), and its ratios first / second build."""
     for key, (label, agent, _per_task) in AGENTS.items():
         for jobs in jobs_list:
+            if only is not None and (key, jobs) not in only:
+                continue
             walls: dict[str, list[float]] = {b.label: [] for b in both}
             cpus: dict[str, list[float]] = {b.label: [] for b in both}
             for r in range(runs):
@@ -87,7 +91,7 @@ def paired_lines(root: Path, both: list[Build], packs: dict[str, Path], extra: d
                                        "--no-progress", "--jobs", str(jobs), *extra[b.label]]), f"run ({b.label})")
                     walls[b.label].append(m.seconds)
                     cpus[b.label].append(m.cpu_seconds)
-            against_lines(f"{label}, --jobs {jobs}", both[1].label, walls, cpus)
+            against_lines(f"{label}, --jobs {jobs}", both[1].label, walls, cpus, current=both[0].label)
 
 
 def main() -> None:
