@@ -5,9 +5,10 @@ times each step on its own instead: each commit of ``--steps`` (for a merge, the
 its first parent, or for a step ``A..B`` commit B against commit A, alternately, in the same
 session, on the workloads of ``bench_harness.py`` (200 one-attempt tasks: agent ``true`` at
 ``--jobs 1`` and at the CLI's default, and an agent whose edit is graded at the CLI's default),
-every run with ``--no-workspace-quota`` where the build knows it. Each line prints the ratio step / parent of every run and the 95% interval of
-its median against the 5% target. What several steps cost together is a step ``A..B`` of its
-own: multiplying the steps' medians would multiply their noise too.
+every run with ``--no-workspace-quota`` where the build knows it. Each line prints the ratio
+step / parent of every run and the 95% interval of its median against the 5% target. What
+several steps cost together is a step ``A..B`` of its own: multiplying the steps' medians would
+multiply their noise too.
 
 The default steps are those that changed ``src/`` when the runner was split along its seams
 (one vocabulary of typed journal events, an attempt that returns facts, a coordinator that alone
@@ -86,10 +87,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:
         root = Path(tmp)
         print(f"step_cost: {len(steps)} steps, each against its first parent (A for a step A..B); "
-              f"{args.tasks} one-attempt tasks, "
-              f"oracle python -c pass, {args.runs} runs of each line, the step and its parent alternately, "
-              f"every run with --no-workspace-quota where the build knows it; packs and runs on "
-              f"{scratch_filesystem(root)} (TMPDIR chooses where)", flush=True)
+              f"{args.tasks} one-attempt tasks, oracle python -c pass, {args.runs} runs of each line, the step "
+              f"and its parent alternately, every run with --no-workspace-quota where the build knows it; packs "
+              f"and runs on {scratch_filesystem(root)} (TMPDIR chooses where)", flush=True)
         for i, step in enumerate(steps):
             this, before, subject = step_builds(step)
             print(f"step {this.label} against {before.label}: {subject}", flush=True)
@@ -101,7 +101,7 @@ def main() -> None:
                 packs[b.label] = write_pack(here / f"pack-{b.label}", args.tasks, oracle=["python", "-c", "pass"])
                 check(measure([b.exe, "pack", "seal", str(packs[b.label])]), f"seal ({b.label})")
                 extra[b.label] = no_quota(b.exe)
-            paired_lines(here, both, packs, extra, sorted({1, jobs}), args.runs, only=lines)
+            paired_lines(here, both, packs, extra, sorted({j for _, j in lines}), args.runs, only=lines)
 
 
 if __name__ == "__main__":
