@@ -423,19 +423,44 @@ def test_repo_dir_finds_each_repository_clone_by_name(calc_repo: tuple[Path, Pat
 # --- the real click instances ------------------------------------------------------------------
 
 
+# click's own race, not the harness's: on an exception in the generator, echo_via_pager sends
+# the pager SIGTERM and then flushes what it had written, and `less` sometimes writes it out
+# before the signal lands. Outside any sandbox, on click's base commit, this test failed in 8 of
+# 40 runs with both cores busy and in none of 40 on an idle machine; two test workers load the
+# machine that much. `pack validate --repeat N` is how a user finds such a task (it says
+# "flaky"); here the instance is graded without it, so that a failure means the harness's.
+CLICK_RACY = {"pallets__click-4d3db84b": ["tests/test_utils.py::test_echo_via_pager[test6- less]"]}
+
+
+def without_racy_tests(source: Path, dest: Path) -> Path:
+    """The click instances, each without the tests of CLICK_RACY in its PASS_TO_PASS."""
+    lines = []
+    for line in source.read_text().splitlines():
+        instance = json.loads(line)
+        racy = CLICK_RACY.get(instance["instance_id"], [])
+        tests = json.loads(instance["PASS_TO_PASS"])
+        assert all(t in tests for t in racy), f"{instance['instance_id']}: {racy} not in PASS_TO_PASS"
+        instance["PASS_TO_PASS"] = json.dumps([t for t in tests if t not in racy])
+        lines.append(json.dumps(instance))
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
 @pytest.fixture(scope="module")
 def click_pack(env_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
     root = tmp_path_factory.mktemp("click")
     clone = root / "click"
     subprocess.run(["git", "clone", "-q", str(CLICK / "click.bundle"), str(clone)], check=True, capture_output=True)
-    pack = import_pack("swebench", CLICK / "click-instances.jsonl", root / "pack", repos=[("pallets/click", clone)])
+    instances = without_racy_tests(CLICK / "click-instances.jsonl", root / "click-instances.jsonl")
+    pack = import_pack("swebench", instances, root / "pack", repos=[("pallets/click", clone)])
     assert len(pack.tasks) == 3  # none dropped by the visible-test control
     built = environments.build_all(pack, say=lambda _line: None)
     assert sum(len(tids) for _d, (_s, tids) in environments.specs_of(pack).items()) == 3
     assert len(built) == 2  # two instances share one uv.lock, so one environment
     assert all(cached for _s, _b, cached, _t in environments.build_all(pack, say=lambda _line: None))
     validity = validate_pack(pack.root, repeat=1, jobs=2, progress=False)
-    assert {tid: ev.valid for tid, ev in validity.tasks.items()} == dict.fromkeys(pack.tasks, True), validity.tasks
+    invalid = {tid: f"{ev.reason}: {ev.why}" for tid, ev in validity.tasks.items() if not ev.valid}
+    assert not invalid and set(validity.tasks) == set(pack.tasks), invalid
     return load_pack(pack.root)
 
 
