@@ -603,6 +603,40 @@ def test_workspace_write_past_its_byte_cap_fails_inside_the_sandbox(sealed_pack:
     assert not of_kind(events, "harness_error")
 
 
+RIGHT = "printf 'def last_n(items, n):\\n    return items[-n:] if n > 0 else []\\n' > window.py"
+
+
+def test_exploit_hard_links_that_fit_a_cap_of_bytes_overflow_the_grading_copy(sealed_pack: Path, tmp_path: Path) -> None:
+    # 3,000 names of one 4,097-byte file: 12.3 MB of bytes under a 16 MiB cap, but two pages
+    # each (24.6 MB) in every copy. Counted in bytes, the copy back took them and the grading
+    # copy's quota overflowed: the run stopped on a "storage failure" with the host disk empty.
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_bytes=16 << 20))
+    script = (f"{RIGHT}; mkdir d; head -c 4097 /dev/zero > d/f0; i=1; "
+              "while [ $i -lt 3000 ]; do ln d/f0 d/f$i; i=$((i+1)); done")
+    _run_dir, events, cards = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=1)
+    captured = of_kind(events, "patch_captured")[0]["payload"]
+    assert "holds more than 16777216 bytes of files" in captured["rejected"], captured
+    assert cards[0]["outcome"] == "fail"
+    assert not of_kind(events, "harness_error") and not of_kind(events, "run_interrupted")
+
+
+def test_exploit_an_attempt_that_breaks_the_entry_cap_leaves_no_harness_error_to_the_next(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    # Attempt 1 leaves more entries than the cap (and removes the trace folder): its copy back
+    # stops at the cap, and the next attempt's copy in counted those entries plus the trace
+    # folder the harness rebuilds, one past the cap: a harness error, and no rate. The next
+    # attempt starts from the pack's workspace instead, and here it fixes the task.
+    opts = RunOptions(progress=False, tree_caps=TreeCaps(max_entries=300))
+    script = (f'if [ "$SEALBENCH_ATTEMPT" = 1 ]; then rm -rf .sealbench/trace; mkdir z; i=0; '
+              f"while [ $i -lt 400 ]; do : > z/$i; i=$((i+1)); done; "
+              f"else test ! -e z && {RIGHT}; fi")
+    _run_dir, events, cards = run(sealed_pack, tmp_path, sh(script), options=opts, max_attempts=2)
+    captured = of_kind(events, "patch_captured")[0]["payload"]
+    assert "holds more than 300 entries" in captured["rejected"], captured
+    assert not of_kind(events, "harness_error")
+    assert cards[0]["outcome"] == "pass" and cards[0]["attempts_used"] == 2
+
+
 FILLS_THE_GRADING_COPY = """
 import errno, os
 

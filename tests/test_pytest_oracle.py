@@ -303,6 +303,23 @@ def test_report_write_from_code_under_test_is_refused_and_flagged(tmp_path: Path
     assert graded["junit"]["failed"] == 1
 
 
+def test_exploit_code_under_test_plants_a_deeply_nested_report_and_kills_pytest(tmp_path: Path) -> None:
+    # A subprocess (which the guard's hooks do not see) writes the report, and pytest is killed
+    # before it writes its own. Built as a tree, 60 MiB of such nesting stalled the runner's
+    # threads for 14 s and took 2.6 GB; read as a stream, it is refused at 64 levels.
+    forger = WRONG + FIND_REPORT + textwrap.dedent("""\
+        import signal, subprocess
+        for path in _reports():
+            subprocess.run([sys.executable, "-c", "import sys; open(sys.argv[1], 'wb').write(b'<a>' * 10000 + b'</a>' * 10000)",
+                            path])
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    graded, card, events = run(tmp_path, {"window.py": forger}, name="deep-report")
+    assert card["outcome"] == "fail" and graded["junit"]["ok"] is False
+    assert "nested deeper than 64" in graded["junit"]["why"]
+    assert not any(e["kind"] == "harness_error" for e in events)
+
+
 GC_FORGER = WRONG + textwrap.dedent("""\
     import gc
 
@@ -624,6 +641,17 @@ def test_a_repository_src_pytest_package_is_not_forbidden() -> None:
 
     assert forbidden_hits(["src/_pytest/python.py", "src/pytest/__init__.py", "pyproject.toml"],
                           list(DEFAULT_FORBIDDEN), []) == []
+
+
+def test_a_module_named_like_the_standard_library_is_forbidden_only_where_the_oracle_imports(tmp_path: Path) -> None:
+    from sealbench.workspace import stdlib_shadows
+
+    (tmp_path / "json.py").write_text("")  # the task's own: changing it is a fix
+    hidden = ["oracle.py", "tests/test_x.py"]
+    changed = ["pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py",
+               "json.py", "src/pkg/types.py", "pkg/parser.py", "test/test_new.py", "calc.py", "tests/test_x.py"]
+    assert stdlib_shadows(changed, tmp_path, hidden) == [
+        "pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py"]
 
 
 def test_contract_locked_before_flagged_pass_keeps_its_digest(tmp_path: Path) -> None:

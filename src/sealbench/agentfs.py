@@ -38,7 +38,8 @@ _CHUNK = 1 << 20
 class TreeCaps:
     """Caps on what one attempt may leave in its workspace.
 
-    ``max_bytes`` counts the sizes of regular files; ``max_depth`` the directories below the
+    ``max_bytes`` counts the sizes of regular files (in whole pages where a copy writes them
+    to a quota'd tmpfs, :func:`on_tmpfs`); ``max_depth`` the directories below the
     root; ``max_seconds`` bounds the time spent reading the tree. ``max_patch_bytes`` bounds
     the patch captured from it.
 
@@ -117,6 +118,14 @@ def _file_digest(dir_fd: int, name: str, budget: _Budget) -> str | None:
         return "sha256:" + h.hexdigest()
     finally:
         os.close(fd)
+
+
+PAGE = 4096
+
+
+def on_tmpfs(size: int) -> int:
+    """The bytes a regular file of ``size`` bytes takes on a tmpfs: whole pages."""
+    return -(-size // PAGE) * PAGE
 
 
 class _Budget:
@@ -571,8 +580,10 @@ def _copy_file(src_fd: int, name: str, dst_fd: int, old: os.stat_result | None, 
             return
         # Charged before anything is written (nothing else writes the source any more): a sparse
         # file, or a hard link named a thousand times, costs every byte it would put on the
-        # host's disk, and nothing past the cap is written.
-        budget.spend(st.st_size)
+        # host's disk, and nothing past the cap is written. In whole pages, as a tmpfs quota
+        # counts it: 135,000 links to one 4,097-byte file passed a cap of bytes (553 MB) and
+        # then overflowed the grading copy's 1 GiB quota (two pages each).
+        budget.spend(on_tmpfs(st.st_size))
         # Permission bits only: a set-user-ID bit the agent set must not reach the host.
         mode = st.st_mode & 0o777
         if old is not None and stat.S_ISREG(old.st_mode) and old.st_size == st.st_size \

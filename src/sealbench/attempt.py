@@ -521,8 +521,13 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
                 ahead = prepare_oracle(settings, task, tw, attempt, deadline - time.monotonic())
 
         if agent.workdir_rejected:
-            # The copy back of the quota'd workspace stopped at a cap: the agent's failure.
+            # The copy back of the quota'd workspace stopped at a cap: the agent's failure. What
+            # it copied so far is cut off at the cap, and an attempt started on it could break
+            # the same cap on the way in (250,000 entries, plus the trace folder it rebuilds),
+            # a harness error: the next attempt starts from the pack's workspace instead.
             cap = Capture([], b"", rejected=agent.workdir_rejected)
+            if attempt < settings.max_attempts and not settings.probe:
+                tw.materialise()
         else:
             cap = capture(tw, deadline, oracle_ahead)
         patch = cap.patch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -69,12 +70,15 @@ def _refuse_workspaces_over(pack: Pack, ids: Sequence[str], cap: int) -> None:
     Raises:
         ContractError: naming the first such task, its size and the size asked for.
     """
+    from .agentfs import on_tmpfs
+
     for t in ids:
         size = 0
         for dirpath, _dirs, files in os.walk(pack.tasks[t].workspace):
             for name in files:
                 with contextlib.suppress(OSError):
-                    size += os.lstat(os.path.join(dirpath, name)).st_size
+                    st = os.lstat(os.path.join(dirpath, name))
+                    size += on_tmpfs(st.st_size) if stat.S_ISREG(st.st_mode) else st.st_size
         if size > cap:
             raise ContractError(f"task {t}'s workspace holds {size / 2**20:.1f} MiB, more than the workspace size "
                                 f"of {cap / 2**20:.1f} MiB (--workspace-mib); give it room for the agent's work too")

@@ -18,7 +18,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from xml.parsers import expat
 
 from . import events as ev
 from . import pytest_oracle
@@ -34,15 +33,21 @@ from .function_oracle import is_oracle_cmd
 from .pack import Task
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
 from .sandbox import command_path as sandbox_path
-from .workspace import META_DIR, TaskWorkspace, apply_patch, copy_tree, forbidden_hits, overlay
+from .workspace import (
+    META_DIR,
+    TaskWorkspace,
+    apply_patch,
+    copy_tree,
+    forbidden_hits,
+    overlay,
+    stdlib_shadows,
+)
 
 if TYPE_CHECKING:
     from .environments import BuiltEnv
     from .gateway import Gateway
 
 JUNIT_REPORT_CAP = 16 * 2**20
-
-JUNIT_MAX_DEPTH = 64
 
 FEEDBACK_CAP = 16 * 1024
 
@@ -302,72 +307,7 @@ def junit_verdict(grade_dir: Path, rel: str, required: Sequence[str], decided_by
     data = read_regular(grade_dir, rel, JUNIT_REPORT_CAP)
     if data is None:
         return {"ok": False, "why": "no JUnit report written (or not a regular file within the size cap)"}
-    try:
-        cases = junit_cases(data)
-    except (expat.ExpatError, ValueError) as e:
-        return {"ok": False, "why": f"unreadable JUnit report: {e}"}
-    passed: set[str] = set()
-    not_passed: set[str] = set()
-    ran = failed = 0
-    for case in cases:
-        name, cls = case.name, case.cls
-        aliases = {name, f"{cls}::{name}", f"{cls}.{name}"}
-        if "skipped" in case.marks:
-            not_passed.update(aliases)
-            continue
-        ran += 1
-        if "failure" in case.marks or "error" in case.marks:
-            failed += 1
-            not_passed.update(aliases)
-            continue
-        passed.update(aliases)
-    return pytest_oracle.verdict(ran, failed, passed, required, decided_by, not_passed)
-
-
-@dataclass
-class JUnitCase:
-    """One ``testcase`` of a JUnit report and which of skipped, failure, error it has."""
-
-    name: str
-    cls: str
-    marks: set[str] = field(default_factory=set)
-
-
-def junit_cases(data: bytes) -> list[JUnitCase]:
-    """Every ``testcase`` element of a JUnit report (at any depth), with which of ``skipped``,
-    ``failure`` and ``error`` it has as direct children.
-
-    Read as a stream, never built as a tree, and refused past :data:`JUNIT_MAX_DEPTH` levels:
-    the code under test can write the report, and a tree of millions of nested elements
-    within the size cap cost the runner 700 MB.
-
-    Raises:
-        expat.ExpatError: the report is not well-formed XML.
-        ValueError: it nests deeper than the cap.
-    """
-    cases: list[JUnitCase] = []
-    open_elements: list[JUnitCase | None] = []
-    # The namespace separator of ElementTree: a namespaced testcase is not a testcase there either.
-    parser = expat.ParserCreate(namespace_separator="}")
-
-    def start(tag: str, attrs: dict[str, str]) -> None:
-        if len(open_elements) >= JUNIT_MAX_DEPTH:
-            raise ValueError(f"elements nested deeper than {JUNIT_MAX_DEPTH}")
-        parent = open_elements[-1] if open_elements else None
-        if parent is not None and tag in ("skipped", "failure", "error"):
-            parent.marks.add(tag)
-        case = JUnitCase(attrs.get("name", ""), attrs.get("classname", "")) if tag == "testcase" else None
-        if case is not None:
-            cases.append(case)
-        open_elements.append(case)
-
-    def end(tag: str) -> None:
-        open_elements.pop()
-
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    parser.Parse(data, True)
-    return cases
+    return pytest_oracle.junit_verdict(data, required, decided_by)
 
 
 def remove_planted_report(grade_dir: Path, rel: str) -> None:
@@ -485,6 +425,10 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
     hidden_paths = task.hidden_paths()
     forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths,
                                reset=task.record.test_files == "reset")
+    if not pytest_oracle.is_guarded(task.record.oracle_cmd):
+        # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed); a
+        # script oracle, or pytest run by the oracle itself, has nobody watching its imports.
+        forbidden += [p for p in stdlib_shadows(changed, task.workspace, hidden_paths) if p not in forbidden]
     grade_dir = tw.root / f"grade-{attempt}"
     if ahead is None:
         remove_tree(grade_dir)

@@ -38,11 +38,11 @@ import json
 import os
 import secrets
 import stat
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from xml.parsers import expat
 
 from . import pytest_guard
 from .digest import sha256_bytes
@@ -51,6 +51,7 @@ HARNESS_PYTEST: Final = "sealbench-pytest"
 GUARD_FILE: Final = Path(pytest_guard.__file__).resolve()
 GUARD_LABEL: Final = f"{HARNESS_PYTEST}/{pytest_guard.GUARD_VERSION}"
 REPORT_CAP: Final = 64 * 2**20
+JUNIT_MAX_DEPTH: Final = 64
 RECORD_CAP: Final = 8 * 2**20
 _DETAILS_KEPT: Final = 20
 # Options that would hand the workspace back what the harness takes away, or move the report.
@@ -182,28 +183,74 @@ def read_private(path: Path, cap: int) -> bytes | None:
 
 
 def junit_verdict(data: bytes | None, required: Sequence[str], decided_by: str = "all") -> dict[str, Any]:
-    """Counts, failures and whether the tests that decide passed, from a JUnit report's bytes."""
+    """Counts, failures and whether the tests that decide passed, from a JUnit report's bytes
+    (see :func:`verdict` for the two rules)."""
     if data is None:
         return {"ok": False, "why": "no JUnit report written"}
     try:
-        root = ET.fromstring(data)
-    except ET.ParseError as e:
+        cases = junit_cases(data)
+    except (expat.ExpatError, ValueError) as e:
         return {"ok": False, "why": f"unreadable JUnit report: {e}"}
     ran = failed = 0
     passed: set[str] = set()
     not_passed: set[str] = set()
-    for case in root.iter("testcase"):
-        name, cls = case.get("name", ""), case.get("classname", "")
-        if case.find("skipped") is not None:
-            not_passed.update(_names(cls, name))
+    for case in cases:
+        if "skipped" in case.marks:
+            not_passed.update(_names(case.cls, case.name))
             continue
         ran += 1
-        if case.find("failure") is not None or case.find("error") is not None:
+        if "failure" in case.marks or "error" in case.marks:
             failed += 1
-            not_passed.update(_names(cls, name))
+            not_passed.update(_names(case.cls, case.name))
             continue
-        passed.update(_names(cls, name))
+        passed.update(_names(case.cls, case.name))
     return verdict(ran, failed, passed, required, decided_by, not_passed)
+
+
+@dataclass
+class JUnitCase:
+    """One ``testcase`` of a JUnit report and which of skipped, failure, error it has."""
+
+    name: str
+    cls: str
+    marks: set[str] = field(default_factory=set)
+
+
+def junit_cases(data: bytes) -> list[JUnitCase]:
+    """Every ``testcase`` element of a JUnit report (at any depth), with which of ``skipped``,
+    ``failure`` and ``error`` it has as direct children.
+
+    Read as a stream, never built as a tree, and refused past :data:`JUNIT_MAX_DEPTH` levels:
+    the code under test can write the report, and a tree of millions of nested elements
+    within the size cap cost the runner 700 MB.
+
+    Raises:
+        expat.ExpatError: the report is not well-formed XML.
+        ValueError: it nests deeper than the cap.
+    """
+    cases: list[JUnitCase] = []
+    open_elements: list[JUnitCase | None] = []
+    # The namespace separator of ElementTree: a namespaced testcase is not a testcase there either.
+    parser = expat.ParserCreate(namespace_separator="}")
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(open_elements) >= JUNIT_MAX_DEPTH:
+            raise ValueError(f"elements nested deeper than {JUNIT_MAX_DEPTH}")
+        parent = open_elements[-1] if open_elements else None
+        if parent is not None and tag in ("skipped", "failure", "error"):
+            parent.marks.add(tag)
+        case = JUnitCase(attrs.get("name", ""), attrs.get("classname", "")) if tag == "testcase" else None
+        if case is not None:
+            cases.append(case)
+        open_elements.append(case)
+
+    def end(tag: str) -> None:
+        open_elements.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.Parse(data, True)
+    return cases
 
 
 def _names(cls: str, name: str) -> set[str]:

@@ -14,6 +14,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -260,6 +261,39 @@ def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths
             (h == path and not reset) or h.startswith(path + "/") for h in hidden_paths
         ):
             hits.append(path)
+    return hits
+
+
+# What Python imports from a directory on sys.path: a module file, or a package's __init__.
+_IMPORTABLE = (".py", ".pyc", ".pyw", ".so", ".pyd")
+
+
+def stdlib_shadows(changed: Iterable[str], pristine: Path, hidden_paths: Sequence[str]) -> list[str]:
+    """Changed paths that add a module named like one of the standard library's where the oracle
+    imports from: the working directory, or a directory that holds a hidden file (the oracle's
+    script, whose directory Python puts first on ``sys.path``, or a test pytest imports with its
+    directory prepended). There a candidate's ``pathlib.py`` is imported instead of the standard
+    library's, and can end the oracle with exit 0 before any test runs.
+
+    A file or package the pristine workspace already holds is the task's own, and not counted.
+    """
+    dirs = {""} | {h.rpartition("/")[0] for h in hidden_paths}
+    hits = []
+    for path in changed:
+        parts = path.split("/")
+        for i, part in enumerate(parts):
+            if "/".join(parts[:i]) not in dirs:
+                continue
+            rest = parts[i + 1:]
+            if not rest and part.endswith(_IMPORTABLE):
+                module = part.split(".", 1)[0]
+            elif len(rest) == 1 and rest[0].endswith(_IMPORTABLE) and rest[0].split(".", 1)[0] == "__init__":
+                module = part
+            else:
+                continue
+            if module in sys.stdlib_module_names and module != "__main__" and not os.path.lexists(pristine / path):
+                hits.append(path)
+                break
     return hits
 
 
