@@ -85,6 +85,10 @@ class Bundles:
         return self._bundle("cmp-noop-3", "builtin:noop", max_attempts=3)
 
     @functools.cached_property
+    def noop_small_tmp(self) -> Path:
+        return self._bundle("cmp-noop-tmp", "builtin:noop", sandbox_caps={"tmp_bytes": 32 << 20})
+
+    @functools.cached_property
     def shell_unsandboxed(self) -> Path:
         return self._bundle("cmp-shell-none", "sh -c 'echo I read the task and changed nothing'", sandbox="none")
 
@@ -197,6 +201,13 @@ def test_mismatched_budget_is_refused(bundles: Bundles) -> None:
 
 
 @needs_runs
+def test_a_budget_differing_beyond_attempts_and_time_is_refused_naming_what_differs(bundles: Bundles) -> None:
+    with pytest.raises(ScoreRefusal, match=r"budget policy differs between cmp-noop and cmp-noop-tmp: "
+                                           r"tmp_bytes None and 33554432 \(None: not set\)"):
+        compare([bundles.noop, bundles.noop_small_tmp])
+
+
+@needs_runs
 def test_unverifiable_bundle_is_refused(bundles: Bundles, tmp_path: Path) -> None:
     tampered = Path(shutil.copytree(bundles.noop, tmp_path / "cmp-noop"))
     (tampered / "rate.json").write_text((tampered / "rate.json").read_text().replace('"n": 5', '"n": 4'))
@@ -253,6 +264,18 @@ def test_require_signed_refuses_unsigned_bundles_and_signatures_by_other_keys(
     assert code == 3 and "is not a signature by any key given with --pubkey" in err
     code, _out, err = cli("compare", *signed, "--require-signed")
     assert code == 2 and "--require-signed needs the keys" in err
+
+
+@needs_runs
+def test_exploit_a_signature_linked_from_outside_the_bundle_is_never_read(
+        bundles: Bundles, cli: Any, tmp_path: Path) -> None:
+    key, pub = keygen(tmp_path / "signer")
+    signed = [make_bundle(run_dir_of(b), tmp_path / "signed", sign_key=key) for b in (bundles.reference, bundles.noop)]
+    outside = tmp_path / "elsewhere.sig"
+    (signed[0] / "SHA256SUMS.sig").rename(outside)  # a true signature, but outside the bundle
+    (signed[0] / "SHA256SUMS.sig").symlink_to(outside)
+    code, _out, err = cli("compare", *signed, "--require-signed", "--pubkey", pub)
+    assert code == 3 and f"{signed[0]} is not signed (no SHA256SUMS.sig)" in err and "a link" in err
 
 
 def test_fewer_than_two_bundles_is_a_usage_error(tmp_path: Path) -> None:

@@ -113,7 +113,13 @@ OUTCOME = payload("task_finished", BAD, outcome="pass")
 RESULT = chain(OUTCOME, payload("attempt_finished", BAD, 2, result="pass"))
 GRADED = chain(RESULT, payload("graded", BAD, 2, task_pass=True))
 GREEN = chain(GRADED, payload("graded", BAD, 2, tests_green=True))
-WHOLE_STORY = chain(GREEN, oracle_green(BAD, 2))
+ORACLE = chain(GREEN, oracle_green(BAD, 2))
+WHOLE_STORY = chain(ORACLE, payload("graded", BAD, 2, junit={"failed": 0, "missing_required": [], "ok": True,
+                                                            "ran": 4, "why": None}))
+# A pass the contract does not count (the test process was flagged; by default such a pass does
+# not count), then the same with its flagged_pass rewritten too.
+NOT_COUNTED = chain(WHOLE_STORY, payload("graded", BAD, 2, forging_flags=["gc_walk"], flagged_pass="not_counted"))
+COUNTED = chain(WHOLE_STORY, payload("graded", BAD, 2, forging_flags=["gc_walk"], flagged_pass="counted"))
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,12 @@ def test_the_real_run_tells_the_story_the_forgeries_rewrite(made: Made) -> None:
     (RESULT, f"journal.jsonl task {BAD}: attempt_finished 2 says 'pass', but its grading (graded 2"),
     (GRADED, f"journal.jsonl task {BAD}: graded 2 (seq {{}}) says task_pass, but tests_green is False"),
     (GREEN, f"journal.jsonl task {BAD}: graded 2 (seq {{}}) says tests_green, but the oracle exited"),
-], ids=["outcome", "attempt-result", "grading", "tests-green"])
+    (ORACLE, f"journal.jsonl task {BAD}: graded 2 (seq {{}}) says tests_green, but its JUnit verdict is not ok"),
+    (NOT_COUNTED, f"journal.jsonl task {BAD}: graded 2 (seq {{}}) says task_pass, but flagged_pass is 'not_counted'"),
+    (COUNTED, f"journal.jsonl task {BAD}: graded 2 (seq {{}}) is flagged ['gc_walk'] and green, but says "
+              f"flagged_pass 'counted'; under this contract the runner writes 'not_counted'"),
+], ids=["outcome", "attempt-result", "grading", "tests-green", "junit-not-ok", "flagged-not-counted",
+        "flagged-counted-against-the-contract"])
 def test_consistently_rewritten_outcome_is_refused_by_verify_naming_the_task(
         made: Made, tmp_path: Path, cli: Any, edit: Edit, named: str) -> None:
     bundle = forge(copy(made, tmp_path), edit)
@@ -172,6 +183,48 @@ def test_consistently_rewritten_outcome_is_refused_by_verify_naming_the_task(
     assert named.format(seq) in err, err
     # Nothing else gives it away: sums, chain and every derived file agree with the forgery.
     assert "SHA256SUMS" not in err and "chain" not in err and "derives" not in err
+
+
+def test_exploit_score_of_a_run_directory_whose_outcomes_were_rewritten_refuses_it(
+        made: Made, tmp_path: Path, cli: Any) -> None:
+    # The journal alone rewritten and re-chained, the derived files left as they were: score
+    # reads a run directory's journal, and printed "2 of 2 task_pass" under a table of fails.
+    run = Path(shutil.copytree(made.run_dir, tmp_path / "run"))
+    rechain(run / "journal.jsonl", OUTCOME)
+    contract = made.bundle / "scoring_contract.json"
+    code, out, err = cli("score", contract, run)
+    assert code == 4, (out, err)
+    assert f"task {BAD}: task_finished" in err and "says outcome 'pass'" in err
+    assert "task_pass" not in out
+
+
+def test_exploit_a_task_s_hidden_test_digest_rewritten_is_refused_by_verify_with_the_pack(
+        made: Made, tmp_path: Path, cli: Any) -> None:
+    bundle = forge(copy(made, tmp_path), payload("task_started", BAD, hidden_tests_sha256="sha256:" + "0" * 64))
+    code, _out, err = cli("verify", bundle)
+    assert code == 0, "without the pack, nothing pins a task's hidden tests but the journal"
+    pack = made.run_dir.parent / "pack"
+    code, _out, err = cli("verify", bundle, "--pack", pack)
+    assert code == 4, err
+    assert f"task {BAD}: task_started (seq " in err and f"but the pack {pack} seals sha256:" in err
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (payload("task_finished", GOOD, elapsed_ms=1), f"journal.jsonl task {GOOD}: task_finished (seq {{}}) says "
+                                                   f"elapsed_ms 1, but attempt "),
+    (payload("agent_finished", GOOD, 2, elapsed_ms=300_000),
+     f"journal.jsonl task {GOOD}: agent_finished 2 (seq {{}}) says the agent ran 300000 ms and did not time out, "
+     f"but the task's wall-clock cap is 60 s"),
+], ids=["task-time-cut", "agent-past-the-cap"])
+def test_exploit_a_time_rewritten_is_refused_by_verify(made: Made, tmp_path: Path, cli: Any, edit: Edit,
+                                                       named: str) -> None:
+    bundle = forge(copy(made, tmp_path), edit)
+    code, _out, err = cli("verify", bundle)
+    assert code == 4, err
+    events = read_chain(bundle / "journal.jsonl").events
+    kind = "task_finished" if "task_finished" in named else "agent_finished"
+    seq = of(events, kind, GOOD, None if kind == "task_finished" else 2)["seq"]
+    assert named.format(seq) in err, err
 
 
 def test_report_of_a_consistently_rewritten_bundle_is_refused_with_exit_3(

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -68,7 +67,7 @@ from .derive import (
     typed_lines,
 )
 from .derive import where_of as _where
-from .digest import DIGEST_RE, sha256_bytes
+from .digest import DIGEST_RE, sha256_bytes, strict_json
 from .errors import (
     ContractError,
     IncompleteScorecard,
@@ -343,8 +342,8 @@ def bundle_files(
 
 def _json_or_none(data: bytes) -> Any:
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        return strict_json(data)
+    except ValueError:
         return None
 
 
@@ -446,6 +445,8 @@ class PackFinding:
     path: str
     digest: str | None
     problems: tuple[str, ...] = ()
+    hidden: Mapping[str, str] = field(default_factory=dict)
+    """Each task's hidden-test digest as the sealed pack records it."""
 
 
 @dataclass(frozen=True)
@@ -593,6 +594,8 @@ def check_bundle(
     events = chain.lines
     probe_events = probe_chain.lines if probe_chain is not None else None
     problems += run_pins(contract, events, JOURNAL, probe=False)
+    if pack is not None and pack.hidden:
+        problems += _pack_pins(pack, events, JOURNAL)
     # The chain shows the journal was not edited, unless every hash was recomputed: what the
     # events mean must agree too (see consistency's module docstring).
     problems += journal_contradictions(events, contract)
@@ -639,9 +642,20 @@ def check_bundle(
 
 
 def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
-    """Every regular file under ``root`` by relative path; anything else is a problem."""
+    """Every regular file under ``root`` by relative path; anything else is a problem.
+
+    Only the files SHA256SUMS lists are read (and SHA256SUMS and its signature): any other is
+    named as not listed whatever it holds, so a sparse file of many gigabytes planted beside
+    them costs nothing. A listed file too large for memory is a problem, never a crash.
+    """
     files: dict[str, bytes] = {}
     problems: list[str] = []
+    sums = root / SUMS
+    listed: set[str] = set()
+    if not sums.is_symlink() and sums.is_file():
+        with contextlib.suppress(UnicodeDecodeError, MemoryError, OSError):
+            listed = {m.group(2) for line in sums.read_bytes().decode("utf-8").splitlines()
+                      if (m := _SUMS_LINE_RE.match(line)) is not None}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
         for name in [*filenames, *dirnames]:
@@ -650,10 +664,16 @@ def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
             if path.is_symlink():
                 problems.append(f"{rel}: a symlink; a bundle holds regular files only")
             elif name in filenames:
-                if path.is_file():
-                    files[rel] = path.read_bytes()
-                else:
+                if not path.is_file():
                     problems.append(f"{rel}: not a regular file")
+                elif rel not in listed and rel not in (SUMS, SIGNATURE):
+                    files[rel] = b""  # named as not listed by check_sums; never read
+                else:
+                    try:
+                        files[rel] = path.read_bytes()
+                    except MemoryError:
+                        files[rel] = b""
+                        problems.append(f"{rel}: {path.stat().st_size} bytes, too large to read into memory")
     return files, problems
 
 
@@ -662,7 +682,7 @@ def _first_json(data: bytes | None) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data.split(b"\n", 1)[0])
+        return strict_json(data.split(b"\n", 1)[0])
     except ValueError:
         return None
 
@@ -711,11 +731,26 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     )
 
 
+def _pack_pins(pack: PackFinding, lines: Sequence[ev.Line], source: str) -> list[str]:
+    """Each task_started line whose hidden-test digest is not the one the sealed pack in hand
+    records (the contract pins the pack, the pack each task's hidden tests)."""
+    problems = []
+    for line in lines:
+        event, tid = line.event, line.task_id
+        sealed = pack.hidden.get(tid) if tid is not None else None
+        if isinstance(event, ev.TaskStarted) and sealed is not None and event.hidden_tests_sha256 != sealed:
+            problems.append(f"{source} task {tid}: task_started (seq {line.raw.get('seq')}) says "
+                            f"hidden_tests_sha256 {event.hidden_tests_sha256}, but the pack {pack.path} seals {sealed}")
+    return problems
+
+
 def _check_pack(pack: Path) -> PackFinding:
     from .pack import check_pack
 
     try:
-        return PackFinding(path=str(pack), digest=check_pack(pack).sealed_digest)
+        checked = check_pack(pack)
+        return PackFinding(path=str(pack), digest=checked.sealed_digest,
+                           hidden={tid: t.record.hidden_tests_sha256 for tid, t in checked.tasks.items()})
     except VerificationFailed as e:
         return PackFinding(path=str(pack), digest=None, problems=tuple(e.problems))
     except PackError as e:

@@ -353,6 +353,12 @@ def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = Fal
             raise _refuse(f"metrics differ between {pair}")
         if fb.feedback != sb.feedback:
             raise _refuse(f"feedback policy differs between {pair}: {fb.feedback} and {sb.feedback}")
+        # The rest of the budget is the budget policy too: the pause between attempts, the caps
+        # on model use, the sandbox's sizes (unset is its own value: the release's default).
+        differ = [f"{k} {getattr(fb, k)!r} and {getattr(sb, k)!r}" for k in type(fb).model_fields
+                  if k not in ("max_attempts", "wall_clock_s", "feedback") and getattr(fb, k) != getattr(sb, k)]
+        if differ:
+            raise _refuse(f"budget policy differs between {pair}: {'; '.join(differ)} (None: not set)")
         if sorted(fc.forbidden_paths or []) != sorted(sc.forbidden_paths or []) or (
             (fc.forbidden_paths is None) != (sc.forbidden_paths is None)
         ):
@@ -403,21 +409,28 @@ def compare_sides(sides: Sequence[Side], *, allow_mixed_isolation: bool = False)
                          pairs=tuple(pairs), caveats=(caveat,) if caveat else ())
 
 
+_SIGNATURE_CAP = 64 * 1024
+_SUMS_CAP = 256 * 2**20
+
+
 def _signer(path: Path, pubkeys: Sequence[Path]) -> Path:
     """The key among ``pubkeys`` whose signature ``path`` carries.
 
     Raises:
         ScoreRefusal: the bundle carries no signature, or none by these keys.
     """
+    from .agentfs import read_regular
     from .signing import read_key, signature_valid
 
-    sums, sig = path / SUMS, path / SIGNATURE
-    if not sig.is_file():
+    # Read as regular files inside the bundle only: never through a link the bundle carries.
+    sig = read_regular(path, SIGNATURE, _SIGNATURE_CAP)
+    if sig is None:
         raise _refuse(f"{path} is not signed (no {SIGNATURE}); --require-signed compares signed bundles only, "
-                      f"since an unsigned bundle proves internal consistency only")
-    data = sums.read_bytes() if sums.is_file() else b""
+                      f"since an unsigned bundle proves internal consistency only (a link, or anything but "
+                      f"a regular file of at most {_SIGNATURE_CAP // 1024} KiB, is no signature)")
+    data = read_regular(path, SUMS, _SUMS_CAP) or b""
     for key in pubkeys:
-        if signature_valid(read_key(key), data, sig.read_bytes()):
+        if signature_valid(read_key(key), data, sig):
             return key
     raise _refuse(f"{path}: {SIGNATURE} is not a signature by any key given with --pubkey "
                   f"({', '.join(str(k) for k in pubkeys)})")

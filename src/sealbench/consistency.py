@@ -23,10 +23,11 @@ The runner writes, for each task (``coordinator.Coordinator``)::
 
 and an attempt's result follows from its facts: a timed-out agent is a timeout; exit 0
 with an empty patch is an abstain and is never graded; otherwise the grading decides (pass
-only when the hidden tests went green on a patch that applied clean and touched no
-forbidden path). The task's outcome is its last attempt's result; a failed or interrupted
-last attempt ends the task as a fail once every attempt is used, and as a timeout when the
-time ran out first.
+only when the hidden tests went green, their JUnit report too where there is one, on a patch
+that applied clean and touched no forbidden path, and, when the test process was flagged,
+only if the contract counts such a pass). The task's outcome is its last attempt's result;
+a failed or interrupted last attempt ends the task as a fail once every attempt is used, and
+as a timeout when the time ran out first.
 
 An event that is not one of the runner's (an unknown kind or field, a wrong type) is named
 as such (:mod:`sealbench.events`); any other event names an attempt only once it started.
@@ -51,6 +52,10 @@ _RESULTS = frozenset({"pass", "fail", "timeout", "abstain"})
 _PROBE_RESULTS = frozenset({"probe_pass", "probe_fail", "timeout"})
 _OUTCOMES = frozenset(o.value for o in Outcome)
 _MISSING: Any = object()
+# How far past the task's wall-clock cap an agent that did not time out may have run in a true
+# journal: the kill comes within a second of the deadline, and a loaded machine writes late.
+# Generous, so that no honest run is ever called edited; a gross rewrite is still named.
+_TIME_SLACK_S = 60.0
 
 
 @dataclass
@@ -97,6 +102,7 @@ class _Reader:
     cap: int | None
     wall_clock_s: float | None
     probe: bool
+    flagged_counts: bool = False
     problems: list[str] = field(default_factory=list)
     tasks: dict[str, _Task] = field(default_factory=dict)
     strangers: set[str] = field(default_factory=set)
@@ -279,6 +285,10 @@ class _Reader:
         patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
             else events.PatchCaptured()
         abstained = agent.exit_code == 0 and patch.empty is True
+        if (agent.timed_out is not True and not self.probe and self.wall_clock_s is not None
+                and isinstance(agent.elapsed_ms, int) and agent.elapsed_ms > (self.wall_clock_s + _TIME_SLACK_S) * 1000):
+            self.say(tid, f"{_at(agent_ev or line)} says the agent ran {agent.elapsed_ms} ms and did not time out, "
+                          f"but the task's wall-clock cap is {self.wall_clock_s:g} s: the runner kills it at the cap")
         if agent.timed_out is True:
             if result != "timeout":
                 self.say(tid, f"{_at(line)} says {result!r}, but the agent timed out ({_at(agent_ev or line)}): "
@@ -317,6 +327,18 @@ class _Reader:
             if g.forbidden:
                 self.say(tid, f"{_at(graded_ev)} says task_pass, but the patch touched forbidden paths "
                               f"{g.forbidden!r}")
+            if g.flagged_pass == "not_counted":
+                self.say(tid, f"{_at(graded_ev)} says task_pass, but flagged_pass is 'not_counted': the "
+                              f"contract does not count a pass whose test process was flagged")
+        if g.tests_green is True and g.forging_flags:
+            # The runner writes flagged_pass for every flagged green run, as the contract rules.
+            expected_flag = "counted" if self.flagged_counts else "not_counted"
+            if g.flagged_pass != expected_flag:
+                self.say(tid, f"{_at(graded_ev)} is flagged {g.forging_flags!r} and green, but says flagged_pass "
+                              f"{g.flagged_pass!r}; under this contract the runner writes {expected_flag!r}")
+        if g.tests_green is True and g.junit is not None and g.junit.get("ok") is not True:
+            self.say(tid, f"{_at(graded_ev)} says tests_green, but its JUnit verdict is not ok "
+                          f"({g.junit.get('why')!r}): the report decides too")
         if g.tests_green is True:
             oracle = g.oracle or events.ProcessFacts()
             if oracle.exit_code != 0 or oracle.timed_out is not False:
@@ -337,6 +359,14 @@ class _Reader:
             self.say(tid, f"{where} has outcome {outcome!r}, which is not an outcome")
             return
         used = len(task.order)
+        longest = max(((a.number, a.closed.event.elapsed_ms) for a in task.order if a.closed is not None
+                       and isinstance(a.closed.event, events.AttemptFinished)
+                       and isinstance(a.closed.event.elapsed_ms, int)), key=lambda na: na[1], default=None)
+        # A task's time holds its attempts' (in one session: a resumed task's counts what it was
+        # charged before, which is capped).
+        if not self.resumed and longest is not None and isinstance(p.elapsed_ms, int) and p.elapsed_ms + 1 < longest[1]:
+            self.say(tid, f"{where} says elapsed_ms {p.elapsed_ms}, but attempt {longest[0]} alone took "
+                          f"{longest[1]} ms")
         if p.attempts_used != used:
             self.say(tid, f"{where} says attempts_used {p.attempts_used!r}, but {used} attempt(s) started")
         first = task.attempts.get(1)
@@ -400,6 +430,31 @@ def _story(attempt: _Attempt | None) -> str:
     return f"ended {attempt.result!r} ({_at(closed)})"
 
 
+class Contradictions:
+    """:func:`journal_contradictions` one line at a time, for a journal read as a stream."""
+
+    def __init__(self, contract: ScoringContract, *, source: str = "journal.jsonl", probe: bool = False) -> None:
+        budget = contract.budget
+        cap = 1 if probe else (budget.max_attempts if budget is not None else None)
+        self._reader = _Reader(source=source, denominator=frozenset(contract.task_ids), cap=cap,
+                               wall_clock_s=budget.wall_clock_s if budget is not None else None, probe=probe,
+                               flagged_counts=contract.flagged_pass == "counted")
+        self._index = 0
+
+    @property
+    def problems(self) -> list[str]:
+        """Every contradiction found so far, as sentences."""
+        return self._reader.problems
+
+    def feed(self, line: events.Line) -> None:
+        """Check one typed line, in journal order."""
+        if line.task_id is None:
+            self._reader.run_event(self._index, line)
+        else:
+            self._reader.task_event(line)
+        self._index += 1
+
+
 def journal_contradictions(
     items: Sequence[Any], contract: ScoringContract, *, source: str = "journal.jsonl", probe: bool = False
 ) -> list[str]:
@@ -411,13 +466,7 @@ def journal_contradictions(
     list means each task's events tell a story the runner could have written; it does not
     mean that the story happened (see the module docstring).
     """
-    budget = contract.budget
-    cap = 1 if probe else (budget.max_attempts if budget is not None else None)
-    reader = _Reader(source=source, denominator=frozenset(contract.task_ids), cap=cap,
-                     wall_clock_s=budget.wall_clock_s if budget is not None else None, probe=probe)
-    for index, line in enumerate(events.lines(items, source, reader.problems)):
-        if line.task_id is None:
-            reader.run_event(index, line)
-        else:
-            reader.task_event(line)
-    return reader.problems
+    check = Contradictions(contract, source=source, probe=probe)
+    for line in events.lines(items, source, check.problems):
+        check.feed(line)
+    return check.problems

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -26,6 +27,34 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of a float's range")
+    return value
+
+
+def strict_json(data: bytes | str) -> Any:
+    """Parse JSON that :func:`canonical_json` can serialise again: no NaN, no Infinity, and no
+    number too large for a float (``1e999``).
+
+    Raises:
+        ValueError: not UTF-8, not JSON, NaN or Infinity, an integer of more digits than Python
+            converts, or nesting deeper than Python's recursion limit (hostile files read by
+            verify, score and resume all end up here: an error that names the line, not a crash).
+    """
+    try:
+        return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8: {e}") from None
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -16,7 +16,6 @@ records the repair as an event and continues the chain.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time as _time
@@ -27,7 +26,7 @@ from typing import Any
 
 from . import events as ev
 from .clock import Clock
-from .digest import canonical_json, sha256_bytes
+from .digest import canonical_json, sha256_bytes, strict_json
 from .errors import STORAGE_ERRNOS, HarnessError, RunRefusal, StorageError, VerificationFailed
 
 JOURNAL_VERSION = 2
@@ -119,8 +118,8 @@ def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
             report.torn_tail = raw
             continue
         try:
-            event = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            event = strict_json(raw)
+        except ValueError:
             report.problems.append(f"journal.jsonl line {lineno}: not valid JSON (edited)")
             seq += 1
             offset += len(raw) + 1
@@ -158,8 +157,8 @@ def iter_verified(path: Path) -> Iterator[ev.Line]:
         if not complete:
             raise VerificationFailed([f"journal.jsonl line {lineno}: torn last line (resume the run to repair it)"])
         try:
-            event = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            event = strict_json(raw)
+        except ValueError:
             raise VerificationFailed([f"journal.jsonl line {lineno}: not valid JSON (edited)"]) from None
         problems = check_event(event, lineno, seq, prev)
         if problems:

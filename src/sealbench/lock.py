@@ -16,10 +16,12 @@ bind only those of one client.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import shlex
+import stat
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -82,16 +84,40 @@ def _describe_holder(fd: int) -> str:
     return f"being written by pid {pid} ({what}since {record.get('since', '?')})"
 
 
+def _open_lock(path: Path, flags: int, error: type[Refusal], mode: int = 0o644) -> int:
+    """Open the lock file at ``path``: never through a link, never blocking on a FIFO, and only a
+    regular file (a bundle from elsewhere may carry a ``writer.lock`` of any kind).
+
+    Raises:
+        Refusal (``error``): ``path`` is a link, FIFO, socket, device or directory.
+        FileNotFoundError, NotADirectoryError, OSError: as ``os.open``.
+    """
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise error(f"{path} is not a regular file (a link, directory or socket): "
+                        f"not a lock sealbench made; this directory was not written by sealbench") from None
+        raise
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        raise error(f"{path} is not a regular file (a FIFO or device): "
+                    f"not a lock sealbench made; this directory was not written by sealbench")
+    return fd
+
+
 def hold_writer(directory: Path, command: Sequence[str] | None) -> DirLock:
     """Take the exclusive writer lock of ``directory`` (created if needed) and record the holder.
 
     Raises:
-        RunRefusal: another process writes ``directory``, or a command reads it right now.
+        RunRefusal: another process writes ``directory``, or a command reads it right now, or
+            its lock file is not a regular file.
         OSError: the lock file cannot be created (a storage failure among them).
     """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    fd = _open_lock(path, os.O_RDWR | os.O_CREAT, RunRefusal)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -117,10 +143,11 @@ def hold_reader(directory: Path, command: str, error: type[Refusal] = ScoreRefus
     """Take a shared lock on ``directory`` while ``command`` reads it; None if no writer ever locked it.
 
     Raises:
-        Refusal (``error``): a run or probe is writing ``directory`` right now.
+        Refusal (``error``): a run or probe is writing ``directory`` right now, or its lock file
+            is not a regular file (a link, FIFO or device planted in a bundle).
     """
     try:
-        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = _open_lock(directory / LOCK_NAME, os.O_RDONLY, error)
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from .consistency import Contradictions
 from .derive import derive_iter, seed_event
 from .errors import ScoreRefusal, VerificationFailed
 from .events import Line, RunHeader
@@ -37,6 +38,9 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
     if not journal.is_file():
         raise ScoreRefusal(f"{source}: no journal.jsonl in this run directory")
     pinned: list[str | None] = []
+    # What the events mean is checked as they stream by, as verify checks a bundle's: a journal
+    # whose outcomes were rewritten, chain and all, is refused, never scored.
+    meaning = Contradictions(contract)
 
     def checked() -> Iterator[Line]:
         # Streamed: a long run's journal is never held in memory at once.
@@ -47,8 +51,11 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
                     raise VerificationFailed([
                         f"journal.jsonl: run was made under contract {pinned[0]}, "
                         f"not {contract.contract_sha256}"])
+            meaning.feed(line)
             yield line
 
     files = dict(derive_iter(checked(), contract.task_ids, contract.model_endpoints or ()))
+    if meaning.problems:
+        raise VerificationFailed(meaning.problems)
     cards = files["scorecards.jsonl"].splitlines()
     return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]
