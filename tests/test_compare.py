@@ -89,6 +89,10 @@ class Bundles:
         return self._bundle("cmp-noop-tmp", "builtin:noop", sandbox_caps={"tmp_bytes": 32 << 20})
 
     @functools.cached_property
+    def noop_default_tmp(self) -> Path:
+        return self._bundle("cmp-noop-tmp-default", "builtin:noop", sandbox_caps={"tmp_bytes": 512 << 20})
+
+    @functools.cached_property
     def shell_unsandboxed(self) -> Path:
         return self._bundle("cmp-shell-none", "sh -c 'echo I read the task and changed nothing'", sandbox="none")
 
@@ -203,8 +207,10 @@ def test_mismatched_budget_is_refused(bundles: Bundles) -> None:
 @needs_runs
 def test_a_budget_differing_beyond_attempts_and_time_is_refused_naming_what_differs(bundles: Bundles) -> None:
     with pytest.raises(ScoreRefusal, match=r"budget policy differs between cmp-noop and cmp-noop-tmp: "
-                                           r"tmp_bytes None and 33554432 \(None: not set\)"):
+                                           r"tmp_bytes 536870912 and 33554432 \(None: not set\)"):
         compare([bundles.noop, bundles.noop_small_tmp])
+    # A size given as the default it stands for pairs with none given at all.
+    assert compare([bundles.noop, bundles.noop_default_tmp]).pairs
 
 
 @needs_runs

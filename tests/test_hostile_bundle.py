@@ -107,6 +107,12 @@ def test_exploit_a_report_folder_beside_the_bundle_linked_elsewhere_is_never_wri
     code, _out, err = cli("report", bundle, "--out", real)
     assert code == 3 and "traces is a link" in err, err
     assert list(target.iterdir()) == []
+    # A folder the user names with --out may be a link of theirs.
+    mine = tmp_path / "mine"
+    mine.symlink_to(target)
+    code, _out, err = cli("report", bundle, "--out", mine)
+    assert code == 0, err
+    assert (target / "report.html").is_file()
 
 
 @pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
@@ -124,3 +130,21 @@ def test_exploit_a_sparse_file_of_gigabytes_beside_the_bundle_s_files_is_never_r
                           preexec_fn=two_gib, env={**os.environ, "SEALBENCH_DATA_DIR": str(tmp_path / "data")})
     assert proc.returncode == 4 and "zz_sparse: not listed in SHA256SUMS" in proc.stderr, proc.stderr
     assert "too large to read into memory" not in proc.stderr
+
+
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_exploit_a_listed_file_made_a_sparse_file_of_gigabytes_is_refused_unread(tmp_path: Path) -> None:
+    import resource
+
+    bundle = copy(tmp_path)
+    blob = sorted((bundle / "blobs").iterdir())[0]  # listed in SHA256SUMS
+    with blob.open("r+b") as f:
+        f.truncate(2 << 30)
+
+    def one_and_a_half_gib() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
+
+    proc = subprocess.run([sealbench_exe(), "verify", str(bundle)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=one_and_a_half_gib, env={**os.environ, "SEALBENCH_DATA_DIR": str(tmp_path / "data")})
+    assert proc.returncode == 4, proc.stderr
+    assert f"blobs/{blob.name}: {2 << 30} bytes, more than verify reads of one file (1 GiB" in proc.stderr

@@ -229,8 +229,10 @@ def test_pytest_shadow_package_in_workspace_is_not_imported(tmp_path: Path, shad
     graded, card, _ = run(tmp_path, files, name=name)
     assert card["outcome"] == "fail" and graded["junit"]["failed"] == 1 and flags(graded) == []
     if shadow == "pytest.py":
-        _, old, _ = run(tmp_path, files, name=f"{name}-old", old_form=True)
-        assert old["outcome"] == "pass"
+        # The form before sealbench-pytest imported it (it passed), and is now kept from it by a
+        # forbidden path: a module named like the test runner's where the oracle imports from.
+        old_graded, old, _ = run(tmp_path, files, name=f"{name}-old", old_form=True)
+        assert old["outcome"] == "fail" and old_graded["forbidden"] == ["pytest.py"]
 
 
 @pytest.mark.parametrize("path", ["sitecustomize.py", "usercustomize.py", "force.pth"])
@@ -643,15 +645,27 @@ def test_a_repository_src_pytest_package_is_not_forbidden() -> None:
                           list(DEFAULT_FORBIDDEN), []) == []
 
 
-def test_a_module_named_like_the_standard_library_is_forbidden_only_where_the_oracle_imports(tmp_path: Path) -> None:
-    from sealbench.workspace import stdlib_shadows
+def test_a_module_named_like_one_imported_from_elsewhere_is_forbidden_only_where_the_oracle_imports(
+        tmp_path: Path) -> None:
+    from sealbench.workspace import module_shadows
 
-    (tmp_path / "json.py").write_text("")  # the task's own: changing it is a fix
-    hidden = ["oracle.py", "tests/test_x.py"]
+    pristine, ws = tmp_path / "pristine", tmp_path / "ws"
+    pristine.mkdir()
+    (pristine / "json.py").write_text("")  # the task's own: changing it is a fix
+    (ws / "vendor" / "p").mkdir(parents=True)
+    (ws / "decimal").symlink_to("vendor/p")  # a link to a package, imported as decimal
+    (ws / "data").write_text("")
+    hidden = ["oracle.py", "tests/test_x.py", "a/b/test_y.py"]
     changed = ["pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py",
-               "json.py", "src/pkg/types.py", "pkg/parser.py", "test/test_new.py", "calc.py", "tests/test_x.py"]
-    assert stdlib_shadows(changed, tmp_path, hidden) == [
-        "pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py"]
+               "pytest.pyc", "pydantic/__init__.py", "decimal", "vendor/p/__init__.py", "a/fractions.py",
+               "src/json.py", "json.py", "io.py", "src/pkg/types.py", "pkg/parser.py", "test/test_new.py", "calc.py",
+               "tests/test_x.py", "data"]
+    assert module_shadows(changed, pristine, ws, hidden) == [
+        "pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py",
+        "pytest.pyc", "pydantic/__init__.py", "decimal", "a/fractions.py"]
+    # pytest's -o pythonpath=src puts src/ ahead of the standard library too.
+    assert module_shadows(["src/json.py"], pristine, ws, [], ["python", "-m", "pytest", "-o", "pythonpath=src"]) == [
+        "src/json.py"]
 
 
 def test_contract_locked_before_flagged_pass_keeps_its_digest(tmp_path: Path) -> None:

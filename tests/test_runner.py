@@ -151,16 +151,21 @@ def test_exploit_sitecustomize_or_pth_forces_exit_zero(sealed_pack: Path, tmp_pa
     assert cards[0]["outcome"] == "fail"
 
 
+@pytest.mark.parametrize(("plant", "forbidden"), [
+    ("printf {body} > pathlib.py", ["pathlib.py"]),
+    # A link named pathlib to a package elsewhere in the patch, imported under the link's name.
+    ("mkdir -p vendor/p && printf {body} > vendor/p/__init__.py && ln -s vendor/p pathlib", ["pathlib"]),
+], ids=["module", "link-to-a-package"])
 def test_exploit_module_named_like_the_standard_library_ends_a_script_oracle_with_exit_0(
-        sealed_pack: Path, tmp_path: Path) -> None:
+        sealed_pack: Path, tmp_path: Path, plant: str, forbidden: list[str]) -> None:
     # t_18's oracle is `python oracle_mutants.py`, which imports pathlib; Python puts the
-    # script's directory first on sys.path, so a pathlib.py there would end it with exit 0
+    # script's directory first on sys.path, so a pathlib there would end it with exit 0
     # (and "all mutants caught") while the agent wrote no test at all.
     body = 'import os, sys\nprint("all mutants caught")\nsys.stdout.flush()\nos._exit(0)\n'
-    cmd = sh(f"printf {json.dumps(body)} > pathlib.py")
+    cmd = sh(plant.format(body=json.dumps(body)))
     _, events, cards = run(sealed_pack, tmp_path, cmd, task_ids=("t_18_add_missing_test",), max_attempts=1)
     graded = kinds(events, "graded")[0]["payload"]
-    assert graded["forbidden"] == ["pathlib.py"] and graded["no_forbidden_path"] is False
+    assert graded["forbidden"] == forbidden and graded["no_forbidden_path"] is False
     assert "oracle" not in graded  # never run on a forbidden change
     assert cards[0]["outcome"] == "fail"
 

@@ -38,8 +38,8 @@ _CHUNK = 1 << 20
 class TreeCaps:
     """Caps on what one attempt may leave in its workspace.
 
-    ``max_bytes`` counts the sizes of regular files (in whole pages where a copy writes them
-    to a quota'd tmpfs, :func:`on_tmpfs`); ``max_depth`` the directories below the
+    ``max_bytes`` counts the sizes of regular files (in whole pages, :func:`on_tmpfs`, where a
+    tree is copied: into a quota'd tmpfs or back out of one); ``max_depth`` the directories below the
     root; ``max_seconds`` bounds the time spent reading the tree. ``max_patch_bytes`` bounds
     the patch captured from it.
 
@@ -120,7 +120,7 @@ def _file_digest(dir_fd: int, name: str, budget: _Budget) -> str | None:
         os.close(fd)
 
 
-PAGE = 4096
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def on_tmpfs(size: int) -> int:

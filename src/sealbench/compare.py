@@ -28,7 +28,7 @@ from typing import Any
 from .bundle import SIGNATURE, SUMS, VerifyReport, verify_bundle
 from .derive import IN_PROCESS, NO_SANDBOX, NOT_RECORDED
 from .errors import ScoreRefusal, UsageError, VerificationFailed
-from .formats import Scorecard, ScoringContract, TieRule
+from .formats import Budget, Scorecard, ScoringContract, TieRule
 from .stats import holm_adjust, mcnemar_exact
 
 TIE = "tie: no detectable difference on this slice"
@@ -354,9 +354,9 @@ def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = Fal
         if fb.feedback != sb.feedback:
             raise _refuse(f"feedback policy differs between {pair}: {fb.feedback} and {sb.feedback}")
         # The rest of the budget is the budget policy too: the pause between attempts, the caps
-        # on model use, the sandbox's sizes (unset is its own value: the release's default).
-        differ = [f"{k} {getattr(fb, k)!r} and {getattr(sb, k)!r}" for k in type(fb).model_fields
-                  if k not in ("max_attempts", "wall_clock_s", "feedback") and getattr(fb, k) != getattr(sb, k)]
+        # on model use, the sandbox's sizes (unset, a size is this release's default).
+        fv, sv = _budget_policy(fb), _budget_policy(sb)
+        differ = [f"{k} {fv[k]!r} and {sv[k]!r}" for k in fv if fv[k] != sv[k]]
         if differ:
             raise _refuse(f"budget policy differs between {pair}: {'; '.join(differ)} (None: not set)")
         if sorted(fc.forbidden_paths or []) != sorted(sc.forbidden_paths or []) or (
@@ -378,6 +378,18 @@ def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = Fal
         if locked > started:
             raise _refuse(f"{s.run_id}: its contract was locked at {s.contract.locked_at}, after its run "
                           f"began at {s.started_at}: the tie rule was not fixed before the run")
+
+
+def _budget_policy(budget: Budget) -> dict[str, Any]:
+    """The budget's fields beyond attempts, time and feedback, a sandbox size left unset read as
+    the size it stands for (so that `--workspace-mib 1024` pairs with no option at all)."""
+    from .agentfs import TreeCaps
+    from .sandbox import Limits
+
+    values = {k: getattr(budget, k) for k in type(budget).model_fields
+              if k not in ("max_attempts", "wall_clock_s", "feedback")}
+    defaults = {"workspace_bytes": TreeCaps().max_bytes, "tmp_bytes": Limits().tmp_bytes}
+    return {k: (defaults[k] if v is None and k in defaults else v) for k, v in values.items()}
 
 
 def _caps(contract: ScoringContract) -> str:

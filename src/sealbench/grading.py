@@ -39,8 +39,8 @@ from .workspace import (
     apply_patch,
     copy_tree,
     forbidden_hits,
+    module_shadows,
     overlay,
-    stdlib_shadows,
 )
 
 if TYPE_CHECKING:
@@ -428,7 +428,8 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
     if not pytest_oracle.is_guarded(task.record.oracle_cmd):
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed); a
         # script oracle, or pytest run by the oracle itself, has nobody watching its imports.
-        forbidden += [p for p in stdlib_shadows(changed, task.workspace, hidden_paths) if p not in forbidden]
+        forbidden += [p for p in module_shadows(changed, task.workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
+                      if p not in forbidden]
     grade_dir = tw.root / f"grade-{attempt}"
     if ahead is None:
         remove_tree(grade_dir)

@@ -102,7 +102,7 @@ def _open_lock(path: Path, flags: int, error: type[Refusal], mode: int = 0o644) 
     kind = os.fstat(fd).st_mode
     if not stat.S_ISREG(kind):
         os.close(fd)
-        raise error(f"{path} is not a regular file (a FIFO or device): "
+        raise error(f"{path} is not a regular file (a FIFO, device or directory): "
                     f"not a lock sealbench made; this directory was not written by sealbench")
     return fd
 

@@ -724,7 +724,7 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
         view = replace(view, checked=checked)
     sections = build_sections(view)
     svgs = render_figures(view, figure_names(sections))
-    _refuse_linked_folders(out)
+    _refuse_linked_folders(out, chosen=out_dir is not None)
     out.mkdir(parents=True, exist_ok=True)
     for name, data in svgs.items():
         write_atomic(out / FIGURE_FILES[name], data)
@@ -736,20 +736,23 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     return md_path, html_path
 
 
-def _refuse_linked_folders(out: Path) -> None:
+def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
     """Refuse to write through a link at the report's folder or a folder it writes into: the
     folder beside a bundle that came from elsewhere (in the same archive, say) can be a link
-    aimed anywhere.
+    aimed anywhere. A folder the user ``chosen`` with --out may itself be a link (theirs);
+    what it holds is checked all the same.
 
     Raises:
         ScoreRefusal: naming the link or the file in the way.
     """
     from .task_pages import TASKS_DIR
 
-    for folder in (out, out / TASKS_DIR, out / FILES_DIR, out / FILES_DIR / "traces", out / FILES_DIR / "patches"):
+    inside = (out / TASKS_DIR, out / FILES_DIR, out / FILES_DIR / "traces", out / FILES_DIR / "patches")
+    for folder in inside if chosen else (out, *inside):
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            fix = "remove it" if folder != out else "remove it, or choose the folder with --out"
             raise ScoreRefusal(f"no report: {folder} is {'a link' if folder.is_symlink() else 'not a folder'}; "
-                               f"a report is written only into real folders: remove it, or give --out")
+                               f"a report is written only into real folders: {fix}")
 
 
 def _copy_files(run_dir: Path, out: Path, view: RunView) -> None:

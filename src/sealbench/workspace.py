@@ -10,6 +10,7 @@ otherwise run commands on the host through hooks or ``core.fsmonitor``).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import select
 import shutil
@@ -266,18 +267,57 @@ def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths
 
 # What Python imports from a directory on sys.path: a module file, or a package's __init__.
 _IMPORTABLE = (".py", ".pyc", ".pyw", ".so", ".pyd")
+# The test runner's own packages: `python -m pytest` imports them from the working directory first.
+_RUNNER_PACKAGES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig"})
 
 
-def stdlib_shadows(changed: Iterable[str], pristine: Path, hidden_paths: Sequence[str]) -> list[str]:
-    """Changed paths that add a module named like one of the standard library's where the oracle
-    imports from: the working directory, or a directory that holds a hidden file (the oracle's
-    script, whose directory Python puts first on ``sys.path``, or a test pytest imports with its
-    directory prepended). There a candidate's ``pathlib.py`` is imported instead of the standard
-    library's, and can end the oracle with exit 0 before any test runs.
+@functools.lru_cache(maxsize=4096)
+def _importable_elsewhere(module: str) -> bool:
+    """Whether an oracle's Python imports ``module`` from outside the workspace: the standard
+    library, the test runner's packages or a package installed beside sealbench. A module built
+    into the interpreter or frozen is not: nothing on ``sys.path`` can stand in for it."""
+    import importlib.machinery
+    import site
+
+    if module in sys.builtin_module_names or importlib.machinery.FrozenImporter.find_spec(module) is not None:
+        return False
+    if module in sys.stdlib_module_names or module in _RUNNER_PACKAGES:
+        return True
+    # Looked up in the installed packages only, never on this process's own sys.path (under
+    # pytest, that holds the tests' folder, and a conftest there).
+    installed = [*site.getsitepackages(), site.getusersitepackages()]
+    try:
+        return importlib.machinery.PathFinder.find_spec(module, installed) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _import_dirs(hidden_paths: Sequence[str], oracle_cmd: Sequence[str]) -> set[str]:
+    """Directories an oracle may put on ``sys.path`` ahead of the standard library: the working
+    directory, each hidden file's directory and every directory above it (pytest's prepend
+    mode inserts the first one without an ``__init__.py``, which the patch can add), and what
+    the command sets with pytest's ``-o pythonpath=...``."""
+    dirs = {""}
+    for h in hidden_paths:
+        parts = h.split("/")[:-1]
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    for arg in oracle_cmd:
+        if arg.startswith("pythonpath="):
+            dirs.update(d.strip("/") for d in arg.removeprefix("pythonpath=").split() if d not in (".", "./"))
+    return dirs
+
+
+def module_shadows(changed: Iterable[str], pristine: Path, agent_ws: Path, hidden_paths: Sequence[str],
+                   oracle_cmd: Sequence[str] = ()) -> list[str]:
+    """Changed paths that add a module named like one the oracle imports from elsewhere (see
+    :func:`_importable_elsewhere`), where the oracle imports from (:func:`_import_dirs`): there a
+    candidate's ``pathlib.py`` (or ``pytest.pyc``, or a link named ``pathlib`` to a package) is
+    imported instead of the real one, and can end the oracle with exit 0 before any test runs.
 
     A file or package the pristine workspace already holds is the task's own, and not counted.
+    ``agent_ws`` is the agent's workspace, where a changed path can be seen to be a link.
     """
-    dirs = {""} | {h.rpartition("/")[0] for h in hidden_paths}
+    dirs = _import_dirs(hidden_paths, oracle_cmd)
     hits = []
     for path in changed:
         parts = path.split("/")
@@ -287,11 +327,13 @@ def stdlib_shadows(changed: Iterable[str], pristine: Path, hidden_paths: Sequenc
             rest = parts[i + 1:]
             if not rest and part.endswith(_IMPORTABLE):
                 module = part.split(".", 1)[0]
+            elif not rest and os.path.islink(agent_ws / path):
+                module = part  # a link to a package, imported under its own name
             elif len(rest) == 1 and rest[0].endswith(_IMPORTABLE) and rest[0].split(".", 1)[0] == "__init__":
                 module = part
             else:
                 continue
-            if module in sys.stdlib_module_names and module != "__main__" and not os.path.lexists(pristine / path):
+            if module != "__main__" and _importable_elsewhere(module) and not os.path.lexists(pristine / path):
                 hits.append(path)
                 break
     return hits
