@@ -170,6 +170,27 @@ def test_exploit_module_named_like_the_standard_library_ends_a_script_oracle_wit
     assert cards[0]["outcome"] == "fail"
 
 
+MUTATION_FORGERIES = {
+    # Passes once, then fails: every later run, mutants included, looked "caught" when the real
+    # module always ran first in one sandbox. Keyed on a fixed path, not the temporary folder.
+    "state-between-runs": "import os\n\n\ndef test_first_run_only():\n"
+                          "    first = not os.path.exists('/tmp/.seen')\n"
+                          "    open('/tmp/.seen', 'a').close()\n    assert first\n",
+    # Never calls slugify: the mutants were written without the module's docstring.
+    "what-the-mutants-lack": "import slug\n\n\ndef test_docstring_only():\n    assert slug.__doc__ == 'URL slugs.'\n",
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(MUTATION_FORGERIES))
+def test_exploit_a_test_that_tells_the_mutation_oracle_s_runs_apart_without_slugify(
+        sealed_pack: Path, tmp_path: Path, forgery: str) -> None:
+    cmd = sh(f"printf {json.dumps(MUTATION_FORGERIES[forgery])} > tests/test_slug.py")
+    _, events, cards = run(sealed_pack, tmp_path, cmd, task_ids=("t_18_add_missing_test",), max_attempts=1)
+    graded = kinds(events, "graded")[0]["payload"]
+    assert graded["patch_applies_clean"] is True and graded["forbidden"] == []
+    assert cards[0]["outcome"] == "fail"
+
+
 def test_exploit_reads_hidden_tests_from_pack_path(sealed_pack: Path, tmp_path: Path) -> None:
     hidden = sealed_pack / "tasks" / TASK / "hidden" / "test_oracle_window.py"
     cmd = sh(f'cat {hidden} > stolen.txt 2>&1; ls {sealed_pack} >> stolen.txt 2>&1; '
