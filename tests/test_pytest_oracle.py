@@ -659,7 +659,7 @@ def test_a_module_named_like_one_imported_from_elsewhere_is_forbidden_only_where
     changed = ["pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py",
                "pytest.pyc", "pydantic/__init__.py", "decimal", "vendor/p/__init__.py", "a/fractions.py",
                "src/json.py", "json.py", "io.py", "src/pkg/types.py", "pkg/parser.py", "test/test_new.py", "calc.py",
-               "tests/test_x.py", "data"]
+               "tests/test_x.py", "data", "test.py", "this.py"]
     assert module_shadows(changed, pristine, ws, hidden) == [
         "pathlib.py", "random.cpython-311-x86_64-linux-gnu.so", "email/__init__.py", "tests/typing.py",
         "pytest.pyc", "pydantic/__init__.py", "decimal", "a/fractions.py"]

@@ -425,9 +425,10 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
     hidden_paths = task.hidden_paths()
     forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths,
                                reset=task.record.test_files == "reset")
-    if not pytest_oracle.is_guarded(task.record.oracle_cmd):
-        # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed); a
-        # script oracle, or pytest run by the oracle itself, has nobody watching its imports.
+    if not pytest_oracle.is_guarded(task.record.oracle_cmd) and not is_oracle_cmd(task.record.oracle_cmd):
+        # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
+        # function-level oracle runs isolated (python -I, -P: no working directory on sys.path);
+        # a script oracle, or pytest run by the oracle itself, has nobody watching its imports.
         forbidden += [p for p in module_shadows(changed, task.workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
                       if p not in forbidden]
     grade_dir = tw.root / f"grade-{attempt}"

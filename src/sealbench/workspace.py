@@ -269,6 +269,9 @@ def forbidden_hits(changed: Iterable[str], patterns: Sequence[str], hidden_paths
 _IMPORTABLE = (".py", ".pyc", ".pyw", ".so", ".pyd")
 # The test runner's own packages: `python -m pytest` imports them from the working directory first.
 _RUNNER_PACKAGES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig"})
+# Standard-library names no oracle imports, and that agents give their own scratch files
+# (`test.py`): forbidding them would fail honest work and stop no forgery.
+_NEVER_IMPORTED = frozenset({"__main__", "test", "this", "antigravity", "idlelib", "turtledemo"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -333,7 +336,7 @@ def module_shadows(changed: Iterable[str], pristine: Path, agent_ws: Path, hidde
                 module = part
             else:
                 continue
-            if module != "__main__" and _importable_elsewhere(module) and not os.path.lexists(pristine / path):
+            if module not in _NEVER_IMPORTED and _importable_elsewhere(module) and not os.path.lexists(pristine / path):
                 hits.append(path)
                 break
     return hits
