@@ -57,6 +57,18 @@ def test_one_edited_byte_is_named_by_line(tmp_path_factory: pytest.TempPathFacto
     assert any(f"line {line + 1}:" in p for p in report.problems), report.problems
 
 
+def test_an_edit_that_stays_valid_json_is_named_by_its_line(tmp_path: Path) -> None:
+    # Only the line's own hash can tell: the JSON parses, the event is typed, the chain's links
+    # are the recorded hashes. (The property test above finds such edits by chance.)
+    path = tmp_path / "journal.jsonl"
+    write_journal(path, 6)
+    lines = path.read_bytes().split(b"\n")
+    assert b'"task_id":"t1"' in lines[3]
+    lines[3] = lines[3].replace(b'"task_id":"t1"', b'"task_id":"t0"')
+    path.write_bytes(b"\n".join(lines))
+    assert any("line 4:" in p for p in read_chain(path).problems)
+
+
 def test_reordered_lines_are_named(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     write_journal(path)
