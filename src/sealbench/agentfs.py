@@ -517,6 +517,28 @@ def read_regular(root: Path, rel: str, max_bytes: int) -> bytes | None:
         os.close(ffd)
 
 
+def is_link_at(root: Path, rel: str) -> bool:
+    """Whether ``root/rel`` is a symbolic link, every directory on the way a real one (a link on
+    the way is never followed: then False)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return False
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return stat.S_ISLNK(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def remove_entry(root: Path, rel: str) -> None:
     """Remove ``root/rel`` (file, link or directory) without following a link on the way.
 

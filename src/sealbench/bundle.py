@@ -661,8 +661,9 @@ def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
     sums = root / SUMS
     listed: set[str] | None = None  # without a readable SHA256SUMS, every file is read (up to the cap)
     if not sums.is_symlink() and sums.is_file() and sums.stat().st_size <= BUNDLE_FILE_CAP:
-        with contextlib.suppress(UnicodeDecodeError, OSError):
-            listed = {m.group(2) for line in sums.read_bytes().decode("utf-8").splitlines()
+        files[SUMS] = sums.read_bytes()  # read once: the walk below keeps it
+        with contextlib.suppress(UnicodeDecodeError):
+            listed = {m.group(2) for line in files[SUMS].decode("utf-8").splitlines()
                       if (m := _SUMS_LINE_RE.match(line)) is not None}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
@@ -672,6 +673,8 @@ def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
             if path.is_symlink():
                 problems.append(f"{rel}: a symlink; a bundle holds regular files only")
             elif name in filenames:
+                if rel in files:
+                    continue  # SHA256SUMS, read above
                 if not path.is_file():
                     problems.append(f"{rel}: not a regular file")
                 elif listed is not None and rel not in listed and rel not in (SUMS, SIGNATURE):

@@ -40,6 +40,10 @@ def _finite(text: str) -> float:
     return value
 
 
+# One decoder for every call: json.loads with options builds a new one each time.
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
 def strict_json(data: bytes | str) -> Any:
     """Parse JSON that :func:`canonical_json` can serialise again: no NaN, no Infinity, and no
     number too large for a float (``1e999``).
@@ -50,7 +54,7 @@ def strict_json(data: bytes | str) -> Any:
             verify, score and resume all end up here: an error that names the line, not a crash).
     """
     try:
-        return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+        return _STRICT.decode(data.decode("utf-8") if isinstance(data, bytes) else data)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     except UnicodeDecodeError as e:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .agentfs import TreeCaps, TreeRejected, remove_tree, reset_dir, snapshot
+from .agentfs import TreeCaps, TreeRejected, is_link_at, remove_tree, reset_dir, snapshot
 from .errors import HarnessError
 from .gitrepo import init_one_commit
 
@@ -330,7 +330,7 @@ def module_shadows(changed: Iterable[str], pristine: Path, agent_ws: Path, hidde
             rest = parts[i + 1:]
             if not rest and part.endswith(_IMPORTABLE):
                 module = part.split(".", 1)[0]
-            elif not rest and os.path.islink(agent_ws / path):
+            elif not rest and is_link_at(agent_ws, path):
                 module = part  # a link to a package, imported under its own name
             elif len(rest) == 1 and rest[0].endswith(_IMPORTABLE) and rest[0].split(".", 1)[0] == "__init__":
                 module = part
