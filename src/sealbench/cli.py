@@ -480,9 +480,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except VerificationFailed as e:
         record_bundle(bundle, f"does not verify: {len(e.problems)} problem(s); first: {e.problems[0]}")
         raise
-    record_bundle(bundle, verify_status(report.signed, report.signature))
+    said = record_bundle(bundle, verify_status(report.signed, report.signature))
     for line in report.lines():
         print(line)
+    if "ANOTHER RUN" in said:
+        print(f"runs index on this machine: {said.split('; but ', 1)[-1]}")
     return EXIT_OK
 
 
@@ -564,6 +566,16 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
 
     for line in show_run(args.run_id).lines():
         print(line)
+    return EXIT_OK
+
+
+def cmd_runs_move(args: argparse.Namespace) -> int:
+    from .runs_index import move_run
+
+    old, new = Path(args.old).resolve(), Path(args.new).resolve()
+    run_id = move_run(old, new)
+    print(f"run {run_id} moved: it continues in {new} (`sealbench run CONTRACT --resume {new}`); "
+          f"{old} is never resumed")
     return EXIT_OK
 
 
@@ -831,6 +843,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", metavar="DIR", nargs="*",
                    help="run directories, bundles, or folders holding them; also rereads every place it knew")
     p.set_defaults(func=cmd_runs_rebuild)
+    p = runs_sub.add_parser("move", help="continue a run in a copy of its directory (OLD is then never resumed)")
+    p.add_argument("old", metavar="OLD", help="the run's directory, as the index records it")
+    p.add_argument("new", metavar="NEW", help="a copy of it at the same point, where the run continues")
+    p.set_defaults(func=cmd_runs_move)
     return parser
 
 
