@@ -262,7 +262,7 @@ def cmd_agents_install(args: argparse.Namespace) -> int:
     from .presets import install, load_preset
 
     preset = load_preset(args.name)
-    version = args.version or preset.install.version
+    version = args.install_version or preset.install.version
     print(f"installing {args.name} ({preset.install.registry} {preset.install.package} {version}) ...", flush=True)
     done = install(args.name, version)
     print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s); "
@@ -727,7 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_agents_list)
     p = agents.add_parser("install", help="install a preset's agent from its package registry, by exact version")
     p.add_argument("name", help="a preset (sealbench agents list)")
-    p.add_argument("--version", metavar="V", help="the exact version (default: the preset's pin)")
+    # Its own dest: the top-level --version (print sealbench's and exit) must not read it.
+    p.add_argument("--version", dest="install_version", metavar="V", help="the exact version (default: the preset's pin)")
     p.set_defaults(func=cmd_agents_install)
 
     p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
