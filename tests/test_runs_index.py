@@ -454,3 +454,54 @@ def test_an_index_of_version_1_is_upgraded_and_its_runs_resume(
     assert con.execute("PRAGMA user_version").fetchone()[0] == 2
     assert con.execute("SELECT continuation FROM runs").fetchone()[0]
     con.close()
+
+
+HOLD_LOCK = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)  # as `sealbench runs rebuild` stopped with Ctrl-Z
+"""
+
+HOLD_TRANSACTION = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("held", ["lock", "transaction"])
+def test_a_held_runs_index_refuses_run_and_list_in_bounded_time_naming_the_holder(
+        cli: Cli, sealed_pack: Path, tmp_path: Path, runs_index_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        held: str) -> None:
+    """`run` and `runs list` waited forever, silent, on a stopped holder of runs.lock; on a
+    transaction held on the database they refused after 31 s saying to make a folder writable."""
+    import sealbench.runs_index as runs_index
+
+    monkeypatch.setattr(runs_index, "WAIT_S", 1.5)
+    assert cli("runs", "rebuild")[0] == 0  # the index exists
+    target = runs_index_dir / ("runs.lock" if held == "lock" else INDEX)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK if held == "lock" else HOLD_TRANSACTION, str(target)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        c = contract(sealed_pack, tmp_path, "waits")
+        for argv in (("run", c, "--out", tmp_path / "run", "--no-progress"), ("runs", "list")):
+            started = time.monotonic()
+            code, _out, err = cli(*argv)
+            took = time.monotonic() - started
+            assert code == 3, err
+            assert took < 10, took
+            assert "waiting up to 1.5 s for the runs index" in err and f"held by pid {holder.pid} (`" in err
+            assert f"stayed held for 1.5 s by pid {holder.pid}" in err and "nothing was written" in err
+            assert ("stopped (Ctrl-Z or SIGSTOP)" in err) == (held == "lock")
+            assert "writable" not in err
+        assert not (tmp_path / "run").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()

@@ -518,9 +518,9 @@ class _Store:
         import sqlite3
 
         if readonly:
-            con = sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+            con = sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=0.2, isolation_level=None)
         else:
-            con = sqlite3.connect(str(self.db), timeout=30, isolation_level=None)
+            con = sqlite3.connect(str(self.db), timeout=0.2, isolation_level=None)
             # The log is the durable record (fsynced once per run); the database indexes it and the
             # files. A process crash cannot damage it; what a machine crash loses or damages is
             # found in the log (claim_run reads it) and rebuilt (Store.recover).
@@ -548,11 +548,7 @@ class _Store:
 
         for attempt in (1, 2):
             try:
-                con = self.connect(readonly=readonly)
-                try:
-                    return op(con)
-                finally:
-                    con.close()
+                return self._use_when_free(op, readonly)
             except sqlite3.DatabaseError as e:
                 foreign = "without sealbench's schema" in str(e)
                 if not (_corrupt(e) or foreign):
@@ -563,6 +559,29 @@ class _Store:
                     raise RunsIndexError(f"the runs index {self.db} is corrupt ({e}){where}") from None
                 self.recover(e)
         raise AssertionError("unreachable")
+
+    def _use_when_free(self, op: Callable[[sqlite3.Connection], T], readonly: bool) -> T:
+        """``op`` on the database once no other process holds it in a transaction (a held lock
+        is waited for as the index's own lock is: :data:`WAIT_S`, saying who holds it)."""
+        import sqlite3
+
+        done: list[T] = []
+
+        def take() -> bool:
+            try:
+                con = self.connect(readonly=readonly)
+                try:
+                    done.append(op(con))
+                finally:
+                    con.close()
+            except sqlite3.OperationalError as e:
+                if _busy(e):
+                    return False
+                raise
+            return True
+
+        _wait_for(self.db, take, "a transaction on its file")
+        return done[0]
 
     def recover(self, err: Exception) -> None:
         aside = self.root / f"{INDEX}.corrupt-{now().replace(':', '')}-{os.getpid()}"
@@ -736,7 +755,6 @@ def _places(con: sqlite3.Connection, run_id: str | None = None) -> list[PlaceRec
 @contextlib.contextmanager
 def _writing(data: Path | None) -> Iterator[_Store]:
     """The index, locked against every other writer for the duration."""
-    import fcntl
 
     root = data_dir(data)
     try:
@@ -745,12 +763,92 @@ def _writing(data: Path | None) -> Iterator[_Store]:
     except OSError as e:
         raise RunsIndexError(_unwritable(root, e)) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_for(root / LOCK, lambda: _flock_now(fd), "its lock")
         yield _Store(root)
     except OSError as e:
         raise RunsIndexError(_unwritable(root, e)) from None
     finally:
         os.close(fd)
+
+
+WAIT_S = 10.0
+"""How long a command waits for the index's lock, or a transaction on its file, before it refuses."""
+
+
+def _flock_now(fd: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _wait_for(path: Path, take: Callable[[], bool], what: str) -> None:
+    """Call ``take`` until it returns True, for :data:`WAIT_S` at most, saying on stderr once
+    who holds ``path`` while it waits.
+
+    Raises:
+        RunsIndexError: still held at the end (naming the holder; exit 3).
+    """
+    import time
+
+    if take():
+        return
+    start = time.monotonic()
+    deadline, said = start + WAIT_S, False
+    while time.monotonic() < deadline:
+        # Other commands hold it for moments: only a wait past a second is worth a line.
+        if not said and time.monotonic() - start >= min(1.0, WAIT_S / 2):
+            print(f"sealbench: waiting up to {WAIT_S:g} s for the runs index ({what}, {path}), held by "
+                  f"{holders(path)} ...", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.02)
+        if take():
+            return
+    raise RunsIndexError(
+        f"the runs index ({what}, {path}) stayed held for {WAIT_S:g} s by {holders(path)}; nothing was written. "
+        f"Let that command end (a stopped one continues with `kill -CONT PID` or `fg`, or end it) and try again")
+
+
+def holders(path: Path) -> str:
+    """Who holds a lock on ``path`` (an flock or a POSIX lock, as /proc/locks lists them), in words."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            rows = f.read().splitlines()
+    except OSError:
+        return "another process"
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids: list[int] = []
+    for row in rows:
+        words = row.split()
+        # "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"; waiters carry "->" and are not holders.
+        if len(words) >= 6 and words[1] != "->" and words[5] == where and words[4].isdigit():
+            pid = int(words[4])
+            if pid != os.getpid() and pid not in pids:
+                pids.append(pid)
+    return ", ".join(_process(pid) for pid in pids) or "another process"
+
+
+def _process(pid: int) -> str:
+    """``pid N (`command`)``, and that it is stopped when it is."""
+    import shlex
+
+    try:
+        argv = [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return f"pid {pid}"
+    stopped = ", stopped (Ctrl-Z or SIGSTOP)" if state in ("T", "t") else ""
+    return f"pid {pid} (`{shlex.join(argv)}`{stopped})"
+
+
+def _busy(err: Exception) -> bool:
+    import sqlite3
+
+    return (getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _write(data: Path | None, op: Callable[[_Store, sqlite3.Connection], T]) -> T:
