@@ -505,3 +505,11 @@ def test_a_held_runs_index_refuses_run_and_list_in_bounded_time_naming_the_holde
         holder.wait()
         assert holder.stdout is not None
         holder.stdout.close()
+
+
+def test_a_journal_killed_before_its_first_line_resumes_in_place(sealed_pack: Path, tmp_path: Path) -> None:
+    c = contract(sealed_pack, tmp_path, "empty-journal")
+    run_dir = (tmp_path / "run").resolve()
+    stopped_run(c, run_dir)
+    (run_dir / "journal.jsonl").write_bytes(b"")  # as if killed between its creation and its first line
+    assert execute(c, run_dir, RunOptions(progress=False, resume=True)).complete

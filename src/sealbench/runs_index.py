@@ -991,6 +991,8 @@ def _holds(run: RunRecord, chain: Sequence[str | None], where: str) -> bool:
     directory's resume whose first line may not be written also does."""
     if run.continuation is None or run.continuation in chain:
         return True
+    if not chain and where == run.run_dir:
+        return True  # its journal was killed before its first line: the run starts afresh, here
     return run.prior_continuation is not None and where == run.run_dir and run.prior_continuation in chain
 
 
