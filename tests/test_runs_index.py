@@ -364,6 +364,8 @@ def test_runs_move_continues_the_run_in_a_copy_and_retires_the_original(
     shutil.copytree(old, new)
     code, out, err = cli("runs", "move", old, new)
     assert code == 0 and f"it continues in {new}" in out, err
+    code, out, _ = cli("runs", "show", "moved")
+    assert f"run directory: {new} (moved from {old}; its next resume journals it)" in out
     assert "moved to" in (old / "MOVED.txt").read_text()
     code, _out, err = cli("run", c, "--resume", old, "--no-progress")
     assert code == 3 and f"whose directory is {new}" in err

@@ -1222,8 +1222,10 @@ class RunView:
         r = self.run
         if r is not None:
             out += [
-                f"  run directory: {r.run_dir}",
+                f"  run directory: {r.run_dir}" + (f" (moved from {r.moved_from}; its next resume journals it)"
+                                                    if r.moved_from else ""),
                 f"  state: {_state(r)}",
+                f"  latest continuation: {r.continuation or 'not recorded'} (only a journal that holds it resumes)",
                 f"  started: {r.started_at}; run_nonce {r.run_nonce or 'not recorded (a journal made before nonces)'}",
                 f"  caps: {_caps(r)}",
                 f"  access class: {r.access_class or 'not recorded'}",
