@@ -256,3 +256,96 @@ def test_agent_whose_edit_did_not_apply_but_exits_0_is_recorded_as_it_says(tmp_p
                           "--ending-text", "never printed=other")
     assert proc.returncode == 3  # the agent's own exit code passes through
     assert json.loads((trace / "sealbench-ending.json").read_text())["said"] == ["edit did not apply"]
+
+
+# --- installs that stop or race ------------------------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize("stopped", ["before-installed-json", "before-the-launcher"])
+def test_exploit_install_killed_midway_is_refused_before_any_journal_line(
+        monkeypatch: pytest.MonkeyPatch, sealed_pack: Path, tmp_path: Path, stopped: str) -> None:
+    """An install killed after pip wrote the package's metadata: the version reads right, but
+    every attempt would fail on the missing launcher and spend the run_id."""
+    from sealbench.presets import agent_for, endpoint_for
+
+    monkeypatch.setenv("SEALBENCH_AGENTS_DIR", str(tmp_path / "agents"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
+    root = fake_install(tmp_path / "agents", "mini-swe-agent", "2.4.6")
+    agent, preset = agent_for("mini-swe-agent", "gpt-x")
+    pack = load_pack(sealed_pack)
+    contract_file = tmp_path / "c.json"
+    contract, _ = new_contract(pack, contract_file, [TASK], host="h", agent=agent, oracle_validity="unavailable")
+    contract = contract.model_copy(update={"model_endpoints": [endpoint_for(preset, "gpt-x")]})
+    write_atomic(contract_file, model_json(lock_contract(contract, "pinned", LOCK_TIME, pack)))
+    (root / (INSTALLED if stopped == "before-installed-json" else LAUNCHER)).unlink()
+    run_dir = tmp_path / "run"
+    with pytest.raises(RunRefusal, match=re.escape("is unfinished") + ".*" +
+                       re.escape("sealbench agents install mini-swe-agent --version 2.4.6")):
+        execute(contract_file, run_dir, RunOptions(progress=False))
+    assert not (run_dir / "journal.jsonl").exists()
+
+
+def _tiny_wheel(folder: Path, package: str, version: str) -> Path:
+    """A wheel of ``package`` with only its metadata: pip installs it offline in a moment."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{package.replace('-', '_')}-{version}"
+    files = {f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(text.encode())}\n" for name, text in files.items()) + f"{dist}.dist-info/RECORD,,\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in {**files, f"{dist}.dist-info/RECORD": record}.items():
+            z.writestr(name, text)
+    return wheel
+
+
+def test_two_installs_of_one_version_at_once_end_with_one_install(tmp_path: Path) -> None:
+    """Two `agents install` of one preset at once both failed ("Directory not empty") and left
+    no install; the second now waits for the first, saying for whom, and finds its install."""
+    wheels = tmp_path / "wheels"
+    _tiny_wheel(wheels, "mini-swe-agent", "0.0.1")
+    env = {**__import__("os").environ, "SEALBENCH_AGENTS_DIR": str(tmp_path / "agents"), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(wheels)}
+    argv = [sys.executable, "-c", "import sys; from sealbench.cli import main; sys.exit(main())",
+            "agents", "install", "mini-swe-agent", "--version", "0.0.1"]
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    assert any("waiting for pid" in err for _out, err in results), results
+    root = install_root("mini-swe-agent", "0.0.1", tmp_path / "agents")
+    done = read_installed(root)
+    assert done is not None and done.version == "0.0.1" and (root / LAUNCHER).is_file()
+    assert installed_version(root, "pypi", "mini-swe-agent") == "0.0.1"
+    assert [(i.name, i.version) for i in list_installed(tmp_path / "agents")] == [("mini-swe-agent", "0.0.1")]
+
+
+def test_an_install_killed_midway_is_redone_by_the_next(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    _tiny_wheel(wheels, "mini-swe-agent", "0.0.1")
+    env = {**__import__("os").environ, "SEALBENCH_AGENTS_DIR": str(tmp_path / "agents"), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(wheels)}
+    argv = [sys.executable, "-c", "import sys; from sealbench.cli import main; sys.exit(main())",
+            "agents", "install", "mini-swe-agent", "--version", "0.0.1"]
+    root = install_root("mini-swe-agent", "0.0.1", tmp_path / "agents")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + 120
+    while not (root / "venv/bin/python").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the installer and its venv / pip children
+    proc.wait()
+    assert read_installed(root) is None
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert read_installed(root) is not None and (root / LAUNCHER).is_file()

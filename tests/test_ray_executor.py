@@ -406,6 +406,7 @@ def test_a_node_runner_killed_mid_attempt_is_journaled_lost_and_never_run_again(
     assert lost["payload"]["charged_s"] >= 1.0
     assert cards_of(run_dir)[TASK]["outcome"] == "pass"
     assert cards_of(run_dir)[TASK]["attempts_used"] == 2
+    assert not stamps.parents[6].exists(), "the killed runner's folder (its pack and workspaces) is swept"
 
 
 @pytest.mark.ray_faults

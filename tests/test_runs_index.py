@@ -326,3 +326,192 @@ def test_importing_the_cli_and_the_runner_does_not_import_sqlite3() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_exploit_copied_run_directory_resumed_twice(cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
+    """A stopped run copied, then both copies resumed, would run its unfinished tasks twice and
+    leave two verifying bundles of one run: the run continues in one directory only."""
+    c = contract(sealed_pack, tmp_path, "copied")
+    run_dir, copy, other = (tmp_path / "run").resolve(), (tmp_path / "copy").resolve(), (tmp_path / "other").resolve()
+    stopped_run(c, run_dir)
+    shutil.copytree(run_dir, copy)
+    shutil.copytree(run_dir, other)
+    # The copy first, while the run's own directory still holds it: refused, naming the way out.
+    before = (copy / "journal.jsonl").read_bytes()
+    code, _out, err = cli("run", c, "--resume", copy, "--no-progress")
+    assert code == 3, err
+    assert f"holds a copy of run copied, whose directory is {run_dir}" in err
+    assert f"`sealbench runs move {run_dir} {copy}`" in err
+    assert (copy / "journal.jsonl").read_bytes() == before, "refused before any line"
+    code, _out, err = cli("run", c, "--resume", run_dir, "--no-progress")
+    assert code == 0, err
+    # Once the run went on, a copy left behind is refused wherever it is, even renamed to the run's place.
+    for left in (copy, other):
+        code, _out, err = cli("run", c, "--resume", left, "--no-progress")
+        assert code == 3 and f"{left} holds a copy of run copied left behind: the run went on in {run_dir}" in err
+        assert (left / "journal.jsonl").read_bytes() == before
+    shutil.move(run_dir, tmp_path / "aside")
+    shutil.move(other, run_dir)
+    code, _out, err = cli("run", c, "--resume", run_dir, "--no-progress")
+    assert code == 3 and "left behind" in err
+
+
+def test_runs_move_continues_the_run_in_a_copy_and_retires_the_original(
+        cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
+    c = contract(sealed_pack, tmp_path, "moved")
+    old, new = (tmp_path / "old").resolve(), (tmp_path / "new").resolve()
+    stopped_run(c, old)
+    shutil.copytree(old, new)
+    code, out, err = cli("runs", "move", old, new)
+    assert code == 0 and f"it continues in {new}" in out, err
+    code, out, _ = cli("runs", "show", "moved")
+    assert f"run directory: {new} (moved from {old}; its next resume journals it)" in out
+    assert "moved to" in (old / "MOVED.txt").read_text()
+    code, _out, err = cli("run", c, "--resume", old, "--no-progress")
+    assert code == 3 and f"whose directory is {new}" in err
+    code, _out, err = cli("run", c, "--resume", new, "--no-progress")
+    assert code == 0, err
+    resumed = [e["payload"] for e in read_chain(new / "journal.jsonl").events if e["kind"] == "run_resumed"]
+    assert [p.get("moved_from") for p in resumed] == [str(old)]
+    code, _out, err = cli("run", c, "--resume", old, "--no-progress")
+    assert code == 3 and "left behind" in err
+    code, out, _ = cli("runs", "show", "moved")
+    assert f"run directory: {new}" in out and "state: finished" in out
+    assert verify_bundle(make_bundle(new, tmp_path / "b")).run_nonce
+
+
+def test_a_renamed_run_directory_resumes_and_journals_where_it_was(cli: Cli, sealed_pack: Path, tmp_path: Path) -> None:
+    c = contract(sealed_pack, tmp_path, "renamed")
+    old, new = (tmp_path / "old").resolve(), (tmp_path / "new").resolve()
+    stopped_run(c, old)
+    old.rename(new)
+    code, _out, err = cli("run", c, "--resume", new, "--no-progress")
+    assert code == 0, err
+    resumed = [e["payload"] for e in read_chain(new / "journal.jsonl").events if e["kind"] == "run_resumed"]
+    assert [p.get("moved_from") for p in resumed] == [str(old)]
+
+
+def test_exploit_a_fork_continued_under_another_index_is_marked(
+        cli: Cli, sealed_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = contract(sealed_pack, tmp_path, "forked")
+    run_dir, copy = (tmp_path / "run").resolve(), (tmp_path / "copy").resolve()
+    stopped_run(c, run_dir)
+    shutil.copytree(run_dir, copy)
+    assert cli("run", c, "--resume", run_dir, "--no-progress")[0] == 0
+    with monkeypatch.context() as m:
+        m.setenv("SEALBENCH_DATA_DIR", str(tmp_path / "another-index"))
+        assert cli("run", c, "--resume", copy, "--no-progress")[0] == 0
+    bundle = make_bundle(copy, tmp_path / "b")
+    code, out, _ = cli("verify", bundle)
+    assert code == 0 and f"runs index on this machine: ANOTHER RUN of this run_id: a fork of the run in {run_dir}" in out
+    code, out, _ = cli("runs", "rebuild", copy)
+    assert code == 0 and "run_id forked was run more than once on this machine" in out
+    code, out, _ = cli("runs", "show", "forked")
+    assert f"run directory: {run_dir}" in out and f"also in {copy}: ANOTHER RUN of this run_id: a fork" in out
+
+
+def test_a_resume_killed_before_its_first_line_resumes_again_in_place(
+        sealed_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = contract(sealed_pack, tmp_path, "claimed-resume")
+    run_dir, copy = (tmp_path / "run").resolve(), (tmp_path / "copy").resolve()
+    stopped_run(c, run_dir)
+    shutil.copytree(run_dir, copy)
+
+    class Stop(BaseException):
+        pass
+
+    from sealbench.journal import Journal
+
+    original = Journal.append
+
+    def append(self: Journal, event: Any, **kw: Any) -> dict[str, Any]:
+        if event.kind == "run_resumed":
+            raise Stop
+        return original(self, event, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(Journal, "append", append)
+        with pytest.raises(Stop):
+            execute(c, run_dir, RunOptions(progress=False, resume=True))
+    with pytest.raises(Exception, match="holds a copy of run claimed-resume"):
+        execute(c, copy, RunOptions(progress=False, resume=True))
+    assert execute(c, run_dir, RunOptions(progress=False, resume=True)).complete
+
+
+def test_an_index_of_version_1_is_upgraded_and_its_runs_resume(
+        sealed_pack: Path, tmp_path: Path, runs_index_dir: Path) -> None:
+    import sqlite3
+
+    c = contract(sealed_pack, tmp_path, "old-index")
+    run_dir = (tmp_path / "run").resolve()
+    stopped_run(c, run_dir)
+    con = sqlite3.connect(runs_index_dir / INDEX)
+    for column in ("continuation", "prior_continuation", "moved_from"):
+        con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    assert execute(c, run_dir, RunOptions(progress=False, resume=True)).complete
+    con = sqlite3.connect(runs_index_dir / INDEX)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert con.execute("SELECT continuation FROM runs").fetchone()[0]
+    con.close()
+
+
+HOLD_LOCK = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)  # as `sealbench runs rebuild` stopped with Ctrl-Z
+"""
+
+HOLD_TRANSACTION = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("held", ["lock", "transaction"])
+def test_a_held_runs_index_refuses_run_and_list_in_bounded_time_naming_the_holder(
+        cli: Cli, sealed_pack: Path, tmp_path: Path, runs_index_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        held: str) -> None:
+    """`run` and `runs list` waited forever, silent, on a stopped holder of runs.lock; on a
+    transaction held on the database they refused after 31 s saying to make a folder writable."""
+    import sealbench.runs_index as runs_index
+
+    monkeypatch.setattr(runs_index, "WAIT_S", 1.5)
+    assert cli("runs", "rebuild")[0] == 0  # the index exists
+    target = runs_index_dir / ("runs.lock" if held == "lock" else INDEX)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK if held == "lock" else HOLD_TRANSACTION, str(target)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        c = contract(sealed_pack, tmp_path, "waits")
+        for argv in (("run", c, "--out", tmp_path / "run", "--no-progress"), ("runs", "list")):
+            started = time.monotonic()
+            code, _out, err = cli(*argv)
+            took = time.monotonic() - started
+            assert code == 3, err
+            assert took < 10, took
+            assert "waiting up to 1.5 s for the runs index" in err and f"held by pid {holder.pid} (`" in err
+            assert f"stayed held for 1.5 s by pid {holder.pid}" in err and "nothing was written" in err
+            assert ("stopped (Ctrl-Z or SIGSTOP)" in err) == (held == "lock")
+            assert "writable" not in err
+        assert not (tmp_path / "run").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+
+
+def test_a_journal_killed_before_its_first_line_resumes_in_place(sealed_pack: Path, tmp_path: Path) -> None:
+    c = contract(sealed_pack, tmp_path, "empty-journal")
+    run_dir = (tmp_path / "run").resolve()
+    stopped_run(c, run_dir)
+    (run_dir / "journal.jsonl").write_bytes(b"")  # as if killed between its creation and its first line
+    assert execute(c, run_dir, RunOptions(progress=False, resume=True)).complete

@@ -160,3 +160,45 @@ def test_killed_validate_leaves_scratch_that_the_next_validate_removes(tmp_path:
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(scratch_root)) == []
     assert half_written(pack) == []
+
+
+MAKES_RAY_SCRATCH = """
+import sys
+from sealbench.scratch import temp_dir
+d = temp_dir("ray-node")  # as a Ray node's runner makes its pack and workspaces folder
+(d / "run" / "work").mkdir(parents=True)
+(d / "run" / "work" / "f").write_text("x")
+print(d, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_ray_runner_s_scratch_is_swept_by_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray runner killed and replaced left its folder behind (38 of them after one run): the
+    sweep did not know its kind. Every kind temp_dir makes is one the sweep knows."""
+    import tempfile
+
+    from sealbench.scratch import temp_dir
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", MAKES_RAY_SCRATCH], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    killed = procs[0]
+    try:
+        folders = [Path(p.stdout.readline().strip()) for p in procs if p.stdout is not None]
+        assert all(f.is_dir() and f.parent == tmp_path for f in folders), folders
+        killed.kill()
+        killed.wait()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        mine = temp_dir("ray-node")
+        assert not folders[0].exists(), "a dead runner's folder is swept"
+        assert folders[1].is_dir() and mine.is_dir(), "a live one's is not"
+        with pytest.raises(ValueError, match="not one the sweep knows"):
+            temp_dir("something-new")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            for f in (p.stdin, p.stdout):
+                if f is not None:
+                    f.close()

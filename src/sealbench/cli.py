@@ -262,7 +262,7 @@ def cmd_agents_install(args: argparse.Namespace) -> int:
     from .presets import install, load_preset
 
     preset = load_preset(args.name)
-    version = args.version or preset.install.version
+    version = args.install_version or preset.install.version
     print(f"installing {args.name} ({preset.install.registry} {preset.install.package} {version}) ...", flush=True)
     done = install(args.name, version)
     print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s); "
@@ -480,9 +480,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except VerificationFailed as e:
         record_bundle(bundle, f"does not verify: {len(e.problems)} problem(s); first: {e.problems[0]}")
         raise
-    record_bundle(bundle, verify_status(report.signed, report.signature))
+    said = record_bundle(bundle, verify_status(report.signed, report.signature))
     for line in report.lines():
         print(line)
+    if "ANOTHER RUN" in said:
+        print(f"runs index on this machine: {said.split('; but ', 1)[-1]}")
     return EXIT_OK
 
 
@@ -564,6 +566,16 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
 
     for line in show_run(args.run_id).lines():
         print(line)
+    return EXIT_OK
+
+
+def cmd_runs_move(args: argparse.Namespace) -> int:
+    from .runs_index import move_run
+
+    old, new = Path(args.old).resolve(), Path(args.new).resolve()
+    run_id = move_run(old, new)
+    print(f"run {run_id} moved: it continues in {new} (`sealbench run CONTRACT --resume {new}`); "
+          f"{old} is never resumed")
     return EXIT_OK
 
 
@@ -715,7 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_agents_list)
     p = agents.add_parser("install", help="install a preset's agent from its package registry, by exact version")
     p.add_argument("name", help="a preset (sealbench agents list)")
-    p.add_argument("--version", metavar="V", help="the exact version (default: the preset's pin)")
+    # Its own dest: the top-level --version (print sealbench's and exit) must not read it.
+    p.add_argument("--version", dest="install_version", metavar="V", help="the exact version (default: the preset's pin)")
     p.set_defaults(func=cmd_agents_install)
 
     p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
@@ -831,6 +844,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", metavar="DIR", nargs="*",
                    help="run directories, bundles, or folders holding them; also rereads every place it knew")
     p.set_defaults(func=cmd_runs_rebuild)
+    p = runs_sub.add_parser("move", help="continue a run in a copy of its directory (OLD is then never resumed)")
+    p.add_argument("old", metavar="OLD", help="the run's directory, as the index records it")
+    p.add_argument("new", metavar="NEW", help="a copy of it at the same point, where the run continues")
+    p.set_defaults(func=cmd_runs_move)
     return parser
 
 

@@ -149,6 +149,12 @@ class RunHeader(Event):
     environments: dict[str, str] | None = Field(
         None, description="The built environments the tasks run in: each spec's digest to the tree digest of its "
         "build (a resume refuses one that differs); absent when no task names one.")
+    continuation: str | None = Field(
+        None, description="Random id of this start or resume of the run, given to it by the runs index before the "
+        "line is written: a copy of the run directory whose last one is not the index's is left behind and never "
+        "resumed; absent in journals from before it.")
+    moved_from: str | None = Field(None, description="The run directory the run continued in before this resume "
+                                   "(`sealbench runs move`, or a renamed directory); absent when it stayed.")
 
     def derivation(self) -> int:
         """The derivation version: 1 when absent (journals from before it was recorded), -1

@@ -471,6 +471,12 @@ class Cluster:
                 ray.kill(node.actor, no_restart=True)
         with contextlib.suppress(Exception):
             ray.shutdown()
+        import tempfile
+
+        from .scratch import TEMP_DIR_SCRATCH, sweep
+
+        # Runners killed on this machine (replaced, or at the end) left their folders: those gone are swept.
+        sweep(Path(tempfile.gettempdir()), TEMP_DIR_SCRATCH)
 
 
 def _place(factory: Any, node_id: str, *args: Any) -> Any:

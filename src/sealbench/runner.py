@@ -240,7 +240,7 @@ def _header(contract: ScoringContract, pack: Pack, command_line: Sequence[str] |
         heartbeat_ms=HEARTBEAT_MS, lease_ms=lease_for(jobs, many_above=YIELD_ABOVE_JOBS), run_nonce=secrets.token_hex(16),
         derivation_version=DERIVATION_VERSION, sealbench_version=__version__,
         python=platform.python_version(), platform=platform.platform(terse=True),
-        sandbox=sandbox.describe(), agent=agent.describe(),
+        sandbox=sandbox.describe(), agent=agent.describe(), continuation=secrets.token_hex(16),
         # Absent (as before quotas) when on: only the opt-out is recorded.
         **ev.present(workspace_quota=None if workspace_quota else False,
                      pack_path=str(moved_to) if moved_to is not None else None, replay_of=replay_of,
@@ -338,7 +338,10 @@ def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, ba
         header = header.model_copy(update=dict(run_nonce=first.run_nonce, derivation_version=started_under))
         try:
             if not probe and header.replay_of is None:
-                runs_index.continue_run(contract, run_dir, header, data=opts.runs_index)
+                chain = tuple(line.event.continuation for line in events if isinstance(line.event, ev.RunHeader))
+                moved_from = runs_index.continue_run(contract, run_dir, header, chain, data=opts.runs_index)
+                if moved_from is not None:
+                    header = header.model_copy(update=dict(moved_from=moved_from))
         except BaseException:
             journal.close()
             raise
@@ -615,6 +618,8 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         if opts.resume and events:
             j(ev.RunResumed(**header.payload()))
             heartbeat.start()
+            if not probe and header.replay_of is None:
+                runs_index.continuation_written(contract, run_dir, header, data=opts.runs_index)
             for tid, p in prior.items():
                 # Every attempt that had started is used; none is given back.
                 if p.open_attempt is not None and not p.finished:

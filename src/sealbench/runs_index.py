@@ -18,6 +18,11 @@ them and from the places it knew; a corrupt index file is moved aside and rebuil
 way, never a crash. A run whose directory is gone stays recorded as missing: deleting a run
 does not free its run_id.
 
+One directory continues a run: each start and resume journals a random ``continuation`` the
+index records first, and a resume needs the run's latest one in its journal (a copy left behind
+is refused), and a copy at the same point is refused while the run's own directory holds the
+run, until ``sealbench runs move OLD NEW`` moves the run there.
+
 What it cannot do: it knows one machine and one data directory. Another machine, another
 account, another ``SEALBENCH_DATA_DIR`` or a deleted index start with no memory of earlier
 runs. Two bundles of one run_id with different run nonces show that it was run twice, but
@@ -51,8 +56,8 @@ ENV = "SEALBENCH_DATA_DIR"
 INDEX = "runs.sqlite3"
 LOG = "runs.log.jsonl"
 LOCK = "runs.lock"
-INDEX_VERSION = 1
-"""The schema version, kept in SQLite's ``user_version``."""
+INDEX_VERSION = 2
+"""The schema version, kept in SQLite's ``user_version`` (2: each run's continuation)."""
 
 CLAIMED = "claimed"
 """Recorded before the journal exists; ``started`` once its first event is written."""
@@ -78,7 +83,10 @@ CREATE TABLE runs (
     access_class TEXT,
     isolation TEXT,
     rate TEXT,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    continuation TEXT,
+    prior_continuation TEXT,
+    moved_from TEXT
 );
 CREATE TABLE places (
     path TEXT PRIMARY KEY,
@@ -90,6 +98,15 @@ CREATE TABLE places (
     updated_at TEXT NOT NULL
 );
 CREATE INDEX places_by_run_id ON places (run_id);
+PRAGMA user_version = {INDEX_VERSION};
+COMMIT;
+"""
+
+_MIGRATE_1 = f"""
+BEGIN IMMEDIATE;
+ALTER TABLE runs ADD COLUMN continuation TEXT;
+ALTER TABLE runs ADD COLUMN prior_continuation TEXT;
+ALTER TABLE runs ADD COLUMN moved_from TEXT;
 PRAGMA user_version = {INDEX_VERSION};
 COMMIT;
 """
@@ -120,6 +137,13 @@ class RunRecord:
     rate: str | None = None
     """The evidence sentence with its Wilson interval, or why no rate was emitted."""
     updated_at: str = ""
+    continuation: str | None = None
+    """The ``continuation`` of the run's latest start or resume: only a directory whose journal
+    holds it continues the run; a copy whose journal stops before it was left behind."""
+    prior_continuation: str | None = None
+    """While a resume's first line is not yet known written: the continuation its journal ended with."""
+    moved_from: str | None = None
+    """The directory the run left (``runs move``, or a rename), until its next resume journals it."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +169,8 @@ class Found:
     """Its run's facts (``run_dir`` is this place's path)."""
     status: str
     """For a bundle, what verify said."""
+    chain: tuple[str | None, ...] = ()
+    """The ``continuation`` of each start and resume its journal holds, in order."""
 
 
 @dataclass(frozen=True)
@@ -226,25 +252,47 @@ def plan_index(found: Sequence[Found], remembered: Sequence[RunRecord],
                stamp: str) -> tuple[list[RunRecord], list[PlaceRecord]]:
     """The index's rows from what the files say (``found``) and the runs it had recorded.
 
-    Per run_id, the earliest run directory found is the run; a later one with the same nonce
-    is a copy, one with another nonce (or without nonces to compare) a second run. A
-    recorded run whose directory holds no run any more stays, as missing: its run_id stays
-    used. Bundles are places of their run_id, with what verify said.
+    Per run_id, the earliest run found is the run; of the directories holding it (the same
+    nonce), the one furthest along (the longest chain of continuations; the recorded one among
+    equals) is its directory. Another with the same nonce is a copy, left behind or at the same
+    point, or a fork when its continuations part from the run's; one with another nonce (or
+    without nonces to compare) is a second run. A recorded run whose directory holds no run any
+    more stays, as missing: its run_id stays used. Bundles are places of their run_id, with what
+    verify said, and a fork of the run's continuations said too.
     """
     runs: dict[str, RunRecord] = {}
+    chains: dict[str, tuple[str | None, ...]] = {}
     places: list[PlaceRecord] = []
+    where = {r.run_id: r.run_dir for r in remembered}
     ordered = sorted(found, key=lambda f: (f.run.started_at, f.run.run_dir))
+    first_of: dict[str, Found] = {}
+    for f in ordered:
+        if f.kind == RUN:
+            first_of.setdefault(f.run.run_id, f)
+
+    def rank(f: Found) -> tuple[int, bool, str]:
+        return -len(f.chain), f.run.run_dir != where.get(f.run.run_id), f.run.run_dir
+
+    for f in sorted((f for f in ordered if f.kind == RUN), key=rank):
+        earliest = first_of[f.run.run_id].run
+        if f.run.run_id not in runs and (f.run is earliest or _same_run(f.run, earliest)):
+            runs[f.run.run_id] = replace(f.run, updated_at=stamp)
+            chains[f.run.run_id] = f.chain
     for f in ordered:
         r = f.run
-        if f.kind == BUNDLE:
-            places.append(PlaceRecord(r.run_dir, r.run_id, BUNDLE, r.run_nonce, r.started_at, f.status, stamp))
-            continue
         first = runs.get(r.run_id)
-        if first is None:
-            runs[r.run_id] = replace(r, updated_at=stamp)
-        elif r.run_nonce is not None and r.run_nonce == first.run_nonce:
+        if f.kind == BUNDLE:
+            status = f.status
+            if first is not None and _same_run(r, first):
+                status += fork_note(f.chain, chains[r.run_id], first.run_dir)
+            places.append(PlaceRecord(r.run_dir, r.run_id, BUNDLE, r.run_nonce, r.started_at, status, stamp))
+            continue
+        assert first is not None
+        if r.run_dir == first.run_dir:
+            continue
+        if _same_run(r, first):
             places.append(PlaceRecord(r.run_dir, r.run_id, RUN, r.run_nonce, r.started_at,
-                                      f"a copy of the run in {first.run_dir} (same run_nonce)", stamp))
+                                      copy_status(f.chain, chains[r.run_id], first.run_dir), stamp))
         else:
             places.append(PlaceRecord(r.run_dir, r.run_id, RUN, r.run_nonce, r.started_at,
                                       f"ANOTHER RUN of this run_id (run_nonce {r.run_nonce} where the first run's "
@@ -254,6 +302,57 @@ def plan_index(found: Sequence[Found], remembered: Sequence[RunRecord],
             # A claim whose journal never started stays one; any other run not found is missing.
             runs[r.run_id] = replace(r, state=CLAIMED if r.state == CLAIMED else MISSING, updated_at=stamp)
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id)), places
+
+
+def _same_run(r: RunRecord, first: RunRecord) -> bool:
+    return r.run_nonce is not None and r.run_nonce == first.run_nonce
+
+
+def _forks(chain: Sequence[str | None], run_chain: Sequence[str | None]) -> bool:
+    """Whether two journals of one run went on apart: neither's continuations begin the other's."""
+    n = min(len(chain), len(run_chain))
+    return tuple(chain[:n]) != tuple(run_chain[:n])
+
+
+def copy_status(chain: Sequence[str | None], run_chain: Sequence[str | None], run_dir: str) -> str:
+    """How a second directory holding a run relates to the run's own directory."""
+    if _forks(chain, run_chain):
+        return (f"ANOTHER RUN of this run_id: a fork of the run in {run_dir} (same run_nonce; continued apart "
+                f"from it after a copy, so tasks it had not finished ran twice)")
+    if len(chain) < len(run_chain):
+        return f"a copy of the run in {run_dir} left behind (the run continued there after the copy; never resumed)"
+    return (f"a copy of the run in {run_dir} (same run_nonce, same point): one of them continues "
+            f"(`sealbench runs move` names which)")
+
+
+def fork_note(chain: Sequence[str | None], run_chain: Sequence[str | None], run_dir: str) -> str:
+    """What a bundle's status adds when its journal forks from the run's."""
+    if not _forks(chain, run_chain):
+        return ""
+    return (f"; but ANOTHER RUN of this run_id: a fork of the run in {run_dir} (same run_nonce, continued apart "
+            f"from it after a copy, so tasks it had not finished ran twice)")
+
+
+def chain_of(journal: Path) -> tuple[str | None, ...]:
+    """The ``continuation`` of each run_started and run_resumed line of ``journal`` (None for a
+    line without one), read without verifying the chain; () when it cannot be read."""
+    from .events import RUN_RESUMED, RUN_STARTED, EventError, RunHeader, parse
+
+    marks = (json.dumps(RUN_STARTED).encode(), json.dumps(RUN_RESUMED).encode())
+    out: list[str | None] = []
+    try:
+        with journal.open("rb") as f:
+            for raw in f:
+                if not any(mark in raw for mark in marks):
+                    continue
+                with contextlib.suppress(ValueError, EventError):
+                    line = json.loads(raw)
+                    event = parse(line, str(journal)) if isinstance(line, dict) else None
+                    if isinstance(event, RunHeader):
+                        out.append(event.continuation)
+    except OSError:
+        return ()
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- reading files
@@ -338,20 +437,22 @@ def read_place(path: Path) -> Found:
     if contract.run_id is None:
         raise ContractError(f"{path / CONTRACT}: unlocked contract")
     first = _first_event(path / JOURNAL)
+    chain = chain_of(path / JOURNAL)
     base = RunRecord(run_id=str(contract.run_id), run_dir=str(path), run_nonce=_nonce_of(first),
-                     started_at=str(first.get("time", "")), state=STARTED, **contract_facts(contract))
+                     started_at=str(first.get("time", "")), state=STARTED, continuation=chain[-1] if chain else None,
+                     **contract_facts(contract))
     if (path / "SHA256SUMS").is_file():
         try:
             report = verify_bundle(path)
         except VerificationFailed as e:
             status = f"does not verify: {len(e.problems)} problem(s); first: {e.problems[0]}"
-            return Found(BUNDLE, base, status)
+            return Found(BUNDLE, base, status, chain)
         except SealbenchError as e:
-            return Found(BUNDLE, base, f"cannot be checked: {e}")
+            return Found(BUNDLE, base, f"cannot be checked: {e}", chain)
         return Found(BUNDLE, replace(base, isolation=report.isolation,
                                      rate=f"{report.rate.sentence}; Wilson 95% [{report.rate.wilson_95.low:.3f}, "
                                           f"{report.rate.wilson_95.high:.3f}]"),
-                     verify_status(report.signed, report.signature))
+                     verify_status(report.signed, report.signature), chain)
     headers: list[RunHeader] = []
     last_run_event = [""]
 
@@ -366,14 +467,15 @@ def read_place(path: Path) -> Found:
     try:
         files = dict(derive_iter(events(), contract.task_ids, contract.model_endpoints or ()))
     except VerificationFailed as e:
-        return Found(RUN, replace(base, state=f"its journal does not verify: {e.problems[0]}"), "")
+        return Found(RUN, replace(base, state=f"its journal does not verify: {e.problems[0]}"), "", chain)
     except (KeyError, TypeError, ValueError) as e:
-        return Found(RUN, replace(base, state=f"its journal cannot be read ({type(e).__name__}: {e})"), "")
+        return Found(RUN, replace(base, state=f"its journal cannot be read ({type(e).__name__}: {e})"), "", chain)
     cards = [Scorecard.model_validate_json(line) for line in files["scorecards.jsonl"].splitlines() if line]
     state = {RUN_FINISHED: FINISHED, RUN_INTERRUPTED: INTERRUPTED}.get(last_run_event[0], STARTED)
     if headers and headers[0].contract_sha256 != contract.contract_sha256:
         state = f"its journal was made under contract {headers[0].contract_sha256}, not this one"
-    return Found(RUN, replace(base, state=state, isolation=isolation_of(headers), rate=rate_text(contract, cards)), "")
+    return Found(RUN, replace(base, state=state, isolation=isolation_of(headers), rate=rate_text(contract, cards)), "",
+                 chain)
 
 
 def verify_status(signed: bool, signature: str) -> str:
@@ -416,9 +518,9 @@ class _Store:
         import sqlite3
 
         if readonly:
-            con = sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+            con = sqlite3.connect(f"{self.db.as_uri()}?mode=ro", uri=True, timeout=0.2, isolation_level=None)
         else:
-            con = sqlite3.connect(str(self.db), timeout=30, isolation_level=None)
+            con = sqlite3.connect(str(self.db), timeout=0.2, isolation_level=None)
             # The log is the durable record (fsynced once per run); the database indexes it and the
             # files. A process crash cannot damage it; what a machine crash loses or damages is
             # found in the log (claim_run reads it) and rebuilt (Store.recover).
@@ -430,6 +532,8 @@ class _Store:
                 if tables:
                     raise sqlite3.DatabaseError("an SQLite file without sealbench's schema")
                 con.executescript(_SCHEMA)
+            elif version == 1 and not readonly:
+                con.executescript(_MIGRATE_1)
             elif version > INDEX_VERSION:
                 raise RunsIndexError(f"{self.db} was written by a newer sealbench (index version {version}, this "
                                      f"one reads {INDEX_VERSION}); upgrade sealbench or set {ENV} elsewhere")
@@ -444,11 +548,7 @@ class _Store:
 
         for attempt in (1, 2):
             try:
-                con = self.connect(readonly=readonly)
-                try:
-                    return op(con)
-                finally:
-                    con.close()
+                return self._use_when_free(op, readonly)
             except sqlite3.DatabaseError as e:
                 foreign = "without sealbench's schema" in str(e)
                 if not (_corrupt(e) or foreign):
@@ -459,6 +559,29 @@ class _Store:
                     raise RunsIndexError(f"the runs index {self.db} is corrupt ({e}){where}") from None
                 self.recover(e)
         raise AssertionError("unreachable")
+
+    def _use_when_free(self, op: Callable[[sqlite3.Connection], T], readonly: bool) -> T:
+        """``op`` on the database once no other process holds it in a transaction (a held lock
+        is waited for as the index's own lock is: :data:`WAIT_S`, saying who holds it)."""
+        import sqlite3
+
+        done: list[T] = []
+
+        def take() -> bool:
+            try:
+                con = self.connect(readonly=readonly)
+                try:
+                    done.append(op(con))
+                finally:
+                    con.close()
+            except sqlite3.OperationalError as e:
+                if _busy(e):
+                    return False
+                raise
+            return True
+
+        _wait_for(self.db, take, "a transaction on its file")
+        return done[0]
 
     def recover(self, err: Exception) -> None:
         aside = self.root / f"{INDEX}.corrupt-{now().replace(':', '')}-{os.getpid()}"
@@ -598,7 +721,8 @@ class _Store:
 
 
 _RUN_COLUMNS = ("run_id", "run_dir", "run_nonce", "started_at", "state", "contract_sha256", "max_attempts",
-                "wall_clock_s", "feedback", "access_class", "isolation", "rate", "updated_at")
+                "wall_clock_s", "feedback", "access_class", "isolation", "rate", "updated_at", "continuation",
+                "prior_continuation", "moved_from")
 _PLACE_COLUMNS = ("path", "run_id", "kind", "run_nonce", "started_at", "status", "updated_at")
 
 
@@ -613,7 +737,9 @@ def _put_place(con: sqlite3.Connection, p: PlaceRecord) -> None:
 
 
 def _runs(con: sqlite3.Connection, run_id: str | None = None) -> list[RunRecord]:
-    query = f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs"
+    # An index of version 1 read where it cannot be upgraded (read-only) has no continuations.
+    has = {str(row[1]) for row in con.execute("PRAGMA table_info(runs)")}
+    query = f"SELECT {', '.join(c if c in has else 'NULL' for c in _RUN_COLUMNS)} FROM runs"
     rows = con.execute(query + " WHERE run_id = ?", (run_id,)) if run_id is not None else \
         con.execute(query + " ORDER BY started_at, run_id")
     return [RunRecord(*row) for row in rows]
@@ -629,7 +755,6 @@ def _places(con: sqlite3.Connection, run_id: str | None = None) -> list[PlaceRec
 @contextlib.contextmanager
 def _writing(data: Path | None) -> Iterator[_Store]:
     """The index, locked against every other writer for the duration."""
-    import fcntl
 
     root = data_dir(data)
     try:
@@ -638,12 +763,92 @@ def _writing(data: Path | None) -> Iterator[_Store]:
     except OSError as e:
         raise RunsIndexError(_unwritable(root, e)) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _wait_for(root / LOCK, lambda: _flock_now(fd), "its lock")
         yield _Store(root)
     except OSError as e:
         raise RunsIndexError(_unwritable(root, e)) from None
     finally:
         os.close(fd)
+
+
+WAIT_S = 10.0
+"""How long a command waits for the index's lock, or a transaction on its file, before it refuses."""
+
+
+def _flock_now(fd: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _wait_for(path: Path, take: Callable[[], bool], what: str) -> None:
+    """Call ``take`` until it returns True, for :data:`WAIT_S` at most, saying on stderr once
+    who holds ``path`` while it waits.
+
+    Raises:
+        RunsIndexError: still held at the end (naming the holder; exit 3).
+    """
+    import time
+
+    if take():
+        return
+    start = time.monotonic()
+    deadline, said = start + WAIT_S, False
+    while time.monotonic() < deadline:
+        # Other commands hold it for moments: only a wait past a second is worth a line.
+        if not said and time.monotonic() - start >= min(1.0, WAIT_S / 2):
+            print(f"sealbench: waiting up to {WAIT_S:g} s for the runs index ({what}, {path}), held by "
+                  f"{holders(path)} ...", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.02)
+        if take():
+            return
+    raise RunsIndexError(
+        f"the runs index ({what}, {path}) stayed held for {WAIT_S:g} s by {holders(path)}; nothing was written. "
+        f"Let that command end (a stopped one continues with `kill -CONT PID` or `fg`, or end it) and try again")
+
+
+def holders(path: Path) -> str:
+    """Who holds a lock on ``path`` (an flock or a POSIX lock, as /proc/locks lists them), in words."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            rows = f.read().splitlines()
+    except OSError:
+        return "another process"
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids: list[int] = []
+    for row in rows:
+        words = row.split()
+        # "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"; waiters carry "->" and are not holders.
+        if len(words) >= 6 and words[1] != "->" and words[5] == where and words[4].isdigit():
+            pid = int(words[4])
+            if pid != os.getpid() and pid not in pids:
+                pids.append(pid)
+    return ", ".join(_process(pid) for pid in pids) or "another process"
+
+
+def _process(pid: int) -> str:
+    """``pid N (`command`)``, and that it is stopped when it is."""
+    import shlex
+
+    try:
+        argv = [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return f"pid {pid}"
+    stopped = ", stopped (Ctrl-Z or SIGSTOP)" if state in ("T", "t") else ""
+    return f"pid {pid} (`{shlex.join(argv)}`{stopped})"
+
+
+def _busy(err: Exception) -> bool:
+    import sqlite3
+
+    return (getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _write(data: Path | None, op: Callable[[_Store, sqlite3.Connection], T]) -> T:
@@ -687,7 +892,7 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
     run_id = str(contract.run_id)
     record = RunRecord(run_id=run_id, run_dir=str(run_dir), run_nonce=header.run_nonce,
                        started_at=now(), state=CLAIMED, isolation=isolation_of([header]),
-                       updated_at=now(), **contract_facts(contract))
+                       updated_at=now(), continuation=header.continuation, **contract_facts(contract))
 
     def op(store: _Store, con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")
@@ -722,40 +927,176 @@ def journal_started(contract: ScoringContract, run_dir: Path, *, data: Path | No
         print(f"sealbench: note: {e}", file=sys.stderr)
 
 
-def continue_run(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
-                 data: Path | None = None) -> None:
-    """Record that the run in ``run_dir`` resumes (``header`` is its run_resumed event).
+def continue_run(contract: ScoringContract, run_dir: Path, header: RunHeader, chain: Sequence[str | None], *,
+                 data: Path | None = None) -> str | None:
+    """Record that the run in ``run_dir`` resumes (``header`` is its run_resumed event, ``chain``
+    the continuation of each start and resume its journal holds).
+
+    One directory continues a run. Its journal must hold the run's latest continuation (a copy
+    whose journal stops before it was left behind when the run went on elsewhere), and a
+    directory other than the run's own continues it only once the run's own no longer holds it
+    (renamed away) or ``sealbench runs move`` moved the run here.
+
+    Returns:
+        The directory the run continued in before, when it moved here; else None.
 
     Raises:
-        RunRefusal: this machine ran the run_id first in another directory, and the run here
-            is not that one moved (its run_nonce differs).
+        RunRefusal: this machine ran the run_id in another directory, and the run here is not
+            that one (another run_nonce), or a copy of it left behind or at the same point.
         RunsIndexError: the index cannot be written.
     """
     from .derive import isolation_of
 
     run_id = str(contract.run_id)
     nonce = header.run_nonce
+    here = str(run_dir)
+    moved: list[str | None] = [None]
 
     def op(store: _Store, con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")
         try:
             (first,) = _runs(con, run_id) or (None,)
-            moved = first is not None and nonce is not None and first.run_nonce == nonce
-            if first is not None and first.run_dir != str(run_dir) and not moved:
-                raise _refusal(run_id, first, store.db)
-            if first is None:
+            if first is not None:
+                same = nonce is not None and first.run_nonce == nonce
+                if first.run_dir != here and not same:
+                    raise _refusal(run_id, first, store.db)
+                if not _holds(first, chain, here):
+                    raise _left_behind(run_id, here, first)
+                if first.run_dir != here:
+                    if _holds(first, chain_of(Path(first.run_dir, "journal.jsonl")), first.run_dir):
+                        raise _a_copy(run_id, here, first)
+                    moved[0] = first.run_dir  # renamed, or copied and the original removed
+                else:
+                    moved[0] = first.moved_from
+            else:
                 # A run started before this index existed (or on a machine whose index was lost).
                 first = RunRecord(run_id=run_id, run_dir="", run_nonce=nonce, started_at=now(),
                                   state=STARTED, isolation=isolation_of([header]), **contract_facts(contract))
-            _put_run(con, replace(first, run_dir=str(run_dir), state=STARTED, updated_at=now()))
+            _put_run(con, replace(first, run_dir=here, state=STARTED, updated_at=now(),
+                                  continuation=header.continuation, prior_continuation=chain[-1] if chain else None,
+                                  moved_from=moved[0]))
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        if first.run_dir != str(run_dir) or first.state == MISSING:
-            store.append_log(RUN, run_id, str(run_dir), nonce, first.started_at)
+        if first.run_dir != here or first.state == MISSING:
+            store.append_log(RUN, run_id, here, nonce, first.started_at)
 
     _write(data, op)
+    return moved[0]
+
+
+def _holds(run: RunRecord, chain: Sequence[str | None], where: str) -> bool:
+    """Whether a journal with ``chain`` in ``where`` holds the run's latest continuation: its own
+    directory's resume whose first line may not be written also does."""
+    if run.continuation is None or run.continuation in chain:
+        return True
+    if not chain and where == run.run_dir:
+        return True  # its journal was killed before its first line: the run starts afresh, here
+    return run.prior_continuation is not None and where == run.run_dir and run.prior_continuation in chain
+
+
+def _left_behind(run_id: str, here: str, run: RunRecord) -> RunRefusal:
+    return RunRefusal(
+        f"{here} holds a copy of run {run_id} left behind: the run went on in {run.run_dir} (last resumed "
+        f"{run.updated_at}) after this copy was made. A copy left behind is never resumed, or the tasks it had not "
+        f"finished would run twice; continue the run in {run.run_dir} (see `sealbench runs show {run_id}`)")
+
+
+def _a_copy(run_id: str, here: str, run: RunRecord) -> RunRefusal:
+    return RunRefusal(
+        f"{here} holds a copy of run {run_id}, whose directory is {run.run_dir}: one run continues in one directory, "
+        f"or the tasks it had not finished would run twice. Resume it there (`sealbench run CONTRACT --resume "
+        f"{run.run_dir}`), or move the run here first: `sealbench runs move {run.run_dir} {here}` (the run then "
+        f"continues only here)")
+
+
+def continuation_written(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
+                         data: Path | None = None) -> None:
+    """Record that the resume in ``run_dir`` wrote its first line (``header``); best effort."""
+
+    def op(store: _Store, con: sqlite3.Connection) -> None:
+        with con:
+            con.execute("UPDATE runs SET prior_continuation = NULL, moved_from = NULL, updated_at = ? "
+                        "WHERE run_id = ? AND run_dir = ? AND continuation = ?",
+                        (now(), str(contract.run_id), str(run_dir), header.continuation))
+
+    try:
+        _write(data, op)
+    except RunsIndexError as e:
+        print(f"sealbench: note: {e}", file=sys.stderr)
+
+
+MOVED_NOTE = "MOVED.txt"
+"""Left in a run directory whose run ``runs move`` moved elsewhere (for people; the index decides)."""
+
+
+def move_run(old: Path, new: Path, *, data: Path | None = None) -> str:
+    """Move the run recorded in ``old`` to ``new``, a copy of it at the same point: the run
+    continues only in ``new`` (its next resume journals where it came from); ``old`` is retired.
+
+    Returns:
+        The run_id moved.
+
+    Raises:
+        RunRefusal: ``new`` holds no run, another one, or a copy left behind; the index records
+            the run elsewhere; a process writes ``old`` or ``new`` now.
+        RunsIndexError: the index cannot be written.
+    """
+    from .files import write_atomic
+    from .lock import hold_writer
+
+    old, new = old.resolve(), new.resolve()
+    if not is_place(new) or (new / "SHA256SUMS").is_file():
+        raise RunRefusal(f"{new} holds no run directory (a journal.jsonl beside a scoring_contract.json)")
+    from .events import EventError, RunHeader, parse
+
+    first = _first_event(new / "journal.jsonl")
+    try:
+        header = parse(first, "journal.jsonl line 1") if first else None
+    except EventError:
+        header = None
+    run_id = header.run_id if isinstance(header, RunHeader) else None
+    nonce = header.run_nonce if isinstance(header, RunHeader) else None
+    if run_id is None:
+        raise RunRefusal(f"{new / 'journal.jsonl'}: its first line names no run_id")
+    if old == new:
+        raise RunRefusal(f"{old}: the run is already there")
+    chain = chain_of(new / "journal.jsonl")
+    locks = [hold_writer(d, ["sealbench", "runs", "move", str(old), str(new)]) for d in (new, old) if d.is_dir()]
+
+    def op(store: _Store, con: sqlite3.Connection) -> None:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            (run,) = _runs(con, run_id) or (None,)
+            if run is None:
+                raise RunRefusal(f"the runs index {store.db} records no run {run_id}; `sealbench runs rebuild "
+                                 f"{old}` records it first")
+            if run.run_dir != str(old):
+                raise RunRefusal(f"the runs index records run {run_id} in {run.run_dir}, not {old}; "
+                                 f"`sealbench runs move {run.run_dir} {new}` moves it from there")
+            if nonce is None or nonce != run.run_nonce:
+                raise _refusal(run_id, run, store.db)
+            if not _holds(run, chain, str(old)):
+                raise _left_behind(run_id, str(new), run)
+            _put_run(con, replace(run, run_dir=str(new), updated_at=now(), moved_from=str(old),
+                                  prior_continuation=run.prior_continuation if run.prior_continuation in chain else None))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        store.append_log(RUN, run_id, str(new), nonce, run.started_at)
+
+    try:
+        _write(data, op)
+        with contextlib.suppress(OSError):
+            if old.is_dir():
+                write_atomic(old / MOVED_NOTE, f"run {run_id} moved to {new} on {now()} (sealbench runs move): it "
+                             f"continues there, and this directory is never resumed.\n".encode())
+    finally:
+        for lock in locks:
+            lock.release()
+    return run_id
 
 
 def record_end(contract: ScoringContract, result: RunResult, *, data: Path | None = None) -> None:
@@ -775,22 +1116,33 @@ def record_end(contract: ScoringContract, result: RunResult, *, data: Path | Non
         print(f"sealbench: note: {e}", file=sys.stderr)
 
 
-def record_bundle(bundle: Path, status: str, *, data: Path | None = None) -> None:
-    """Record a bundle and what verify said of it; best effort (a note on stderr when it cannot)."""
+def record_bundle(bundle: Path, status: str, *, data: Path | None = None) -> str:
+    """Record a bundle and what verify said of it; best effort (a note on stderr when it cannot).
+
+    Returns:
+        ``status``, and that the bundle's journal forks from its run's on this machine, when it does.
+    """
     from .derive import CONTRACT, JOURNAL
 
     try:
         raw = json.loads((bundle / CONTRACT).read_bytes())
         run_id = raw.get("run_id") if isinstance(raw, dict) else None
     except (OSError, ValueError):
-        return
+        return status
     if not isinstance(run_id, str):
-        return
+        return status
     first = _first_event(bundle / JOURNAL)
     nonce = _nonce_of(first)
     place = PlaceRecord(str(bundle.resolve()), run_id, BUNDLE, nonce, str(first.get("time", "")), status, now())
+    said = [status]
 
     def op(store: _Store, con: sqlite3.Connection) -> None:
+        nonlocal place
+        (run,) = _runs(con, run_id) or (None,)
+        if run is not None and nonce is not None and nonce == run.run_nonce and Path(run.run_dir).is_dir():
+            note = fork_note(chain_of(bundle / JOURNAL), chain_of(Path(run.run_dir, JOURNAL)), run.run_dir)
+            place = replace(place, status=status + note)
+            said[0] = place.status
         with con:
             known = con.execute("SELECT 1 FROM places WHERE path = ?", (place.path,)).fetchone()
             _put_place(con, place)
@@ -801,6 +1153,7 @@ def record_bundle(bundle: Path, status: str, *, data: Path | None = None) -> Non
         _write(data, op)
     except RunsIndexError as e:
         print(f"sealbench: note: {e}", file=sys.stderr)
+    return said[0]
 
 
 # --------------------------------------------------------------------------- what people read
@@ -869,8 +1222,10 @@ class RunView:
         r = self.run
         if r is not None:
             out += [
-                f"  run directory: {r.run_dir}",
+                f"  run directory: {r.run_dir}" + (f" (moved from {r.moved_from}; its next resume journals it)"
+                                                    if r.moved_from else ""),
                 f"  state: {_state(r)}",
+                f"  latest continuation: {r.continuation or 'not recorded'} (only a journal that holds it resumes)",
                 f"  started: {r.started_at}; run_nonce {r.run_nonce or 'not recorded (a journal made before nonces)'}",
                 f"  caps: {_caps(r)}",
                 f"  access class: {r.access_class or 'not recorded'}",

@@ -9,7 +9,9 @@ its transcript and how it says it ended.
 ``sealbench agents install NAME`` installs the agent into ``agents_dir()/NAME/VERSION/`` (a
 virtual environment ``venv/`` for PyPI agents, an npm prefix ``npm/`` for node agents) beside a
 copy of :mod:`.launch` and ``installed.json``, written last (an install without it is
-unfinished and is redone). ``contract new --agent preset:NAME --model MODEL`` writes the
+unfinished and is redone), under a lock per version (``NAME/.VERSION.lock``): two installs of one
+version at once end with one install. It installs in place, not in a folder renamed into place:
+a virtual environment's scripts name its own path, and would break if moved. ``contract new --agent preset:NAME --model MODEL`` writes the
 command, the mount of that folder (read-only in the sandbox) and an endpoint skeleton, and
 locks the preset and version in ``agent.preset``; ``run`` reads the version actually installed
 there and refuses, before any journal line, when it differs.
@@ -249,8 +251,39 @@ def install(name: str, version: str | None = None, base: Path | None = None,
     done = read_installed(root)
     if done is not None:
         return done
+    fd = _install_lock(root)
+    try:
+        return read_installed(root) or _install_locked(name, version, root, preset, python)
+    finally:
+        os.close(fd)
+
+
+def _install_lock(root: Path) -> int:
+    """The lock of one version's install (beside its folder, so it outlives a redo), taken;
+    while another process holds it, says who and waits."""
+    import fcntl
+
+    root.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root.parent / f".{root.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            print(f"waiting for {holder}, which installs {root.parent.name} {root.name} now ...", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _install_locked(name: str, version: str, root: Path, preset: Preset, python: str | None) -> Installed:
     if root.exists():
-        shutil.rmtree(root)  # an unfinished install: start again
+        shutil.rmtree(root)  # an unfinished install (its process was killed): start again
     root.mkdir(parents=True)
     started = time.monotonic()
     spec = preset.install
@@ -354,6 +387,14 @@ def check_installed(contract: ScoringContract) -> None:
     if got is None:
         raise RunRefusal(f"agent preset {locked.name} {locked.version} is not installed at {root}; run: "
                          f"sealbench agents install {locked.name} --version {locked.version}")
+    done = read_installed(root)
+    if done is None or not (root / LAUNCHER).is_file():
+        # Every attempt would fail on the missing launcher and the run_id would be spent.
+        raise RunRefusal(f"the install of agent preset {locked.name} {locked.version} at {root} is unfinished "
+                         f"(stopped before its {LAUNCHER if done is not None else INSTALLED} was written); run: "
+                         f"sealbench agents install {locked.name} --version {locked.version} (it redoes it)")
+    if done is not None and done.version != locked.version:
+        raise RunRefusal(f"{root / INSTALLED} records version {done.version}, the contract locks {locked.version}")
     if got != locked.version:
         raise RunRefusal(f"the installed {locked.package} is version {got}, the contract locks {locked.version}; "
                          f"reinstall it with: sealbench agents install {locked.name} --version {locked.version} "
