@@ -624,7 +624,11 @@ def _common(a: tuple[ChatMessage, ...], b: tuple[ChatMessage, ...]) -> int:
     return n
 
 
-def _exchange(item: CallBodies, history: deque[tuple[int, tuple[ChatMessage, ...], ChatMessage | None]]) -> Exchange:
+_Earlier = tuple[int, tuple[str | None, str], tuple[ChatMessage, ...], ChatMessage | None]
+"""An earlier request: its call's index, its endpoint and format, its messages, its reply."""
+
+
+def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
     c = item.call
     notes: list[str] = []
     fields: dict[str, Any] = {}
@@ -641,10 +645,10 @@ def _exchange(item: CallBodies, history: deque[tuple[int, tuple[ChatMessage, ...
             fmt, listed, tools = parsed
             messages = tuple(listed)
             best, base, echo = 0, None, None
-            for index, earlier, reply in history:
-                n = _common(earlier, messages)
-                if n > best or (n == best and n == len(earlier) and n and base is None):
-                    best, base, echo = n, index, reply if n == len(earlier) else None
+            # It continues the longest earlier request of its endpoint and format that it holds whole.
+            for index, thread, earlier, reply in history:
+                if thread == (c.endpoint, fmt) and best < len(earlier) == _common(earlier, messages):
+                    best, base, echo = len(earlier), index, reply
             added = messages[best:]
             if added and _echoes(added[0], echo):
                 added, best = added[1:], best + 1
@@ -664,7 +668,8 @@ def _exchange(item: CallBodies, history: deque[tuple[int, tuple[ChatMessage, ...
     elif c.response is None and not c.refused and c.status is not None and not c.error:
         notes.append("no reply body")
     if messages is not None:
-        history.append((c.index if c.index is not None else -1, messages, _as_message(answer) if answer else None))
+        history.append((c.index if c.index is not None else -1, (c.endpoint, fields["request_format"]), messages,
+                        _as_message(answer) if answer else None))
     return Exchange(call=c, notes=tuple(notes), **fields)
 
 
@@ -674,7 +679,7 @@ def build(calls: Iterable[CallBodies]) -> Conversation:
     Each call's bodies are read once and let go: only what each call added is kept, and the
     messages of the last :data:`HISTORY` requests to compare the next one with.
     """
-    history: deque[tuple[int, tuple[ChatMessage, ...], ChatMessage | None]] = deque(maxlen=HISTORY)
+    history: deque[_Earlier] = deque(maxlen=HISTORY)
     out = []
     for item in calls:
         try:
