@@ -36,7 +36,7 @@ from sealbench.model_stub import StubReply, StubServer, StubToolCall, StubUsage,
 from sealbench.pack import load_pack
 from sealbench.report import write_report
 from sealbench.runner import RunOptions, execute
-from sealbench.show import Blobs, Shown, StoryBook, task_lines
+from sealbench.show import Blobs, Shown, StoryBook, call_words, task_lines
 from sealbench.task_pages import render_task_page
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,3 +283,16 @@ def test_hostile_model_calls_on_the_task_page_run_nothing_and_load_nothing(tmp_p
     assert "role-other" in " ".join(classes)
     assert "\\u202eevil\\u202c" in page.text and "\u202e" not in page.text and "\x1b" not in page.text
     assert SCRIPT in page.text  # shown as the text it is
+
+
+def test_a_call_s_line_names_its_refusal_cap_upstream_error_and_replay() -> None:
+    base: dict[str, Any] = {"task_id": TASK, "attempt": 1, "index": 4, "endpoint": "openai", "model": "m"}
+    capped = ev.ModelCall(**base, status=429, latency_ms=0, refused="the task's budget cap is reached",
+                          cap="max_model_calls")
+    assert call_words(capped) == ("#4 openai m: 429 in 0 ms, no usage reported (refused by the gateway at the "
+                                  "max_model_calls cap: the task's budget cap is reached)")
+    failed = ev.ModelCall(**base, status=502, error="the model endpoint failed: ConnectionResetError")
+    assert call_words(failed) == "#4 openai m: 502, no usage reported (the model endpoint failed: ConnectionResetError)"
+    replayed = ev.ModelCall(**base, status=200, input_tokens=3, output_tokens=4, cached_tokens=0, streamed=True,
+                            replayed=True)
+    assert call_words(replayed) == "#4 openai m: 200, 3/4/0 tokens, streamed, replayed"

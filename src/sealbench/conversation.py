@@ -310,30 +310,50 @@ def _merge_reasoning(messages: list[ChatMessage]) -> list[ChatMessage]:
     return out
 
 
-def read_request(data: bytes) -> tuple[str, list[ChatMessage], tuple[str, ...]] | None:
-    """A request body's format, messages (a system prompt first) and offered tools; None when
-    it is in no known format."""
+def request_items(data: bytes) -> tuple[str, list[Any], tuple[str, ...]] | None:
+    """A request body's format, its items as sent (a system prompt or instructions first, as a
+    message of their own) and its offered tools; None when it is in no known format. Items are
+    compared as parsed JSON, so a request is matched with the one it repeats before any of its
+    messages is read."""
     body = _json(data)
     if not isinstance(body, dict):
         return None
     tools = _tool_names(body.get("tools"))
     if isinstance(body.get("messages"), list):
         fmt = MESSAGES if "system" in body or _has_blocks(body["messages"]) else CHAT
-        messages = [ChatMessage("system", _content(body["system"]))] if body.get("system") else []
-        for item in body["messages"]:
-            messages += _chat_message(item)
-        return fmt, messages, tools
+        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
+        return fmt, system + body["messages"], tools
     if "input" in body and isinstance(body["input"], str | list):
-        messages = []
+        items: list[Any] = []
         if isinstance(body.get("instructions"), str):
-            messages.append(ChatMessage("system", body["instructions"]))
+            items.append({"type": "message", "role": "system", "content": body["instructions"]})
         if isinstance(body["input"], str):
-            messages.append(ChatMessage("user", body["input"]))
+            items.append({"type": "message", "role": "user", "content": body["input"]})
         else:
-            for item in body["input"]:
-                _responses_item(item, messages)
-        return RESPONSES, _merge_reasoning(messages), tools
+            items += body["input"]
+        return RESPONSES, items, tools
     return None
+
+
+def messages_of(fmt: str, items: Iterable[Any]) -> list[ChatMessage]:
+    """The messages of a request's items (see :func:`request_items`)."""
+    messages: list[ChatMessage] = []
+    for item in items:
+        if fmt == RESPONSES:
+            _responses_item(item, messages)
+        else:
+            messages += _chat_message(item)
+    return _merge_reasoning(messages) if fmt == RESPONSES else messages
+
+
+def read_request(data: bytes) -> tuple[str, list[ChatMessage], tuple[str, ...]] | None:
+    """A request body's format, messages (a system prompt first) and offered tools; None when
+    it is in no known format."""
+    parsed = request_items(data)
+    if parsed is None:
+        return None
+    fmt, items, tools = parsed
+    return fmt, messages_of(fmt, items), tools
 
 
 def _has_blocks(messages: list[Any]) -> bool:
@@ -615,17 +635,8 @@ def _echoes(sent: ChatMessage, reply: ChatMessage | None) -> bool:
             and [(c.name, c.id) for c in sent.tool_calls] == [(c.name, c.id) for c in reply.tool_calls])
 
 
-def _common(a: tuple[ChatMessage, ...], b: tuple[ChatMessage, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-_Earlier = tuple[int, tuple[str | None, str], tuple[ChatMessage, ...], ChatMessage | None]
-"""An earlier request: its call's index, its endpoint and format, its messages, its reply."""
+_Earlier = tuple[int, tuple[str | None, str], list[Any], ChatMessage | None]
+"""An earlier request: its call's index, its endpoint and format, its items, its reply."""
 
 
 def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
@@ -636,23 +647,22 @@ def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
         notes.append("the request's body was not read" + (" (refused on arrival)" if c.refused else ""))
     req_notes, readable = _body_notes("request", c.request, c.request_bytes, item.request)
     notes += req_notes
-    messages: tuple[ChatMessage, ...] | None = None
+    items: list[Any] | None = None
     if readable and item.request is not None:
-        parsed = read_request(item.request.data)
+        parsed = request_items(item.request.data)
         if parsed is None:
             fields["request_note"] = _unread(item.request.data, "cut short" if item.request.cut else "")
         else:
-            fmt, listed, tools = parsed
-            messages = tuple(listed)
+            fmt, items, tools = parsed
             best, base, echo = 0, None, None
             # It continues the longest earlier request of its endpoint and format that it holds whole.
-            for index, thread, earlier, reply in history:
-                if thread == (c.endpoint, fmt) and best < len(earlier) == _common(earlier, messages):
+            for index, thread, earlier, reply in reversed(history):
+                if thread == (c.endpoint, fmt) and best < len(earlier) <= len(items) and items[:len(earlier)] == earlier:
                     best, base, echo = len(earlier), index, reply
-            added = messages[best:]
+            added = messages_of(fmt, items[best:])
             if added and _echoes(added[0], echo):
                 added, best = added[1:], best + 1
-            fields.update(request_format=fmt, added=added, repeated=best, continues=base if best else None,
+            fields.update(request_format=fmt, added=tuple(added), repeated=best, continues=base if best else None,
                           tools=tools)
     rsp_notes, readable = _body_notes("reply", c.response, c.response_bytes, item.response)
     notes += rsp_notes
@@ -667,8 +677,8 @@ def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
         fields["reply"] = answer
     elif c.response is None and not c.refused and c.status is not None and not c.error:
         notes.append("no reply body")
-    if messages is not None:
-        history.append((c.index if c.index is not None else -1, (c.endpoint, fields["request_format"]), messages,
+    if items is not None:
+        history.append((c.index if c.index is not None else -1, (c.endpoint, fields["request_format"]), items,
                         _as_message(answer) if answer else None))
     return Exchange(call=c, notes=tuple(notes), **fields)
 

@@ -811,8 +811,8 @@ def call_words(c: ev.ModelCall) -> str:
             f"{c.status if c.status is not None else 'no reply'}"
             + (f" in {c.latency_ms} ms" if c.latency_ms is not None else "") + f", {tokens}"
             + (", streamed" if c.streamed else "") + (", replayed" if c.replayed else "")
-            + (f" (refused by the gateway: {inert(why)})" if c.refused
-               else f" (the {c.cap} cap)" if c.cap else f" ({inert(why)})" if why else ""))
+            + (f" (refused by the gateway{f' at the {c.cap} cap' if c.cap else ''}: {inert(why)})" if c.refused
+               else f" ({inert(why)})" if why else ""))
 
 
 def _fold(text: str, indent: str, full: bool) -> list[str]:
