@@ -246,7 +246,8 @@ def test_each_call_shows_only_what_its_request_added_and_its_reply_once() -> Non
     first, second = conversation.exchanges
     assert [m.role for m in first.added] == ["system", "user"] and first.repeated == 0 and first.continues is None
     assert first.reply is not None and first.reply.tool_calls[0].name == "write_file"
-    assert [m.role for m in second.added] == ["tool"] and second.repeated == 3 and second.continues == 0
+    assert [m.role for m in second.added] == ["tool"] and second.continues == 0
+    assert (second.repeated, second.reply_repeated) == (2, True)
     assert second.reply is not None and second.reply.text == "Done." and second.notes == ()
 
 
@@ -259,7 +260,8 @@ def test_interleaved_conversations_each_continue_their_own() -> None:
                 _json_reply("openai-chat", "Going.")),
     ])
     third = conversation.exchanges[2]
-    assert third.continues == 0 and third.repeated == 3 and [m.text for m in third.added] == ["go"]
+    assert (third.continues, third.repeated, third.reply_repeated) == (0, 2, True)
+    assert [m.text for m in third.added] == ["go"]
     assert conversation.exchanges[1].continues is None and len(conversation.exchanges[1].added) == 2
 
 
@@ -320,3 +322,14 @@ def test_the_running_stub_s_bytes_read_as_its_script_says() -> None:
                 assert (reply.text, _args(reply)) == ("Writing it.", [("write_file", {"path": "a.py"}, "c1")])
     finally:
         server.close()
+
+
+def test_a_request_sent_again_after_an_error_adds_nothing_and_says_so() -> None:
+    from sealbench.show import request_words
+
+    limited = json.dumps(model_api.error_body("openai-chat", "slow down", "rate_limit_error")).encode()
+    first, again = cv.build([_bodies(0, _chat(ASK), limited, status=429),
+                             _bodies(1, _chat(ASK), _json_reply("openai-chat", "ok"))]).exchanges
+    assert first.reply is not None and first.reply.error == "rate_limit_error: slow down"
+    assert (again.added, again.repeated, again.reply_repeated, again.continues) == ((), 1, False, 0)
+    assert request_words(again) == "request (openai-chat): call #0's 1 message(s) again, nothing added"

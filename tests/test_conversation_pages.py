@@ -130,7 +130,7 @@ def test_show_and_report_tell_a_real_agent_s_model_conversation(
     assert "[assistant] Reading the file first." in first and "[tool call] read_file (call_1_0)" in first
     second = _block(out, "#1 openai stub-model", "#2 ")
     # Only what the request added: the tool's result, not the prompt again.
-    assert ("request (openai-chat), tools offered: write_file, read_file: the 3 message(s) of call #0 and its reply, "
+    assert ("request (openai-chat), tools offered: write_file, read_file: call #0's 2 message(s) and its reply, "
             "then:") in second
     assert '[tool call_1_0] """Sliding windows over lists."""' in second and "context line" not in second
     assert "[tool call] write_file (call_2_0)" in second and "content:\n" in second

@@ -110,7 +110,9 @@ class Exchange:
     request_format: str | None = None
     added: tuple[ChatMessage, ...] = ()
     repeated: int = 0
-    """Messages at the start of the request that an earlier call already sent (not repeated)."""
+    """Items at the start of the request that an earlier call's request held (not repeated)."""
+    reply_repeated: bool = False
+    """Whether the earlier call's reply follows them, sent back as the assistant's (not repeated)."""
     continues: int | None = None
     """The index of the call whose request (and reply) this one's repeats."""
     tools: tuple[str, ...] = ()
@@ -660,10 +662,9 @@ def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
                 if thread == (c.endpoint, fmt) and best < len(earlier) <= len(items) and items[:len(earlier)] == earlier:
                     best, base, echo = len(earlier), index, reply
             added = messages_of(fmt, items[best:])
-            if added and _echoes(added[0], echo):
-                added, best = added[1:], best + 1
-            fields.update(request_format=fmt, added=tuple(added), repeated=best, continues=base if best else None,
-                          tools=tools)
+            echoed = bool(added) and _echoes(added[0], echo)
+            fields.update(request_format=fmt, added=tuple(added[1:] if echoed else added), repeated=best,
+                          reply_repeated=echoed, continues=base if best else None, tools=tools)
     rsp_notes, readable = _body_notes("reply", c.response, c.response_bytes, item.response)
     notes += rsp_notes
     if c.response_truncated:
@@ -720,7 +721,7 @@ def to_json(conversation: Conversation) -> list[dict[str, Any]]:
         r = x.reply
         out.append({
             "index": x.call.index, "request_format": x.request_format, "added": list(messages_json(x.added)),
-            "repeated": x.repeated, "continues": x.continues, "tools": list(x.tools),
+            "repeated": x.repeated, "reply_repeated": x.reply_repeated, "continues": x.continues, "tools": list(x.tools),
             "request_unread": None if x.request_note is None else vars(x.request_note),
             "reply": None if r is None else {
                 "format": r.format, "text": r.text, "reasoning": r.reasoning, "refusal": r.refusal, "stop": r.stop,

@@ -885,10 +885,9 @@ def request_words(x: cv.Exchange) -> str:
     call it continues (whose messages are not repeated)."""
     tools = ", ".join(x.tools[:20]) + (f" and {len(x.tools) - 20} more" if len(x.tools) > 20 else "")
     words = f"request ({x.request_format})" + (f", tools offered: {tools}" if x.tools else "")
-    if x.repeated and not x.added:
-        return words + f": the {x.repeated} message(s) of call #{x.continues} and its reply again, nothing added"
     if x.repeated:
-        return words + f": the {x.repeated} message(s) of call #{x.continues} and its reply, then:"
+        before = f"call #{x.continues}'s {x.repeated} message(s)" + (" and its reply" if x.reply_repeated else "")
+        return words + (f": {before}, then:" if x.added else f": {before} again, nothing added")
     return words + (":" if x.added else ": no message")
 
 
