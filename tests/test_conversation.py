@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -333,3 +334,23 @@ def test_a_request_sent_again_after_an_error_adds_nothing_and_says_so() -> None:
     assert first.reply is not None and first.reply.error == "rate_limit_error: slow down"
     assert (again.added, again.repeated, again.reply_repeated, again.continues) == ((), 1, False, 0)
     assert request_words(again) == "request (openai-chat): call #0's 1 message(s) again, nothing added"
+
+
+def test_a_responses_request_that_continues_a_stored_response_says_so() -> None:
+    request = {"model": "m-1", "previous_response_id": "resp_9", "input": [
+        {"type": "function_call_output", "call_id": "call_1", "output": "ok"}]}
+    (x,) = cv.build([_bodies(0, request, _json_reply("openai-responses", "Done."))]).exchanges
+    assert [m.role for m in x.added] == ["tool"]
+    assert x.notes == ("the request continues the stored response resp_9: its earlier messages are the provider's, "
+                       "not in this request",)
+
+
+def test_without_full_an_attempt_shows_its_last_calls_and_says_how_many_came_before(tmp_path: Path) -> None:
+    from sealbench.show import CALLS_SHOWN, AttemptStory, Blobs, conversation_lines
+
+    story = AttemptStory(1, calls=[_call(n, request=None, request_bytes=None, response=None, response_bytes=0,
+                                         status=401, refused="no token") for n in range(CALLS_SHOWN + 5)])
+    lines = conversation_lines(story, Blobs(tmp_path), full=False)
+    assert lines[1] == "      ... 5 earlier call(s); --full shows all" and lines[2].startswith("      #5 ")
+    assert sum(ln.startswith("      #") for ln in lines) == CALLS_SHOWN
+    assert sum(ln.startswith("      #") for ln in conversation_lines(story, Blobs(tmp_path), full=True)) == CALLS_SHOWN + 5

@@ -312,9 +312,19 @@ def _merge_reasoning(messages: list[ChatMessage]) -> list[ChatMessage]:
     return out
 
 
-def request_items(data: bytes) -> tuple[str, list[Any], tuple[str, ...]] | None:
-    """A request body's format, its items as sent (a system prompt or instructions first, as a
-    message of their own) and its offered tools; None when it is in no known format. Items are
+class Request(NamedTuple):
+    """A request body as sent: its format, its items (a system prompt or instructions first, as a
+    message of their own), the tools it offers, and the stored response it continues (Responses'
+    ``previous_response_id``: the earlier messages are then the provider's, not in the body)."""
+
+    format: str
+    items: list[Any]
+    tools: tuple[str, ...]
+    previous: str | None = None
+
+
+def request_items(data: bytes) -> Request | None:
+    """A request body read as a :class:`Request`; None when it is in no known format. Items are
     compared as parsed JSON, so a request is matched with the one it repeats before any of its
     messages is read."""
     body = _json(data)
@@ -324,7 +334,7 @@ def request_items(data: bytes) -> tuple[str, list[Any], tuple[str, ...]] | None:
     if isinstance(body.get("messages"), list):
         fmt = MESSAGES if "system" in body or _has_blocks(body["messages"]) else CHAT
         system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
-        return fmt, system + body["messages"], tools
+        return Request(fmt, system + body["messages"], tools)
     if "input" in body and isinstance(body["input"], str | list):
         items: list[Any] = []
         if isinstance(body.get("instructions"), str):
@@ -333,7 +343,7 @@ def request_items(data: bytes) -> tuple[str, list[Any], tuple[str, ...]] | None:
             items.append({"type": "message", "role": "user", "content": body["input"]})
         else:
             items += body["input"]
-        return RESPONSES, items, tools
+        return Request(RESPONSES, items, tools, _str(body.get("previous_response_id")))
     return None
 
 
@@ -354,8 +364,7 @@ def read_request(data: bytes) -> tuple[str, list[ChatMessage], tuple[str, ...]] 
     parsed = request_items(data)
     if parsed is None:
         return None
-    fmt, items, tools = parsed
-    return fmt, messages_of(fmt, items), tools
+    return parsed.format, messages_of(parsed.format, parsed.items), parsed.tools
 
 
 def _has_blocks(messages: list[Any]) -> bool:
@@ -655,7 +664,10 @@ def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
         if parsed is None:
             fields["request_note"] = _unread(item.request.data, "cut short" if item.request.cut else "")
         else:
-            fmt, items, tools = parsed
+            fmt, items, tools, previous = parsed
+            if previous is not None:
+                notes.append(f"the request continues the stored response {previous[:200]}: its earlier messages "
+                             "are the provider's, not in this request")
             best, base, echo = 0, None, None
             # It continues the longest earlier request of its endpoint and format that it holds whole.
             for index, thread, earlier, reply in reversed(history):
