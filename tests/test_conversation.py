@@ -354,3 +354,21 @@ def test_without_full_an_attempt_shows_its_last_calls_and_says_how_many_came_bef
     assert lines[1] == "      ... 5 earlier call(s); --full shows all" and lines[2].startswith("      #5 ")
     assert sum(ln.startswith("      #") for ln in lines) == CALLS_SHOWN
     assert sum(ln.startswith("      #") for ln in conversation_lines(story, Blobs(tmp_path), full=True)) == CALLS_SHOWN + 5
+
+
+def test_anthropic_cache_marks_moved_to_the_newest_message_are_no_change() -> None:
+    mark = {"type": "ephemeral"}
+    system = [{"type": "text", "text": "You fix bugs.", "cache_control": mark}]
+    first = {"model": "m-1", "system": system, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Fix window.py", "cache_control": mark}]}]}
+    reply = _json_reply("anthropic-messages", "On it.", (WRITE,))
+    second = {"model": "m-1", "system": system, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Fix window.py"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "On it."}, {"type": "tool_use", "id": "call_7",
+                                                                                "name": "write_file", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_7", "content": [
+            {"type": "text", "text": "written", "cache_control": mark}]}]}]}
+    _, x = cv.build([_bodies(0, first, reply, endpoint="anthropic"),
+                     _bodies(1, second, _json_reply("anthropic-messages", "Done."), endpoint="anthropic")]).exchanges
+    assert (x.continues, x.repeated, x.reply_repeated) == (0, 2, True)
+    assert [(m.role, m.text, m.tool_call_id) for m in x.added] == [("tool", "written", "call_7")]

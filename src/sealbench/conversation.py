@@ -334,7 +334,7 @@ def request_items(data: bytes) -> Request | None:
     if isinstance(body.get("messages"), list):
         fmt = MESSAGES if "system" in body or _has_blocks(body["messages"]) else CHAT
         system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
-        return Request(fmt, system + body["messages"], tools)
+        return Request(fmt, _unmarked(system + body["messages"]), tools)
     if "input" in body and isinstance(body["input"], str | list):
         items: list[Any] = []
         if isinstance(body.get("instructions"), str):
@@ -345,6 +345,21 @@ def request_items(data: bytes) -> Request | None:
             items += body["input"]
         return Request(RESPONSES, items, tools, _str(body.get("previous_response_id")))
     return None
+
+
+def _unmarked(items: list[Any]) -> list[Any]:
+    """``items`` without Anthropic's ``cache_control`` marks: an agent moves them to its newest
+    messages on every call, and a moved mark is no change of what was said."""
+    for item in items:
+        if isinstance(item, dict):
+            item.pop("cache_control", None)
+            for part in _list(item.get("content")):
+                if isinstance(part, dict):
+                    part.pop("cache_control", None)
+                    for inner in _list(part.get("content")):
+                        if isinstance(inner, dict):
+                            inner.pop("cache_control", None)
+    return items
 
 
 def messages_of(fmt: str, items: Iterable[Any]) -> list[ChatMessage]:
