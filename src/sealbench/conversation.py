@@ -665,6 +665,26 @@ _Earlier = tuple[int, tuple[str | None, str], list[Any], ChatMessage | None]
 """An earlier request: its call's index, its endpoint and format, its items, its reply."""
 
 
+def _request(c: ev.ModelCall, body: Stored, history: deque[_Earlier], notes: list[str]) -> dict[str, Any]:
+    """A request's fields of its :class:`Exchange`; it joins ``history`` when it was read."""
+    parsed = request_items(body.data)
+    if parsed is None:
+        return {"request_note": _unread(body.data, "cut short" if body.cut else "")}
+    fmt, items, tools, previous = parsed
+    if previous is not None:
+        notes.append(f"the request continues the stored response {previous[:200]}: its earlier messages "
+                     "are the provider's, not in this request")
+    best, base, echo = 0, None, None
+    # It continues the longest earlier request of its endpoint and format that it holds whole.
+    for index, thread, earlier, reply in reversed(history):
+        if thread == (c.endpoint, fmt) and best < len(earlier) <= len(items) and items[:len(earlier)] == earlier:
+            best, base, echo = len(earlier), index, reply
+    added = messages_of(fmt, items[best:])
+    echoed = bool(added) and _echoes(added[0], echo)
+    return {"request_format": fmt, "added": tuple(added[1:] if echoed else added), "repeated": best,
+            "reply_repeated": echoed, "continues": base if best else None, "tools": tools, "items": items}
+
+
 def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
     c = item.call
     notes: list[str] = []
@@ -673,25 +693,9 @@ def _exchange(item: CallBodies, history: deque[_Earlier]) -> Exchange:
         notes.append("the request's body was not read" + (" (refused on arrival)" if c.refused else ""))
     req_notes, readable = _body_notes("request", c.request, c.request_bytes, item.request)
     notes += req_notes
-    items: list[Any] | None = None
     if readable and item.request is not None:
-        parsed = request_items(item.request.data)
-        if parsed is None:
-            fields["request_note"] = _unread(item.request.data, "cut short" if item.request.cut else "")
-        else:
-            fmt, items, tools, previous = parsed
-            if previous is not None:
-                notes.append(f"the request continues the stored response {previous[:200]}: its earlier messages "
-                             "are the provider's, not in this request")
-            best, base, echo = 0, None, None
-            # It continues the longest earlier request of its endpoint and format that it holds whole.
-            for index, thread, earlier, reply in reversed(history):
-                if thread == (c.endpoint, fmt) and best < len(earlier) <= len(items) and items[:len(earlier)] == earlier:
-                    best, base, echo = len(earlier), index, reply
-            added = messages_of(fmt, items[best:])
-            echoed = bool(added) and _echoes(added[0], echo)
-            fields.update(request_format=fmt, added=tuple(added[1:] if echoed else added), repeated=best,
-                          reply_repeated=echoed, continues=base if best else None, tools=tools)
+        fields = _request(c, item.request, history, notes)
+    items = fields.pop("items", None)
     rsp_notes, readable = _body_notes("reply", c.response, c.response_bytes, item.response)
     notes += rsp_notes
     if c.response_truncated:
