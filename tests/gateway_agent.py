@@ -59,10 +59,126 @@ def text_of(style: str, body: bytes, streamed: bool) -> str:
     return "".join(out)
 
 
+def _events(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in body.decode().splitlines()
+            if line.startswith("data:") and line.strip() != "data: [DONE]"]
+
+
+def _reply(style: str, body: bytes, streamed: bool) -> tuple[str, list[tuple[str, str, dict[str, Any]]]]:
+    """The reply's text and tool calls ``(id, name, arguments)``, in each style's shape."""
+    text, calls = "", {}
+    if not streamed:
+        data = json.loads(body)
+        if style == "chat":
+            message = data["choices"][0]["message"]
+            calls = {n: [c["id"], c["function"]["name"], c["function"]["arguments"]]
+                     for n, c in enumerate(message.get("tool_calls") or [])}
+            text = message.get("content") or ""
+        elif style == "responses":
+            for item in data["output"]:
+                if item["type"] == "message":
+                    text += "".join(part.get("text", "") for part in item["content"])
+                elif item["type"] == "function_call":
+                    calls[len(calls)] = [item["call_id"], item["name"], item["arguments"]]
+        else:
+            for part in data["content"]:
+                if part["type"] == "text":
+                    text += part["text"]
+                elif part["type"] == "tool_use":
+                    calls[len(calls)] = [part["id"], part["name"], json.dumps(part["input"])]
+    elif style == "chat":
+        for event in _events(body):
+            for choice in event.get("choices", []):
+                delta = choice.get("delta", {})
+                text += delta.get("content") or ""
+                for tc in delta.get("tool_calls") or []:
+                    call = calls.setdefault(tc["index"], [None, None, ""])
+                    call[0] = tc.get("id") or call[0]
+                    call[1] = tc.get("function", {}).get("name") or call[1]
+                    call[2] += tc.get("function", {}).get("arguments") or ""
+    else:
+        for event in _events(body):
+            if event.get("type") == "content_block_start" and event["content_block"]["type"] == "tool_use":
+                calls[event["index"]] = [event["content_block"]["id"], event["content_block"]["name"], ""]
+            elif event.get("type") == "content_block_delta":
+                delta = event["delta"]
+                if delta["type"] == "text_delta":
+                    text += delta["text"]
+                else:
+                    calls[event["index"]][2] += delta["partial_json"]
+    return text, [(i, n, json.loads(a or "{}")) for i, n, a in calls.values()]
+
+
+def _run_tool(name: str, args: dict[str, Any]) -> str:
+    if name == "write_file":
+        Path(args["path"]).write_text(args["content"])
+        return f"wrote {len(args['content'])} characters to {args['path']}"
+    if name == "read_file":
+        return Path(args["path"]).read_text()
+    return f"no tool named {name}"
+
+
+def converse(s: dict[str, Any], log: dict[str, Any]) -> None:
+    """A tool-using conversation: ask, run the tools each reply calls, send back their results,
+    until a reply calls none (or ``turns`` replies)."""
+    env = os.environ
+    style = s["style"]
+    anthropic = style == "anthropic"
+    token = env["SEALBENCH_MODEL_TOKEN"]
+    base = json.loads(env["SEALBENCH_MODEL_ENDPOINTS"])[s["endpoint"]]["url"]
+    path = {"chat": "/chat/completions", "responses": "/responses", "anthropic": "/v1/messages"}[style]
+    headers = {"x-api-key": token, "anthropic-version": "2023-06-01"} if anthropic \
+        else {"Authorization": f"Bearer {token}"}
+    tools = [{"name": "write_file", "description": "Write a file.", "parameters": {"type": "object"}},
+             {"name": "read_file", "description": "Read a file.", "parameters": {"type": "object"}}]
+    history: list[dict[str, Any]] = [{"role": "user", "content": s["content"]}]
+    if style == "chat":
+        history.insert(0, {"role": "system", "content": s["system"]})
+    statuses = []
+    for _ in range(s.get("turns", 4)):
+        body: dict[str, Any] = {"model": s["model"], "stream": bool(s.get("stream"))}
+        if style == "chat":
+            body.update(messages=history, tools=[{"type": "function", "function": t} for t in tools])
+        elif style == "responses":
+            body.update(instructions=s["system"], input=history, tools=[{"type": "function", **t} for t in tools])
+        else:
+            body.update(system=s["system"], messages=history, max_tokens=1000,
+                        tools=[{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                               for t in tools])
+        status, reply = request("POST", base, path, body, headers)
+        statuses.append(status)
+        if status != 200:
+            break
+        text, calls = _reply(style, reply, bool(s.get("stream")))
+        if style == "chat":
+            history.append({"role": "assistant", "content": text or None, "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for i, n, a in calls]
+                or None})
+            history += [{"role": "tool", "tool_call_id": i, "content": _run_tool(n, a)} for i, n, a in calls]
+        elif style == "responses":
+            if text:
+                history.append({"type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                                                     "text": text}]})
+            for i, n, a in calls:
+                history.append({"type": "function_call", "call_id": i, "name": n, "arguments": json.dumps(a)})
+                history.append({"type": "function_call_output", "call_id": i, "output": _run_tool(n, a)})
+        else:
+            history.append({"role": "assistant", "content": ([{"type": "text", "text": text}] if text else []) + [
+                {"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls]})
+            if calls:
+                history.append({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": i, "content": _run_tool(n, a)} for i, n, a in calls]})
+        if not calls:
+            break
+    log["steps"].append({"do": "converse", "style": style, "statuses": statuses})
+
+
 def step(s: dict[str, Any], log: dict[str, Any]) -> None:
     env = os.environ
     do = s["do"]
-    if do in ("chat", "anthropic"):
+    if do == "converse":
+        converse(s, log)
+    elif do in ("chat", "anthropic"):
         style = "anthropic" if do == "anthropic" else "openai"
         token = env.get("ANTHROPIC_API_KEY" if style == "anthropic" else "OPENAI_API_KEY", "")
         if s.get("token") == "saved":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import conversation as cv
 from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
@@ -725,19 +726,7 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
         out += _output("stderr", ag.stderr, ag.stderr_bytes, blobs, full)
         out += _transcript_lines(ag, blobs, full)
     if a.calls:
-        u = usage_of(a.calls)
-        out.append(f"    model calls: {u.calls} ({u.refused} refused, {u.failed} failed upstream); tokens "
-                   f"{u.input_tokens} in, {u.output_tokens} out, {u.cached_tokens} cached")
-        for c in a.calls[:50]:
-            tokens = ("no usage reported" if c.input_tokens is None and c.output_tokens is None
-                      else f"{c.input_tokens}/{c.output_tokens}/{c.cached_tokens} tokens")
-            why = c.refused or c.error
-            out.append(f"      #{c.index} {inert(c.endpoint or '?')} {inert(c.model or '?')}: "
-                       f"{c.status if c.status is not None else 'no reply'}"
-                       + (f" in {c.latency_ms} ms" if c.latency_ms is not None else "") + f", {tokens}"
-                       + (f" ({inert(why)})" if why else ""))
-        if len(a.calls) > 50:
-            out.append(f"      ... {len(a.calls) - 50} more (--json lists every one)")
+        out += conversation_lines(a, blobs, full)
     p = a.patch
     if p is not None:
         if p.rejected:
@@ -786,6 +775,134 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
                    + (f"; {i.charged_s:g} s charged ({inert(i.charged_basis or '')})" if i.charged_s is not None else ""))
     for e in a.errors:
         out.append(f"    harness error: {inert(e.error or '')}")
+    return out
+
+
+# --------------------------------------------------------------------------- the model conversation
+
+BODY_CAP = 16 * 2**20
+"""Bytes of one model call's body read to tell the conversation (the gateway's request cap)."""
+FOLD_LINES = 12
+"""Lines of one message or tool call shown unless ``--full``."""
+FOLD_WIDTH = 600
+"""Characters of one line shown unless ``--full``."""
+CALLS_SHOWN = 100
+"""Model calls of an attempt shown unless ``--full`` (its last)."""
+
+
+def _stored(blobs: Blobs, digest: str | None) -> cv.Stored | None:
+    blob = blobs.read(digest, BODY_CAP) if digest is not None else None
+    return None if blob is None else cv.Stored(blob.data, blob.truncated, blob.matches)
+
+
+def attempt_conversation(a: AttemptStory, blobs: Blobs) -> cv.Conversation:
+    """The attempt's model calls as a conversation (:mod:`sealbench.conversation`), each call's
+    bodies read from ``blobs/`` as it comes."""
+    return cv.build(cv.CallBodies(c, _stored(blobs, c.request), _stored(blobs, c.response)) for c in a.calls)
+
+
+def call_words(c: ev.ModelCall) -> str:
+    """One model call's facts in a line: endpoint, model, status, latency, tokens, and why it
+    was refused or failed."""
+    tokens = ("no usage reported" if c.input_tokens is None and c.output_tokens is None
+              else f"{c.input_tokens}/{c.output_tokens}/{c.cached_tokens} tokens")
+    why = c.refused or c.error or c.diverged or ""
+    return (f"#{c.index} {inert(c.endpoint or '?')} {inert(c.model or '?')}: "
+            f"{c.status if c.status is not None else 'no reply'}"
+            + (f" in {c.latency_ms} ms" if c.latency_ms is not None else "") + f", {tokens}"
+            + (", streamed" if c.streamed else "") + (", replayed" if c.replayed else "")
+            + (f" (refused by the gateway{f' at the {c.cap} cap' if c.cap else ''}: {inert(why)})" if c.refused
+               else f" ({inert(why)})" if why else ""))
+
+
+def _fold(text: str, indent: str, full: bool) -> list[str]:
+    lines = inert(text).rstrip("\n").split("\n")
+    shown = lines if full or len(lines) <= FOLD_LINES else lines[:FOLD_LINES]
+    out = [f"{indent}{ln}" if full or len(ln) <= FOLD_WIDTH
+           else f"{indent}{ln[:FOLD_WIDTH]} ... ({len(ln) - FOLD_WIDTH} more characters; --full shows all)"
+           for ln in shown]
+    if len(shown) < len(lines):
+        out.append(f"{indent}... {len(lines) - len(shown)} more lines; --full shows all")
+    return out
+
+
+def _said(role: str, text: str, indent: str, full: bool) -> list[str]:
+    """``[role] first line`` and the rest below it, folded."""
+    body = _fold(text, indent + "  ", full) if text.strip() else []
+    if not body:
+        return [f"{indent}[{inert(role)}]"]
+    return [f"{indent}[{inert(role)}] {body[0].strip()}", *body[1:]]
+
+
+def _tool_call_lines(call: cv.ToolCall, indent: str, full: bool) -> list[str]:
+    head = f"{indent}[tool call] {inert(call.name)}" + (f" ({inert(call.id)})" if call.id else "")
+    return [head, *_fold(cv.arguments_text(call.arguments), indent + "    ", full)]
+
+
+def _message_lines(m: cv.ChatMessage, indent: str, full: bool) -> list[str]:
+    role = m.role + (f" {m.tool_call_id}" if m.tool_call_id else "") + (", an error" if m.is_error else "")
+    out = _said("reasoning", m.reasoning, indent, full) if m.reasoning else []
+    if m.text or not m.tool_calls:
+        out += _said(role, m.text, indent, full)
+    for call in m.tool_calls:
+        out += _tool_call_lines(call, indent, full)
+    return out
+
+
+def exchange_lines(x: cv.Exchange, full: bool, indent: str = "      ") -> list[str]:
+    """One model call: its facts, the messages its request added, its reply, each body folded
+    unless ``full``; every text from the agent or the model made inert."""
+    out = [f"{indent}{call_words(x.call)}"]
+    inner = indent + "  "
+    out += [f"{inner}note: {inert(n)}" for n in x.notes]
+    if x.request_note is not None:
+        out += [f"{inner}request: {x.request_note.why}; it begins:", *_fold(x.request_note.preview, inner + "  | ", full)]
+    elif x.request_format is not None:
+        out.append(f"{inner}{inert(request_words(x))}")
+        for m in x.added:
+            out += _message_lines(m, inner + "  ", full)
+    if x.reply_note is not None:
+        out += [f"{inner}reply: {x.reply_note.why}; it begins:", *_fold(x.reply_note.preview, inner + "  | ", full)]
+    elif x.reply is not None:
+        r = x.reply
+        out.append(f"{inner}reply ({r.format}" + (f", {inert(r.model)}" if r.model else "") + ")"
+                   + (f", stopped: {inert(r.stop)}" if r.stop else "") + ":")
+        if r.error:
+            out.append(f"{inner}  [error] {inert(r.error)}")
+        if r.refusal:
+            out += _said("refusal", r.refusal, inner + "  ", full)
+        if r.reasoning:
+            out += _said("reasoning", r.reasoning, inner + "  ", full)
+        if r.text or not (r.tool_calls or r.error or r.refusal):
+            out += _said("assistant", r.text, inner + "  ", full)
+        for call in r.tool_calls:
+            out += _tool_call_lines(call, inner + "  ", full)
+    return out
+
+
+def request_words(x: cv.Exchange) -> str:
+    """What a call's request holds, in words: its format, the tools it offers, and which earlier
+    call it continues (whose messages are not repeated)."""
+    tools = ", ".join(x.tools[:20]) + (f" and {len(x.tools) - 20} more" if len(x.tools) > 20 else "")
+    words = f"request ({x.request_format})" + (f", tools offered: {tools}" if x.tools else "")
+    if x.repeated:
+        before = f"call #{x.continues}'s {x.repeated} message(s)" + (" and its reply" if x.reply_repeated else "")
+        return words + (f": {before}, then:" if x.added else f": {before} again, nothing added")
+    return words + (":" if x.added else ": no message")
+
+
+def conversation_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
+    """The attempt's model calls: their sums, then each call as :func:`exchange_lines` (the last
+    :data:`CALLS_SHOWN` unless ``full``)."""
+    u = usage_of(a.calls)
+    out = [f"    model calls: {u.calls} ({u.refused} refused, {u.failed} failed upstream); tokens "
+           f"{u.input_tokens} in, {u.output_tokens} out, {u.cached_tokens} cached; the conversation:"]
+    exchanges = attempt_conversation(a, blobs).exchanges
+    shown = exchanges if full else exchanges[-CALLS_SHOWN:]
+    if len(shown) < len(exchanges):
+        out.append(f"      ... {len(exchanges) - len(shown)} earlier call(s); --full shows all")
+    for x in shown:
+        out += exchange_lines(x, full)
     return out
 
 
@@ -855,6 +972,7 @@ def task_json(shown: Shown, task: TaskStory, *, full: bool = False) -> dict[str,
                          "patch": dump(a.patch), "grading": dump(a.graded), "feedback": dump(a.feedback),
                          "finished": dump(a.finished), "interrupted": dump(a.interrupted),
                          "model_calls": [dump(c) for c in a.calls],
+                         "conversation": cv.to_json(attempt_conversation(a, shown.blobs)) if a.calls else [],
                          "harness_errors": [dump(e) for e in a.errors], "outputs": texts,
                          "transcript": _transcript_json(a.agent, shown.blobs, full) if a.agent is not None else []})
     return {"task_id": task.task_id, "outcome": task.outcome, "cause": cause(task, shown.blobs),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import conversation as cv
 from . import events as ev
 from .document import CSP, CSS
 from .files import write_atomic
@@ -26,19 +27,29 @@ from .show import (
     TaskStory,
     TranscriptFile,
     agent_words,
+    attempt_conversation,
+    call_words,
     cause,
     diffstat,
     entry_words,
     failed_tests,
     grading_words,
     inert,
+    request_words,
     transcript_files,
 )
+from .usage import usage_of
 
 PAGE_MESSAGES = 500
 """Messages of one conversation transcript printed on a page (its last)."""
 PAGE_CHARS = 64_000
 """Characters of one output printed on a page (its end), and of a diff (its start)."""
+PAGE_CALLS = 300
+"""Model calls of one attempt shown as its conversation on a page (its last)."""
+FOLD_LINES = 20
+"""Lines of a message or tool call shown open on a page; a longer one is folded into ``<details>``."""
+FOLD_CHARS = 2000
+"""Characters of a message or tool call shown open on a page (likewise)."""
 TASKS_DIR = "tasks"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -121,6 +132,95 @@ def _transcript_view(f: TranscriptFile) -> _Transcript:
     return _Transcript(words, None, 0, _Output(inert(f.entry.path or "?"), summary, text[-PAGE_CHARS:], False))
 
 
+@dataclass(frozen=True)
+class _Text:
+    """A body on the page: open, or folded into ``<details>`` under its first line."""
+
+    text: str
+    folded: bool
+    summary: str
+
+
+@dataclass(frozen=True)
+class _Call:
+    name: str
+    id: str | None
+    arguments: _Text
+
+
+@dataclass(frozen=True)
+class _Said:
+    role: str
+    cls: str
+    text: _Text | None
+    reasoning: _Text | None
+    calls: list[_Call]
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    head: str
+    failed: bool
+    notes: list[str]
+    request: str | None
+    request_preview: str | None
+    added: list[_Said]
+    reply: str | None
+    reply_preview: str | None
+    answer: _Said | None
+    alerts: list[str]
+
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def _text(text: str) -> _Text:
+    if len(text) > PAGE_CHARS:
+        text = text[:PAGE_CHARS] + f" ... ({len(text) - PAGE_CHARS} more characters; sealbench show --full prints all)"
+    lines = text.count("\n") + 1
+    if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return _Text(text, False, "")
+    first = text.split("\n", 1)[0]
+    first = first if len(first) <= 120 else first[:117] + "..."
+    return _Text(text, True, f"{first} ({lines} lines, {len(text)} characters)")
+
+
+def _said(role: str, text: str, calls: tuple[cv.ToolCall, ...] = (), reasoning: str = "") -> _Said:
+    # The role names a class from a fixed set: text from the agent never picks the page's styles.
+    return _Said(role, role if role in _ROLES else "other", _text(text) if text or not calls else None,
+                 _text(reasoning) if reasoning else None,
+                 [_Call(c.name, c.id, _text(cv.arguments_text(c.arguments))) for c in calls])
+
+
+def _message(m: cv.ChatMessage) -> _Said:
+    role = m.role + (f" (result of {m.tool_call_id})" if m.tool_call_id else "") + (", an error" if m.is_error else "")
+    view = _said(role, m.text, m.tool_calls, m.reasoning)
+    return _Said(view.role, m.role if m.role in _ROLES else "other", view.text, view.reasoning, view.calls)
+
+
+def _exchange(x: cv.Exchange) -> _Exchange:
+    c = x.call
+    request = None
+    if x.request_note is not None:
+        request = f"request: {x.request_note.why}"
+    elif x.request_format is not None:
+        request = request_words(x)
+    reply, answer, alerts = None, None, []
+    if x.reply_note is not None:
+        reply = f"reply: {x.reply_note.why}"
+    elif x.reply is not None:
+        r = x.reply
+        reply = f"reply ({r.format}" + (f", {r.model}" if r.model else "") + ")" + (f", stopped: {r.stop}" if r.stop else "")
+        alerts = [*([f"error: {r.error}"] if r.error else []), *([f"the model refused: {r.refusal}"] if r.refusal else [])]
+        if r.text or r.tool_calls or r.reasoning or not alerts:
+            answer = _said("assistant", r.text, r.tool_calls, r.reasoning)
+    failed = bool(c.refused or c.error or (c.status is not None and c.status >= 400))
+    return _Exchange(call_words(c), failed, list(x.notes), request,
+                     x.request_note.preview if x.request_note is not None else None,
+                     [_message(m) for m in x.added], reply,
+                     x.reply_note.preview if x.reply_note is not None else None, answer, alerts)
+
+
 def _diff_class(line: str) -> str:
     if line.startswith(("+++", "---", "diff --git", "index ", "new file", "deleted file", "similarity", "rename ")):
         return "meta"
@@ -139,8 +239,16 @@ def _attempt(a: AttemptStory, blobs: Blobs) -> dict[str, Any]:
         "grading": a.graded, "feedback": a.feedback, "finished": a.finished, "interrupted": a.interrupted,
         "errors": a.errors, "agent_words": "", "agent_outputs": [], "diffstat": [], "diff": None,
         "diff_cut": False, "diff_shown": 0, "diff_total": 0, "failed_tests": [], "grading_words": "",
-        "oracle_outputs": [], "feedback_outputs": [], "transcript": [],
+        "oracle_outputs": [], "feedback_outputs": [], "transcript": [], "conversation": [], "calls_more": 0,
+        "calls_words": "",
     }
+    if a.calls:
+        exchanges = attempt_conversation(a, blobs).exchanges
+        view["conversation"] = [_exchange(x) for x in exchanges[-PAGE_CALLS:]]
+        view["calls_more"] = max(0, len(exchanges) - PAGE_CALLS)
+        u = usage_of(a.calls)
+        view["calls_words"] = (f"{u.calls} call(s) ({u.refused} refused by the gateway, {u.failed} failed upstream); "
+                               f"tokens {u.input_tokens} in, {u.output_tokens} out, {u.cached_tokens} cached")
     if a.agent is not None:
         failed = a.agent.exit_code not in (0, None) or bool(a.agent.error)
         view["agent_words"] = agent_words(a.agent, blobs)
@@ -238,4 +346,11 @@ div.chat.role-assistant{border-color:#6f42c1}
 div.chat.role-user{border-color:#1f6f9f}
 div.chat.role-system{border-color:#888}
 div.chat.role-tool{border-color:#00734f}
+div.chat.role-other{border-color:#b31d28}
+div.call{border:1px solid #d1d9e0;border-radius:4px;padding:.3rem .6rem;margin:.6rem 0}
+div.call.failed{border-color:#b31d28}
+div.call h4{margin:.2rem 0;font-size:.95rem}
+div.call p.note{margin:.2rem 0}
+div.toolcall{margin:.2rem 0 .2rem .6rem}
+div.toolcall .role{color:#6f42c1}
 """
