@@ -69,14 +69,19 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_pack_seal(args: argparse.Namespace) -> int:
+    from .errors import UsageError
     from .pack import seal_pack
 
     changes: list[str] = []
-    pack = seal_pack(Path(args.pack), update=args.update, changes=changes)
+    if args.drop_validity and not args.update:
+        raise UsageError("--drop-validity goes with --update: `sealbench pack seal --update --drop-validity PACK`")
+    pack = seal_pack(Path(args.pack), update=args.update, drop_validity=args.drop_validity, changes=changes)
     if args.update or len(changes) != len(pack.tasks):
         for line in changes or ["nothing changed since the last seal"]:
             print(f"  {line}")
     print(f"sealed {len(pack.tasks)} task(s) in {pack.root.name}: {pack.sealed_digest}")
+    if pack.manifest.validity is None:
+        print(f"next: `sealbench pack validate {args.pack}` (a contract needs a validated pack)")
     return EXIT_OK
 
 
@@ -599,7 +604,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pack", help="the pack directory (pack.json, prompts/, tasks/)")
     p.add_argument("--update", action="store_true",
                    help="take edited hidden tests as they are now and print what changed since the last seal "
-                        "(refused on a pack already validated; default: refuse hidden tests that changed)")
+                        "(default: refuse hidden tests that changed)")
+    p.add_argument("--drop-validity", action="store_true",
+                   help="with --update on a validated pack: remove its validity evidence, which no longer describes "
+                        "it (then run `sealbench pack validate PACK` again)")
     p.set_defaults(func=cmd_pack_seal)
     p = pack.add_parser("check", help="verify a sealed pack without writing")
     p.add_argument("pack", help="the sealed pack directory")
