@@ -201,6 +201,11 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     )
     if endpoints is not None:
         contract = contract.model_copy(update={"model_endpoints": endpoints})
+    if args.min_power is not None:
+        if not 0 < args.min_power < 1:
+            raise UsageError(f"--min-power must be between 0 and 1 (for example 0.8), not {args.min_power:g}")
+        contract = contract.model_copy(update={"tie_rule": contract.tie_rule.model_copy(
+            update={"min_power": args.min_power})})
     sweep_temp_files(out.parent)
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
@@ -700,6 +705,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count-flagged-passes", action="store_true",
                    help="count a pass whose test process raised a forging flag (by default it fails)")
     p.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
+    p.add_argument("--min-power", type=float, metavar="P",
+                   help="lock a minimum power (0 to 1, such as 0.8): `compare` calls a pair underpowered, whatever "
+                        "its test says, when the slice's power to find a difference of the observed size is below P")
     p.add_argument("--force", action="store_true", help="overwrite CONTRACT if it exists (default: refuse)")
     p.set_defaults(func=cmd_contract_new)
     p = con.add_parser("lock", help="lock a contract: run_id, locked_at, contract sha256")
