@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from conftest import SAMPLE, make_contract, needs_bwrap
 from sealbench.bundle import make_bundle, verify_bundle
 from sealbench.contract import contract_digest
 from sealbench.derive import LIBRARY_CALL_NOTE, NOT_A_RANKING, commands_bytes
-from sealbench.errors import ContractError, ScoreRefusal, UsageError, VerificationFailed
+from sealbench.errors import ContractError, NotABundle, ScoreRefusal, UsageError, VerificationFailed
 from sealbench.formats import ScoringContract
 from sealbench.journal import event_hash, read_chain
 from sealbench.pack import seal_pack
@@ -505,3 +506,25 @@ def test_seed_004_checker_agrees_with_the_bundled_rate(made: Made, tmp_path: Pat
     rate = json.loads((made.bundle / "rate.json").read_text())
     assert (seed_rate["n"], seed_rate["task_pass_count"]) == (rate["n"], rate["task_pass_count"]) == (2, 2)
     assert seed_rate["run_id"] == rate["run_id"] == RUN_ID
+
+
+def test_verify_of_a_run_directory_says_bundle_it_first_and_records_nothing(made: Made, tmp_path: Path) -> None:
+    # Given a run directory, verify once answered "tampering found" (exit 4) and recorded the
+    # directory in the runs index as a bundle that does not verify, for good.
+    index = tmp_path / "index"
+    env = {**os.environ, "SEALBENCH_DATA_DIR": str(index)}
+    done = subprocess.run([str(Path(sys.executable).parent / "sealbench"), "verify", str(made.run_dir)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 3, done.stderr
+    assert "is a run directory, not a bundle" in done.stderr
+    assert f"sealbench bundle {made.run_dir} --out OUT" in done.stderr
+    assert "verification failed" not in done.stderr
+    assert not (index / "runs.sqlite3").exists(), "nothing is written to the runs index"
+    with pytest.raises(NotABundle):
+        verify_bundle(made.run_dir)
+
+
+def test_a_bundle_stripped_of_its_sums_is_still_tampering_not_a_run_directory(made: Made, tmp_path: Path) -> None:
+    bundle = copy(made.noop_bundle, tmp_path)
+    (bundle / "SHA256SUMS").unlink()
+    assert named(problems_of(bundle), "SHA256SUMS")

@@ -137,7 +137,7 @@ def test_public_surface_is_pinned() -> None:
 
 
 def test_builtin_kinds_are_registered() -> None:
-    assert importer_kinds() == ["exercism", "humaneval", "humanevalplus", "mbpp", "mbppplus", "swebench"]
+    assert importer_kinds() == ["exercism", "humaneval", "humanevalplus", "mbpp", "mbppplus", "swebench", "tasks"]
 
 
 def test_unknown_kind_is_a_usage_error_listing_the_kinds() -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import needs_bwrap
 from sealbench.digest import tree_digest
 from sealbench.errors import PackError, VerificationFailed
 from sealbench.pack import check_pack, load_pack, seal_pack, visible_test_leaks
@@ -209,17 +211,51 @@ def test_seal_update_takes_an_edited_hidden_test_and_says_what_changed(raw_pack:
     assert code == 0 and "nothing changed since the last seal" in out
 
 
-def test_seal_update_is_refused_on_a_validated_pack(raw_pack: Path) -> None:
+@needs_bwrap
+def test_seal_update_of_a_validated_pack_has_a_way_out_that_validates_again(raw_pack: Path, cli: Any) -> None:
+    # `pack seal --update` on a validated pack once refused and said "edit a copy", and the copy
+    # carried the same validity record: a loop. The way out drops the old evidence explicitly.
+    for other in (raw_pack / "tasks").iterdir():
+        if other.name != TASK:
+            shutil.rmtree(other)
+    seal_pack(raw_pack)
+    code, out, err = cli("pack", "validate", raw_pack, "--repeat", "1", "--no-progress")
+    assert code == 0, out + err
+    validated = load_pack(raw_pack).manifest.validity
+    assert validated is not None
+    hidden = next((raw_pack / "tasks" / TASK / "hidden").iterdir())
+    hidden.write_text(hidden.read_text() + "\n# one more line\n")
+
+    code, _, err = cli("pack", "seal", raw_pack, "--update")
+    assert code == 3 and "the pack was validated" in err
+    assert f"sealbench pack seal --update --drop-validity {raw_pack}" in err
+    assert load_pack(raw_pack).manifest.validity == validated, "a refusal writes nothing"
+
+    code, out, _ = cli("pack", "seal", raw_pack, "--update", "--drop-validity")
+    assert code == 0 and f"next: `sealbench pack validate {raw_pack}`" in out
+    assert load_pack(raw_pack).manifest.validity is None
+
+    code, out, err = cli("pack", "validate", raw_pack, "--repeat", "1", "--no-progress")
+    assert code == 0, out + err
+    pack = check_pack(raw_pack)
+    assert pack.manifest.validity is not None and pack.manifest.validity.pack_sha256 == pack.sealed_digest
+    assert pack.sealed_digest != validated.pack_sha256
+
+
+def test_seal_update_that_changes_nothing_keeps_the_validity(raw_pack: Path) -> None:
     from sealbench.files import model_json
     from sealbench.formats import Validity
 
     pack = seal_pack(raw_pack)
     assert pack.sealed_digest is not None
     validity = Validity(pack_sha256=pack.sealed_digest, repeat=1, sandbox="bubblewrap", tasks={})
-    manifest = pack.manifest.model_copy(update={"validity": validity})
-    (raw_pack / "pack.json").write_text(model_json(manifest))
-    with pytest.raises(PackError, match="the pack was validated as sealed"):
-        seal_pack(raw_pack, update=True)
+    (raw_pack / "pack.json").write_text(model_json(pack.manifest.model_copy(update={"validity": validity})))
+    assert seal_pack(raw_pack, update=True).manifest.validity == validity
+
+
+def test_drop_validity_goes_with_update(sealed_pack: Path, cli: Any) -> None:
+    code, _, err = cli("pack", "seal", sealed_pack, "--drop-validity")
+    assert code == 2 and "--drop-validity goes with --update" in err
 
 
 def test_check_refuses_unsealed_pack(raw_pack: Path) -> None:

@@ -81,6 +81,23 @@ def test_a_program_given_by_an_absolute_path_that_is_not_mounted_is_refused(
 
 
 @needs_bwrap
+def test_a_typo_in_the_scripts_absolute_path_is_refused_before_any_journal_line(
+        sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
+    # A typo'd script path once passed `contract new` and `lock`, then scored 0 of 5 `fail` with
+    # exit 0: every attempt's python3 said "can't open file" and the run_id was spent on it.
+    script = _script(tmp_path)
+    typo = script.parent / "agnet.py"
+    contract = _contract(sealed_pack, tmp_path, "typo", f"python3 {typo} {{prompt_file}}",
+                         mounts=[str(script.parent)])
+    err = _refused_before_any_line(cli, contract, tmp_path / "run")
+    assert f"{typo}, named in the agent's command, does not exist on this machine" in err
+    assert "a typo?" in err
+    code, out, _ = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {typo}",
+                       "--agent-label", "mine", "--task", TASK, "--agent-mount", script.parent)
+    assert code == 0 and f"warning: {typo}, named in the agent's command, does not exist" in out
+
+
+@needs_bwrap
 def test_contract_new_warns_at_once_about_an_unmounted_script(sealed_pack: Path, tmp_path: Path, cli: Cli) -> None:
     script = _script(tmp_path)
     code, out, err = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {script}",
@@ -98,6 +115,7 @@ def test_contract_new_warns_at_once_about_an_unmounted_script(sealed_pack: Path,
     "./agent-in-the-workspace --go",     # resolved in each task's workspace, at run time
     "{workspace}/run.sh",                # a placeholder, filled per attempt
     "python3 -c 'print(1)' /dev/null",   # a host path the sandbox shows too
+    "sh -c 'cat > /tmp/new/out' --log=/dev/shm/log",  # absent, but under a place the agent writes
 ])
 def test_what_the_check_cannot_know_or_finds_visible_is_left_to_the_run(command: str) -> None:
     assert problems(command, [], open_sandbox("bubblewrap"), command_path()) == []

@@ -407,6 +407,29 @@ def test_report_html_renders_offline_in_headless_chromium(mixed: Reported, tmp_p
         shutil.copyfile(shot, REPO / "docs" / "report-screenshot.png")
 
 
+TOP_OF = ("(() => {{ const hit = Array.from(document.querySelectorAll('{sel}'))"
+          ".find(e => e.textContent.includes('{text}')); "
+          "return hit ? Math.round(hit.getBoundingClientRect().top + window.scrollY) : -1; }})()")
+TASK_OUTCOMES = ("Array.from(document.querySelectorAll('table.sortable tbody tr'))"
+                 ".map(r => r.cells[1].textContent.trim())")
+
+
+@needs_chromium
+def test_report_leads_with_the_answer_then_the_tasks_that_did_not_pass(mixed: Reported, tmp_path: Path) -> None:
+    # The pass count was 700 to 1,200 px down the page, below the digests, and the task table
+    # 2.7 to 3.6 screens down. Now the rate and the outcomes come first, the tasks that need a
+    # look lead the table, and the digests close the page.
+    page = load_page(mixed.html_path, tmp_path / "chromium", actions=(
+        TOP_OF.format(sel="p", text="task_pass on this locked run_id"),
+        TOP_OF.format(sel="table.sortable", text=""),
+        TOP_OF.format(sel="dt, th, td", text="contract sha256"),
+        TASK_OUTCOMES))
+    rate_top, table_top, digest_top, outcomes = page.results
+    assert 0 <= rate_top < 400, rate_top
+    assert 0 <= table_top < 1800 and digest_top > table_top, (table_top, digest_top)
+    assert outcomes.index("pass") > max(i for i, o in enumerate(outcomes) if o != "pass"), outcomes
+
+
 VISIBLE_OUTCOMES = ("Array.from(document.querySelectorAll('table.sortable tbody tr'))"
                     ".filter(r => !r.hidden).map(r => r.cells[1].textContent.trim())")
 FILTER = ("(() => { const s = document.querySelector('label select'); s.value = '{o}'; "

@@ -72,6 +72,7 @@ from .errors import (
     ContractError,
     IncompleteScorecard,
     MadeByNewerRelease,
+    NotABundle,
     PackError,
     Refusal,
     ScoreRefusal,
@@ -81,7 +82,7 @@ from .errors import (
 from .files import describe_validation_error, fsync_dir
 from .formats import Rate, Scorecard, ScoringContract, check_id
 from .journal import ChainReport, read_chain
-from .lock import hold_reader
+from .lock import LOCK_NAME, hold_reader
 from .score import score
 from .scorecard import validate_scorecard
 from .scratch import PARTIAL_BUNDLE, sweep, tag
@@ -698,6 +699,16 @@ def _first_json(data: bytes | None) -> Any:
         return None
 
 
+def is_run_directory(directory: Path) -> bool:
+    """A run directory as ``run`` leaves it: a journal and its writer lock, and no sums.
+
+    A bundle never has a writer lock of its own and always has ``SHA256SUMS``; a directory with
+    neither sums nor lock is a damaged bundle, which ``verify`` reports as such.
+    """
+    return ((directory / JOURNAL).is_file() and (directory / LOCK_NAME).exists()
+            and not (directory / SUMS).exists())
+
+
 def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None) -> VerifyReport:
     """Check a bundle end to end and report every discrepancy at once.
 
@@ -713,12 +724,16 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
             public key.
+        NotABundle: ``bundle`` is a run directory (exit 3; bundle it first).
         MadeByNewerRelease: the bundle's journal names a format or derivation version newer
             than this release knows (exit 4, never reported as tampering).
         VerificationFailed: anything is wrong; ``problems`` lists every discrepancy.
     """
     if not bundle.is_dir():
         raise UsageError(f"{bundle}: not a bundle directory")
+    if is_run_directory(bundle):
+        raise NotABundle(f"{bundle} is a run directory, not a bundle: bundle it first with "
+                         f"`sealbench bundle {bundle} --out OUT`, then verify OUT/<run_id>")
     public_pem = read_key(pubkey) if pubkey is not None else None
     if public_pem is not None:
         fingerprint(public_pem, str(pubkey))

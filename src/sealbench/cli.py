@@ -69,14 +69,24 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_pack_seal(args: argparse.Namespace) -> int:
+    from .errors import UsageError
     from .pack import seal_pack
 
     changes: list[str] = []
-    pack = seal_pack(Path(args.pack), update=args.update, changes=changes)
+    if args.drop_validity and not args.update:
+        raise UsageError("--drop-validity goes with --update: `sealbench pack seal --update --drop-validity PACK`")
+    from .importers.tasks_file import expand_in_place
+
+    expanded = expand_in_place(Path(args.pack))
+    if expanded is not None:
+        print(f"expanded {expanded.name} into {args.pack}/tasks/ (derived: edit {expanded.name}, not the layout)")
+    pack = seal_pack(Path(args.pack), update=args.update, drop_validity=args.drop_validity, changes=changes)
     if args.update or len(changes) != len(pack.tasks):
         for line in changes or ["nothing changed since the last seal"]:
             print(f"  {line}")
     print(f"sealed {len(pack.tasks)} task(s) in {pack.root.name}: {pack.sealed_digest}")
+    if pack.manifest.validity is None:
+        print(f"next: `sealbench pack validate {args.pack}` (a contract needs a validated pack)")
     return EXIT_OK
 
 
@@ -196,6 +206,11 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     )
     if endpoints is not None:
         contract = contract.model_copy(update={"model_endpoints": endpoints})
+    if args.min_power is not None:
+        if not 0 < args.min_power < 1:
+            raise UsageError(f"--min-power must be between 0 and 1 (for example 0.8), not {args.min_power:g}")
+        contract = contract.model_copy(update={"tie_rule": contract.tie_rule.model_copy(
+            update={"min_power": args.min_power})})
     sweep_temp_files(out.parent)
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
@@ -447,6 +462,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from .first_run import init_pack
+
+    folder = Path(args.pack)
+    for path in init_pack(folder):
+        print(f"wrote {path}")
+    print(f"next: `sealbench eval {folder} --agent \"python3 {folder}/agent.py {{prompt_file}}\" "
+          f"--run-id {folder.name}-1` (see {folder}/README.md)")
+    return EXIT_OK
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .first_run import run_eval
+
+    return run_eval(Path(args.pack), args.agent, args.run_id, label=args.agent_label, host=args.host,
+                    out=Path(args.out), bundles=Path(args.bundles), main=main)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -611,7 +644,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pack", help="the pack directory (pack.json, prompts/, tasks/)")
     p.add_argument("--update", action="store_true",
                    help="take edited hidden tests as they are now and print what changed since the last seal "
-                        "(refused on a pack already validated; default: refuse hidden tests that changed)")
+                        "(default: refuse hidden tests that changed)")
+    p.add_argument("--drop-validity", action="store_true",
+                   help="with --update on a validated pack: remove its validity evidence, which no longer describes "
+                        "it (then run `sealbench pack validate PACK` again)")
     p.set_defaults(func=cmd_pack_seal)
     p = pack.add_parser("check", help="verify a sealed pack without writing")
     p.add_argument("pack", help="the sealed pack directory")
@@ -635,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_env_build)
 
     p = sub.add_parser("import", help="import a public task set (HumanEval, MBPP, Exercism, SWE-bench, ...) as a sealed pack")
-    p.add_argument("kind", help="humaneval, humanevalplus, mbpp, mbppplus, exercism, swebench (or a registered importer)")
+    p.add_argument("kind", help="humaneval, humanevalplus, mbpp, mbppplus, exercism, swebench, tasks (or a registered importer)")
     p.add_argument("source", help="the data file, or the track directory for exercism")
     p.add_argument("-o", "--output", required=True, metavar="PACK", help="new pack directory (must not exist)")
     p.add_argument("--repo", metavar="[OWNER/NAME=]PATH", action="append",
@@ -704,6 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count-flagged-passes", action="store_true",
                    help="count a pass whose test process raised a forging flag (by default it fails)")
     p.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
+    p.add_argument("--min-power", type=float, metavar="P",
+                   help="lock a minimum power (0 to 1, such as 0.8): `compare` calls a pair underpowered, whatever "
+                        "its test says, when the slice's power to find a difference of the observed size is below P")
     p.add_argument("--force", action="store_true", help="overwrite CONTRACT if it exists (default: refuse)")
     p.set_defaults(func=cmd_contract_new)
     p = con.add_parser("lock", help="lock a contract: run_id, locked_at, contract sha256")
@@ -775,6 +814,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "run it over two sample tasks against a scripted model, one fixed and one not; then "
                         "bundle, verify, report (default: none, the scripted agents' demo)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("init", help="write a new pack folder: tasks.toml with one worked task, agent.py, README.md")
+    p.add_argument("pack", help="the folder to create (its name is the pack's name)")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("eval", help="seal, validate, contract new, lock, run, probe and bundle in one go, printing "
+                                    "each command it stands for")
+    p.add_argument("pack", help="a pack folder (a tasks.toml, or the sealed layout)")
+    p.add_argument("--agent", required=True, metavar="CMD",
+                   help="the agent's command (placeholders: {prompt_file}, {workspace}, {attempt}, {max_attempts}, "
+                        "{task_id}); a relative file in it is made absolute and mounted on its own")
+    p.add_argument("--run-id", required=True, help="the run's id, used once")
+    p.add_argument("--agent-label", help="the agent's name and version in the scorecards (default: the run_id)")
+    p.add_argument("--host", default="this machine", help="where the agent ran, for the access class "
+                   "(default: 'this machine')")
+    p.add_argument("--out", default="runs", help="where RUN_ID/ and RUN_ID.contract.json go (default: runs/)")
+    p.add_argument("--bundles", default="bundles", help="where the bundle goes (default: bundles/)")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("bundle", help="write OUT/<run_id>/ with SHA256SUMS: what a stranger needs to verify a run")
     p.add_argument("run_dir", help="a finished run directory (run --out)")

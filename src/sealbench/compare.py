@@ -29,9 +29,19 @@ from .bundle import SIGNATURE, SUMS, VerifyReport, verify_bundle
 from .derive import IN_PROCESS, NO_SANDBOX, NOT_RECORDED
 from .errors import ScoreRefusal, UsageError, VerificationFailed
 from .formats import Budget, Scorecard, ScoringContract, TieRule
-from .stats import holm_adjust, mcnemar_exact
+from .stats import (
+    TASKS_NEEDED_LIMIT,
+    holm_adjust,
+    mcnemar_exact,
+    mcnemar_power,
+    min_detectable_difference,
+    tasks_needed,
+)
 
 TIE = "tie: no detectable difference on this slice"
+UNDERPOWERED = "underpowered"
+POWER = 0.8
+"""The power a slice's detectable difference is stated at."""
 
 
 def decide(b: int, c: int, p: float, alpha: float, names: tuple[str, str] = ("A", "B")) -> str:
@@ -93,17 +103,20 @@ class PairResult:
     p_adjusted: float | None
     alpha: float
     verdict: str
+    family: int = 1
+    """How many pairs were compared: the power is stated at ``alpha / family``, Holm's strictest step."""
+    power: Power | None = None
+    """What this slice could detect (:func:`slice_power`); None for an empty slice."""
 
     def sentence(self) -> str:
-        """The comparison as one evidence sentence, counts first; a tie says how much evidence
-        is missing."""
+        """The comparison as one evidence sentence, counts first, then what the slice could detect."""
         adjusted = f", Holm-adjusted {self.p_adjusted:.4g}" if self.p_adjusted is not None else ""
-        missing = self.missing()
+        words = self.power.words(self.verdict) if self.power is not None else None
         return (
             f"{self.name_a} vs {self.name_b} on {self.n} task(s): {self.name_a} passed {self.b} that "
             f"{self.name_b} failed, {self.name_b} passed {self.c} that {self.name_a} failed; exact McNemar "
             f"p = {self.p_value:.4g}{adjusted}; {self.verdict} (alpha {self.alpha:g})"
-            + (f"; {missing}" if missing else "")
+            + (f" - {words}" if words else "")
         )
 
     def needed(self) -> tuple[int, int] | None:
@@ -138,8 +151,84 @@ class PairResult:
             "b": self.b, "c": self.c, "both_fail": self.both_fail, "p_value": self.p_value,
             "p_adjusted": self.p_adjusted, "alpha": self.alpha, "verdict": self.verdict,
             "discordant_needed": list(needed) if (needed := self.needed()) is not None else None,
+            "power": self.power.to_json(self.verdict) if self.power is not None else None,
             "sentence": self.sentence(),
         }
+
+
+def _points(share: float) -> str:
+    value = share * 100
+    return f"{value:.0f}" if value >= 10 or value == round(value) else f"{value:.1f}"
+
+
+@dataclass(frozen=True)
+class Power:
+    """What a paired slice could detect with the exact McNemar test, at a stated power.
+
+    ``level`` is the test's level (the tie rule's alpha, divided by the number of pairs when
+    several are compared); the discordant share is the observed one, raised to the difference
+    where a difference needs more.
+    """
+
+    n: int
+    level: float
+    power: float
+    """The power the detectable difference is stated at (0.8)."""
+    detectable: float | None
+    """The smallest difference in pass rates found with ``power``; None when none is."""
+    observed: float
+    """The observed difference in pass rates, ``(b - c) / n``, signed."""
+    observed_power: float
+    """The power to find a difference of the observed size on this slice."""
+    needed: int | None
+    """About how many tasks the observed difference needs (None: no difference observed, or
+    more than :data:`stats.TASKS_NEEDED_LIMIT`)."""
+    min_power: float | None = None
+    """The contract's locked minimum power, if any."""
+
+    @property
+    def underpowered(self) -> bool:
+        """True when the contract locks a minimum power the observed difference falls short of."""
+        return self.min_power is not None and self.observed_power < self.min_power
+
+    def words(self, verdict: str) -> str:
+        """What the slice could detect, in words, after the verdict."""
+        at = f"{self.power:.0%} power at alpha {self.level:.3g}"
+        if self.detectable is None:
+            can = f"no difference in pass rates this slice could detect with {at}"
+        elif verdict.endswith(" better"):
+            return f"this slice detects differences of {_points(self.detectable)} points or more ({at})"
+        else:
+            can = f"this slice could only detect a difference of {_points(self.detectable)} points or more ({at})"
+        if self.observed == 0:
+            return can + "; the runs passed the same number of tasks, and no number of tasks would separate them"
+        size = f"the observed {_points(abs(self.observed))} points"
+        if self.needed is None:
+            need = f"{size} would need more than {TASKS_NEEDED_LIMIT:,} tasks"
+        elif self.needed <= self.n:
+            need = f"{size} would be found with {self.observed_power:.0%} power on this many tasks"
+        else:
+            need = f"{size} would need about {self.needed:,} tasks"
+        short = (f"; below the contract's minimum power of {self.min_power:.0%}" if self.underpowered
+                 and self.min_power is not None else "")
+        return f"{can}; {need}{short}"
+
+    def to_json(self, verdict: str) -> dict[str, Any]:
+        """The power as plain JSON values."""
+        return {"level": self.level, "power": self.power, "min_detectable_difference": self.detectable,
+                "observed_difference": self.observed, "observed_power": self.observed_power,
+                "tasks_needed": self.needed, "min_power": self.min_power, "words": self.words(verdict)}
+
+
+def slice_power(n: int, b: int, c: int, level: float, min_power: float | None = None) -> Power | None:
+    """What ``n`` paired tasks with ``b`` and ``c`` discordant could detect at ``level``; None
+    when ``n`` is 0."""
+    if n <= 0:
+        return None
+    share, observed = (b + c) / n, (b - c) / n
+    return Power(n=n, level=level, power=POWER, detectable=min_detectable_difference(n, share, level, POWER),
+                 observed=observed, observed_power=mcnemar_power(n, share, observed, level),
+                 needed=tasks_needed(share, observed, level, POWER), min_power=min_power)
 
 
 def judge(
@@ -151,8 +240,14 @@ def judge(
     both_pass: int = 0,
     both_fail: int = 0,
     p_adjusted: float | None = None,
+    family: int = 1,
+    min_power: float | None = None,
 ) -> PairResult:
     """Judge one pair from its discordant counts; the verdict uses ``p_adjusted`` when given.
+
+    ``family`` pairs are compared in all (the power is stated at ``alpha / family``). With a
+    ``min_power`` the verdict is :data:`UNDERPOWERED` when the slice's power to find a
+    difference of the observed size falls below it, whatever the test says.
 
     Raises:
         ValueError: a negative or non-integer count, or an adjusted p-value outside [0, 1].
@@ -161,9 +256,13 @@ def judge(
     if p_adjusted is not None and not 0.0 <= p_adjusted <= 1.0:
         raise ValueError(f"p_adjusted must be in [0, 1], got {p_adjusted!r}")
     verdict = decide(b, c, p if p_adjusted is None else p_adjusted, alpha, names)
-    return PairResult(name_a=names[0], name_b=names[1], n=both_pass + b + c + both_fail, both_pass=both_pass,
+    n = both_pass + b + c + both_fail
+    power = slice_power(n, b, c, alpha / family, min_power)
+    if power is not None and power.underpowered:
+        verdict = UNDERPOWERED
+    return PairResult(name_a=names[0], name_b=names[1], n=n, both_pass=both_pass,
                       b=b, c=c, both_fail=both_fail, p_value=p, p_adjusted=p_adjusted, alpha=alpha,
-                      verdict=verdict)
+                      verdict=verdict, family=family, power=power)
 
 
 def paired_results(
@@ -194,7 +293,8 @@ def paired_results(
     raw = [mcnemar_exact(b, c) for _, _, _, b, c, _ in counts]
     adjusted: list[float | None] = list(holm_adjust(raw)) if len(names) > 2 else [None] * len(raw)
     return [
-        judge(b, c, rule.alpha, names=(names[i], names[j]), both_pass=both, both_fail=neither, p_adjusted=adj)
+        judge(b, c, rule.alpha, names=(names[i], names[j]), both_pass=both, both_fail=neither, p_adjusted=adj,
+              family=len(counts), min_power=rule.min_power)
         for (i, j, both, b, c, neither), adj in zip(counts, adjusted, strict=True)
     ]
 

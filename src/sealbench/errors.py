@@ -13,6 +13,7 @@
     |   |   +-- EnvironmentRefused  a task's environment is missing, changed or cannot be built
     |   +-- RunsIndexError          the local runs index cannot be read or written
     |   +-- StorageError            the harness's own storage failed: nothing was decided
+    |   +-- NotABundle              verify was given a run directory: bundle it first
     +-- HarnessError                exit 1: the sandbox or grading machinery failed
     +-- VerificationFailed          exit 4: tampering found; carries every discrepancy
 
@@ -106,6 +107,10 @@ def describe_storage_failure(err: OSError) -> str:
     what = err.strerror or os.strerror(err.errno or 0)
     where = f" ({err.filename})" if err.filename else ""
     return f"{what}{where}"
+
+
+class NotABundle(Refusal):
+    """``verify`` was given a run directory: it must be bundled first (nothing is recorded)."""
 
 
 class HarnessError(SealbenchError):

@@ -312,6 +312,10 @@ class TieRule(Model):
     test: Literal["mcnemar_exact"] = Field("mcnemar_exact", description="Exact two-sided McNemar on discordant pairs.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Below it, a difference is declared; otherwise a tie.")
     correction: Literal["holm"] = Field("holm", description="Multiple-comparison correction for 3+ runs.")
+    min_power: float | None = Field(
+        None, gt=0, lt=1, exclude_if=lambda v: v is None,
+        description="When set: compare calls a pair `underpowered`, whatever the test says, when the slice's power "
+                    "to find a difference of the observed size (at alpha, divided by the number of pairs) is below it.")
 
 
 API_STYLES = ("openai-chat", "openai-responses", "anthropic-messages")

@@ -337,17 +337,19 @@ def _has_hidden_tests(task: Task) -> bool:
         return False
 
 
-def seal_pack(root: Path, *, update: bool = False, changes: list[str] | None = None) -> Pack:
+def seal_pack(root: Path, *, update: bool = False, drop_validity: bool = False,
+              changes: list[str] | None = None) -> Pack:
     """Seal a pack in place: fill placeholder hidden-test digests, write the seal.
 
-    ``update`` takes edited hidden tests as they are now (their recorded digest is redigested)
-    on a pack without validity evidence for its current seal; ``changes``, when given, gets
-    one line per task that differs from the previous seal (:func:`seal_changes`).
+    ``update`` takes edited hidden tests as they are now (their recorded digest is redigested);
+    on a validated pack whose seal that changes, only with ``drop_validity``, which removes the
+    old evidence (validate again). ``changes``, when given, gets one line per task that differs
+    from the previous seal (:func:`seal_changes`).
 
     Raises:
         PackError: a load refusal; a task without hidden tests; hidden tests whose recorded
-            digest does not match (without ``update``); ``update`` on a validated pack; or
-            hidden tests visible to the agent.
+            digest does not match (without ``update``); a changed seal of a validated pack
+            without ``drop_validity``; or hidden tests visible to the agent.
     """
     # What a killed seal left half-written beside pack.json and the task records.
     tasks_dir = root / "tasks"
@@ -359,11 +361,6 @@ def seal_pack(root: Path, *, update: bool = False, changes: list[str] | None = N
                         f"{', ...' if len(bare) > 5 else ''}): nothing would decide them; put the tests that decide "
                         f"each task in its hidden/ folder (for example {pack.tasks[bare[0]].hidden})")
     old_seal = pack.manifest.seal
-    if update and pack.manifest.validity is not None and old_seal is not None \
-            and pack.manifest.validity.pack_sha256 == old_seal.pack_sha256:
-        raise PackError(f"{pack.root / 'pack.json'}: the pack was validated as sealed ({old_seal.pack_sha256}); "
-                        f"--update would make its evidence describe a different pack. Edit a copy (a new pack "
-                        f"folder), seal and validate that")
     _refuse_leaks(pack, pack.tasks.values())
     digests: dict[str, TaskDigests] = {}
     rewrites: list[tuple[Path, TaskRecord]] = []
@@ -379,8 +376,7 @@ def seal_pack(root: Path, *, update: bool = False, changes: list[str] | None = N
                 raise PackError(
                     f"{task.dir / 'task.json'}: hidden_tests_sha256: recorded {recorded} "
                     f"but hidden/ digests to {hidden}: the hidden tests changed since the seal. If you "
-                    f"edited them, `sealbench pack seal --update {pack.root}` takes them as they are now "
-                    f"(on a pack not yet validated)"
+                    f"edited them, `sealbench pack seal --update {pack.root}` takes them as they are now"
                 )
             if recorded != hidden:
                 record = record.model_copy(update={"hidden_tests_sha256": hidden})
@@ -390,12 +386,17 @@ def seal_pack(root: Path, *, update: bool = False, changes: list[str] | None = N
             rewrites.append((task.dir / "task.json", record))
         digests[tid] = task_digests(task, pack.root, record)
     seal = Seal(pack_sha256=pack_digest(pack.manifest.name, digests), tasks=digests)
+    validity = pack.manifest.validity
+    if validity is not None and validity.pack_sha256 != seal.pack_sha256 and not drop_validity:
+        # The evidence describes the pack as validated; it never silently describes another one.
+        raise PackError(f"{pack.root}: the pack was validated, and --update would change what was validated; "
+                        f"drop the old evidence and validate again: `sealbench pack seal --update --drop-validity "
+                        f"{pack.root}`, then `sealbench pack validate {pack.root}`")
     if changes is not None:
         changes += seal_changes(old_seal, seal)
     for path, record in rewrites:
         write_atomic(path, model_json(record))
     # A new seal invalidates validity evidence bound to an older digest.
-    validity = pack.manifest.validity
     if validity is not None and validity.pack_sha256 != seal.pack_sha256:
         validity = None
     manifest = pack.manifest.model_copy(update={"seal": seal, "validity": validity})

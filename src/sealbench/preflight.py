@@ -9,10 +9,12 @@ shell and fails in every attempt of a run, as a harness error that spends the ru
   executable file);
 * every absolute path in the command that exists on this machine must be visible there.
 
+* every absolute path in the command that does not exist on this machine must be one the
+  agent could create there (under ``/tmp``, outside its read-only mounts): anything else is a
+  typo that would make every attempt fail before the agent started.
+
 What the check cannot know is left to the run: a path relative to the workspace (``./agent``,
-resolved in each task's workspace), a placeholder (``{workspace}``, filled per attempt), and
-an absolute path that does not exist on this machine either (perhaps an output the agent
-writes). ``contract new`` runs the same check and warns, so the mistake shows before the lock.
+resolved in each task's workspace) and a placeholder (``{workspace}``, filled per attempt). ``contract new`` runs the same check and warns, so the mistake shows before the lock.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ done
 _SHELL: Final = "/bin/sh"
 _TIMEOUT_S: Final = 30.0
 _PLACEHOLDER: Final = "{"
+_WRITABLE: Final = ("/tmp", "/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,27 @@ def _host_paths(tokens: Sequence[str]) -> list[str]:
         for word in (token, token.partition("=")[2]):
             if word.startswith("/") and _PLACEHOLDER not in word and os.path.lexists(word):
                 paths.append(os.path.normpath(word))
+    return list(dict.fromkeys(paths))
+
+
+def _never_there(tokens: Sequence[str], program: str, mounts: Sequence[str]) -> list[str]:
+    """Absolute paths named in the command that exist nowhere: not on this machine, and not in
+    a place the agent could create them in the sandbox. Its root is read-only and so are the
+    agent's mounts; only ``/tmp``, ``/dev/shm`` and the workspace (always named by placeholder)
+    are writable."""
+
+    def under(path: str, places: Sequence[str]) -> bool:
+        return any(path == place or path.startswith(place.rstrip("/") + "/") for place in places)
+
+    read_only = [os.path.normpath(m) for m in mounts if os.path.isabs(m)]
+    paths: list[str] = []
+    for token in tokens:
+        for word in (token, token.partition("=")[2]):
+            if not word.startswith("/") or _PLACEHOLDER in word or os.path.lexists(word):
+                continue
+            norm = os.path.normpath(word)
+            if norm != os.path.normpath(program) and (under(norm, read_only) or not under(norm, _WRITABLE)):
+                paths.append(norm)
     return list(dict.fromkeys(paths))
 
 
@@ -146,8 +170,13 @@ def _problems(command: str, mounts: Sequence[str], sandbox: Sandbox, path_env: s
     program = tokens[0]
     check_program = _PLACEHOLDER not in program and (program.startswith("/") or "/" not in program)
     paths = [p for p in _host_paths(tokens) if p != os.path.normpath(program)]
+    nowhere = [Problem(f"{path}, named in the agent's command, does not exist on this machine, and the agent "
+                       f"cannot create it in the sandbox (its mounts are read-only; only its workspace and /tmp are "
+                       f"writable there)",
+                       "check that path in the contract's agent command (a typo?), then lock the contract again")
+               for path in _never_there(tokens, program, mounts)]
     if not check_program and not paths:
-        return []
+        return nowhere
     root = scratch.temp_dir("preflight")
     try:
         (root / "work").mkdir()
@@ -189,7 +218,7 @@ def _problems(command: str, mounts: Sequence[str], sandbox: Sandbox, path_env: s
     for path in missing:
         out.append(Problem(f"{path}, named in the agent's command, exists on this machine but is not visible "
                            f"inside the {sandbox.kind} sandbox", mend))
-    return out
+    return out + nowhere
 
 
 def refuse_unless_starts(command: str, mounts: Sequence[str], sandbox: Sandbox, path_env: str) -> None:

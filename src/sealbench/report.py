@@ -68,8 +68,8 @@ __all__ = [
 ]
 
 FIGURE_FILES: dict[str, str] = {
-    "attempts": "report-attempts.svg",
     "outcomes": "report-outcomes.svg",
+    "attempts": "report-attempts.svg",
     "elapsed": "report-elapsed.svg",
 }
 """The figure files written beside report.md, by figure name."""
@@ -413,7 +413,7 @@ def _header(view: RunView) -> Section:
                           *((f"; network: {network}",) if network else ()))),
         ("harness", spans(", ".join(f"{k} {v}" for k, v in view.harness.items()) or "not recorded")),
     ), wide=True)
-    return Section("", (run, caps, access, ctrl, agent))
+    return Section("How this run was measured", (run, caps, access, ctrl, agent))
 
 
 def _evidence(view: RunView) -> Section:
@@ -516,11 +516,16 @@ def _model_use(view: RunView) -> Section | None:
     return Section("Model use", (Fields("Every task's model calls, through the gateway", rows, wide=True),))
 
 
+def _passed_last(card: Scorecard | None) -> int:
+    """Sort key of the task table: what needs a look (unfinished, failed) before what passed."""
+    return 1 if card is not None and card.outcome is Outcome.PASS else 0
+
+
 def _tasks(view: RunView) -> Section:
     cards = {c.task_id: c for c in view.cards}
     models = any(c.model_usage is not None for c in view.cards)
     rows = []
-    for tid in view.contract.task_ids:
+    for tid in sorted(view.contract.task_ids, key=lambda t: _passed_last(cards.get(t))):
         c = cards.get(tid)
         trace = (Span("trace", href=f"{FILES_DIR}/traces/{tid}.json") if tid in view.traces
                  else Span("none"))
@@ -606,19 +611,20 @@ def report_footer(view: RunView) -> str:
 
 def build_sections(view: RunView) -> list[Section]:
     """The whole report as neutral blocks, in reading order (pure)."""
-    sections = [Section("", tuple(_banners(view))), _header(view), _evidence(view)]
-    attempts = _attempts(view)
-    if attempts is not None:
-        sections.append(attempts)
-    sections += [_outcomes(view), _elapsed(view)]
-    model_use = _model_use(view)
-    if model_use is not None:
-        sections.append(model_use)
-    sections.append(_tasks(view))
+    # The answer first (the rate, its interval, the outcomes, the tasks that did not pass), then
+    # how it was reached, and the controls and digests that pin it last.
+    sections = [Section("", tuple(_banners(view))), _evidence(view), _outcomes(view), _tasks(view)]
     flags = _flags(view)
     if flags is not None:
         sections.append(flags)
-    sections.append(_probe(view))
+    attempts = _attempts(view)
+    if attempts is not None:
+        sections.append(attempts)
+    sections.append(_elapsed(view))
+    model_use = _model_use(view)
+    if model_use is not None:
+        sections.append(model_use)
+    sections += [_probe(view), _header(view)]
     return sections
 
 

@@ -17,6 +17,13 @@ Public API
     Exact conditional two-sided McNemar test on the discordant counts (McNemar 1947).
 ``holm_adjust(pvalues)``
     Holm-Bonferroni step-down adjusted p-values (Holm 1979; Wright 1992).
+``mcnemar_power(n, discordant, difference, alpha)``
+    Power of the exact McNemar test on ``n`` paired tasks, unconditionally, by summing the
+    exact conditional test over the binomial number of discordant tasks.
+``min_detectable_difference(n, discordant, alpha, power=0.8)``
+    The smallest difference in pass rates that test finds with that power on ``n`` tasks.
+``tasks_needed(discordant, difference, alpha, power=0.8)``
+    About how many paired tasks a difference needs to be found with that power.
 ``pass_at_k(n, c, k)``
     Unbiased pass@k estimator (Chen et al. 2021).
 ``median_interval(values, confidence=0.95)``
@@ -41,8 +48,11 @@ __all__ = [
     "clopper_pearson_interval",
     "holm_adjust",
     "mcnemar_exact",
+    "mcnemar_power",
     "median_interval",
+    "min_detectable_difference",
     "pass_at_k",
+    "tasks_needed",
     "wilson_interval",
 ]
 
@@ -496,6 +506,164 @@ def holm_adjust(pvalues: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * values[index]))
         adjusted[index] = running
     return adjusted
+
+
+# --------------------------------------------------------------------------- McNemar power
+
+_TAIL = 1e-17
+"""Binomial mass left out of a power sum: each end stops below it, far under the 1e-9 the
+power is checked to."""
+TASKS_NEEDED_LIMIT = 100_000
+"""Most tasks :func:`tasks_needed` considers."""
+
+
+def _binomial_pmf(d: int, n: int, p: float) -> float:
+    if p <= 0.0:
+        return 1.0 if d == 0 else 0.0
+    if p >= 1.0:
+        return 1.0 if d == n else 0.0
+    return math.exp(math.lgamma(n + 1) - math.lgamma(d + 1) - math.lgamma(n - d + 1)
+                    + d * math.log(p) + (n - d) * math.log1p(-p))
+
+
+def _rejects(k: int, d: int, alpha: float) -> bool:
+    """Does the exact McNemar test reject the split ``k`` to ``d - k`` at ``alpha``?"""
+    if 2 * k >= d:
+        return False
+    p = 2.0 * binomial_cdf(k, d, 0.5)
+    if abs(p - alpha) <= 1e-9 * alpha:  # at the edge the float cannot tell: decide it exactly
+        return mcnemar_exact(k, d - k) <= alpha
+    return p <= alpha
+
+
+def _critical(d: int, alpha: float) -> int:
+    """The largest smaller count ``k`` the test rejects among ``d`` discordant tasks; -1 if none."""
+    low, high = -1, (d - 1) // 2  # _rejects is monotone in k: true up to the critical value
+    if high < 0 or not _rejects(0, d, alpha):
+        return -1
+    low = 0
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if _rejects(mid, d, alpha) else (low, mid - 1)
+    return low
+
+
+def mcnemar_power(n: int, discordant: float, difference: float, alpha: float) -> float:
+    """Power of the two-sided exact McNemar test (:func:`mcnemar_exact`) on ``n`` paired tasks.
+
+    The number of discordant tasks is ``D ~ Binomial(n, discordant)``; given ``D = d``, the
+    first run's share of them is ``Binomial(d, pi)`` with ``pi = (discordant + difference) /
+    (2 * discordant)``, and the test rejects when the smaller count is at most the critical
+    value of ``d``. The power is that rejection probability summed over ``d`` (Fagerland,
+    Lydersen & Laake 2013 give the same unconditional form); the ends of the sum whose mass is
+    below 1e-17 are left out.
+
+    Args:
+        n: paired tasks, ``n >= 0``.
+        discordant: the probability that a task is discordant (one run passes it, the other
+            not), in [0, 1].
+        difference: the difference in pass rates, ``|difference| <= discordant``.
+        alpha: the test's level, in (0, 1).
+
+    Raises:
+        ValueError: an argument outside its range.
+    """
+    n = _check_count("n", n)
+    psi = _check_probability("discordant", discordant)
+    delta = abs(float(difference))
+    alpha = _check_probability("alpha", alpha)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if delta > psi + 1e-12:
+        raise ValueError(f"difference {difference!r} cannot exceed the discordant probability {discordant!r}")
+    if n == 0 or psi == 0.0:
+        return 0.0
+    pi = min(1.0, (psi + delta) / (2.0 * psi))
+    mode = min(n, int((n + 1) * psi))
+    total = 0.0
+    for step in (1, -1):
+        d = mode if step == 1 else mode - 1
+        k = -2  # not yet known for this walk
+        while 0 <= d <= n:
+            weight = _binomial_pmf(d, n, psi)
+            if weight < _TAIL and abs(d - mode) > 1:
+                break
+            k = _critical(d, alpha) if k == -2 else _next_critical(k, d, alpha, step)
+            if k >= 0:
+                total += weight * (binomial_cdf(k, d, pi) + binomial_cdf(k, d, 1.0 - pi))
+            d += step
+    return min(1.0, total)
+
+
+def _next_critical(k: int, d: int, alpha: float, step: int) -> int:
+    """The critical value of ``d`` from that of ``d - step``: it moves by at most one."""
+    if step == 1:
+        return k + 1 if _rejects(k + 1, d, alpha) else k
+    return k if k < 0 or _rejects(k, d, alpha) else k - 1
+
+
+def _discordance(observed: float, delta: float) -> float:
+    # A difference of delta needs at least delta of the tasks discordant.
+    return max(observed, delta)
+
+
+def min_detectable_difference(n: int, discordant: float, alpha: float, power: float = 0.8) -> float | None:
+    """The smallest difference in pass rates the exact McNemar test finds with ``power`` on
+    ``n`` paired tasks, at ``alpha``, when a share ``discordant`` of the tasks is discordant
+    (raised to the difference where that is larger); None when no difference up to 1 is.
+
+    Power grows with the difference, so it is found by bisection to about 1e-13.
+
+    Raises:
+        ValueError: an argument outside its range.
+    """
+    psi = _check_probability("discordant", discordant)
+    target = _check_probability("power", power)
+
+    def found(delta: float) -> bool:
+        return mcnemar_power(n, _discordance(psi, delta), delta, alpha) >= target
+
+    if not found(1.0):
+        return None
+    low, high = 0.0, 1.0
+    for _ in range(_BISECT_MAX_ITER):
+        mid = (low + high) / 2
+        if mid in (low, high) or high - low < 1e-13:
+            break
+        low, high = (low, mid) if found(mid) else (mid, high)
+    return high
+
+
+def tasks_needed(discordant: float, difference: float, alpha: float, power: float = 0.8,
+                 limit: int = TASKS_NEEDED_LIMIT) -> int | None:
+    """About how many paired tasks the exact McNemar test needs to find ``difference`` with
+    ``power`` at ``alpha``, with a share ``discordant`` of the tasks discordant: an ``N`` with
+    power below ``power`` at ``N - 1`` and at least ``power`` at ``N`` (power is not monotone
+    in the number of tasks, so a smaller ``N`` may exist); None for no difference, or when
+    more than ``limit`` tasks would be needed.
+
+    Raises:
+        ValueError: an argument outside its range.
+    """
+    psi = _check_probability("discordant", discordant)
+    target = _check_probability("power", power)
+    delta = abs(float(difference))
+    if delta == 0.0:
+        return None
+    psi = _discordance(psi, delta)
+
+    def found(n: int) -> bool:
+        return mcnemar_power(n, psi, delta, alpha) >= target
+
+    low, high = 0, 8
+    while not found(high):
+        if high >= limit:
+            return None
+        low, high = high, min(limit, high * 2)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if found(mid) else (mid, high)
+    return high
 
 
 # --------------------------------------------------------------------------- pass@k

@@ -8,7 +8,9 @@ plugin uses:
 * ``humaneval``: HumanEval.jsonl.gz; ``humanevalplus``: HumanEval+ original format;
 * ``mbpp``: mbpp.jsonl or sanitized-mbpp.json (told apart by content); ``mbppplus``: MBPP+;
 * ``exercism``: an Exercism-style track directory (exercises/practice/<slug>/);
-* ``swebench``: SWE-bench-style instances (JSON list or JSON Lines) against a local clone.
+* ``swebench``: SWE-bench-style instances (JSON list or JSON Lines) against a local clone;
+* ``tasks``: a pack written by hand as one ``tasks.toml`` or ``tasks.jsonl`` (see
+  :mod:`.tasks_file`; ``pack seal`` on a folder holding one expands it in place).
 
 Every refusal is a :class:`~sealbench.errors.PackError` naming the file and the record, or a
 :class:`~sealbench.errors.UsageError` for a bad option or an existing output.
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..pack import Pack
-from . import exercism, humaneval, mbpp, swebench
+from . import exercism, humaneval, mbpp, swebench, tasks_file
 from .draft import FileEntry, Files, ImportOptions, PackDraft, TaskDraft, make_record, text_file
 from .registry import Importer, get_importer, importer_kinds, register_importer
 from .writer import write_pack
@@ -31,6 +33,7 @@ register_importer("humanevalplus", humaneval.import_humanevalplus)
 register_importer("mbpp", mbpp.import_mbpp)
 register_importer("mbppplus", mbpp.import_mbppplus)
 register_importer("swebench", swebench.import_swebench)
+register_importer("tasks", tasks_file.import_tasks_file)
 
 
 def import_pack(kind: str, source: Path, out: Path, **options: object) -> Pack:
