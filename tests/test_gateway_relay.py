@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,3 +236,32 @@ def test_a_pooled_connection_the_upstream_closes_as_a_request_goes_out_is_retrie
     assert served == 4  # the third call reached the stub twice
     assert cards[0]["outcome"] == "pass"
 
+
+
+def test_exploit_agent_stops_reading_and_the_gateway_s_write_error_is_the_agent_s(key: str) -> None:
+    # Host side of the socket, where the agent's end can be shut for reading alone: the reply's
+    # first events come at once, and the gateway's second write finds the connection closing.
+    from sealbench import events as ev
+    from test_gateway import unit_gateway
+
+    slow = StubReply(text=LONG[:400], model="claude-stub", repeat=True, pause_ms=50)
+    with _stub(key, slow) as server:
+        gateway, recorded = unit_gateway(server, key)
+        try:
+            access = gateway.open_attempt(TASK, 1)
+            body = json.dumps({"model": "claude-stub", "stream": True, "max_tokens": 9, "messages": []}).encode()
+            for _ in range(3):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(str(access.relay.socket))
+                sock.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: " + access.token.encode()
+                             + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                sock.shutdown(socket.SHUT_RD)
+                time.sleep(0.5)
+                sock.close()
+            access.close()
+            failure = access.endpoint_failure()
+        finally:
+            gateway.close()
+    made = [e for e in recorded if isinstance(e, ev.ModelCall)]
+    assert len(made) == 3 and {m.error for m in made} == {"the agent closed the connection before the reply ended"}
+    assert failure is None

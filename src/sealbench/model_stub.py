@@ -38,7 +38,7 @@ its ``stub-N`` id), ``n`` the call's place in the reply from 0; the same request
 order get the same ids, and a ``repeat`` reply's calls get new ones each time.
 
 A reply may also play a faulty or hostile upstream, to test what relays it: ``pause_ms``
-between streamed pieces (a stream an agent can cut midway), ``hang`` (``"reply"``: accept the
+before each streamed delta but the first (a stream an agent can cut midway), ``hang`` (``"reply"``: accept the
 request and never answer; ``"stream"``: send a streamed reply's first piece, then nothing),
 ``disconnect`` (close the connection without a byte of reply, as an upstream closing an idle
 keep-alive connection just as a request arrives), and ``reflect`` (the reply's text is the
@@ -119,7 +119,8 @@ class StubReply(_Strict):
     usage: StubUsage = Field(default_factory=StubUsage, description="Usage the reply reports.")
     status: int = Field(200, ge=200, le=599, description="HTTP status; not 200 sends an error reply.")
     repeat: bool = Field(False, description="True: the reply is never used up.")
-    pause_ms: int = Field(0, ge=0, description="Milliseconds between the pieces of a streamed reply.")
+    pause_ms: int = Field(0, ge=0, description="Milliseconds before each delta of a streamed reply but the first "
+                          "(the events before the first go out at once, each its own write).")
     hang: Literal["reply", "stream"] | None = Field(
         None, description="reply: never answer; stream: send a streamed reply's first piece, then nothing; "
         "null: answer.")
@@ -235,9 +236,11 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
         await resp.prepare(request)
         pieces = [text] if reply.reflect else _pieces(text)
         try:
-            for n, chunk in enumerate(model_api.reply_stream(style, model, pieces, usage, reply_id, calls)):
-                if n and reply.pause_ms:
+            started = False
+            for chunk in model_api.reply_stream(style, model, pieces, usage, reply_id, calls):
+                if started and reply.pause_ms and b"delta" in chunk:
                     await asyncio.sleep(reply.pause_ms / 1000)
+                started = started or b"delta" in chunk
                 await _write_split(resp, chunk, secret)
                 if reply.hang == "stream" and b"delta" in chunk:
                     await stop.wait()
