@@ -14,6 +14,7 @@ import json
 import secrets
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,41 @@ def test_exploit_upstream_reflects_the_request_headers_and_the_agent_never_sees_
         head, _, body = seen.partition(b"\r\n\r\n")
         assert b"[key removed]" in head.lower().split(b"x-request-id:")[1].split(b"\r\n")[0], name
         assert b"[key removed]" in body, name
+
+
+def _as_the_agent_reads(raw: bytes) -> tuple[bytes, bytes]:
+    """A saved reply's head, and its body as an HTTP client reads it: de-chunked, decompressed."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    fields = head.lower()
+    if b"transfer-encoding: chunked" in fields:
+        out, rest = b"", body
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size.split(b";")[0] or b"0", 16)
+            if n == 0:
+                break
+            out, rest = out + rest[:n], rest[n + 2:]
+        body = out
+    if b"content-encoding: gzip" in fields:
+        body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    return head, body
+
+
+def test_exploit_upstream_echoes_the_key_compressed_though_asked_for_identity(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    # Byte-matching cannot find the key in gzip; the gateway decodes what aiohttp can and
+    # refuses any other encoding.
+    echo = StubReply(repeat=True, reflect=True, compress=True)
+    with _stub(key, echo) as server:
+        plan = {"1": [{"do": "wire", "model": "stub-model", "save": "chat.txt"},
+                      {"do": "wire", "model": "stub-model", "stream": True, "save": "chat-stream.txt"}]}
+        run_dir, events, _ = gateway_run(sealed_pack, tmp_path, server, plan, name="gzip")
+    assert [c["payload"]["status"] for c in calls(events)] == [200, 200]
+    ws = run_dir / "work" / TASK / "ws"
+    for name in ("chat.txt", "chat-stream.txt"):
+        head, body = _as_the_agent_reads((ws / name).read_bytes())
+        assert key.encode() not in body and b"[key removed]" in body, name
+        assert b"content-encoding" not in head.lower(), name  # decoded for the agent
 
 
 # --- 4. a hanging upstream is the endpoint's failure, never the agent's timeout ---------------

@@ -57,10 +57,10 @@ RELAY_PORT: Final = 7700
 _DROPPED_QUERIES: Final = frozenset({("anthropic-messages", "beta=true")})
 """The query strings a declared path may carry (not forwarded): those the agents' SDKs send."""
 _PASSED_REQUEST_HEADERS: Final = ("content-type", "accept", "anthropic-version", "anthropic-beta", "openai-beta")
-# content-encoding: an upstream that compresses despite "Accept-Encoding: identity" still reaches
-# the agent readable (its usage is then unknown).
-_PASSED_REPLY_HEADERS: Final = ("content-type", "content-encoding", "retry-after", "x-request-id", "request-id",
-                                "cache-control")
+_PASSED_REPLY_HEADERS: Final = ("content-type", "retry-after", "x-request-id", "request-id", "cache-control")
+_DECODED: Final = frozenset({"", "identity", "gzip", "deflate", "br", "zstd"})
+"""Reply encodings aiohttp decodes: an upstream that compresses despite ``Accept-Encoding:
+identity`` reaches the agent decoded, where the key can be looked for; any other is refused."""
 _KEY_REMOVED: Final = b"[key removed]"
 _AGENT_CLOSED: Final = "the agent closed the connection before the reply ended"
 _HEAD_SCAN: Final = 64 * 8192
@@ -430,7 +430,7 @@ class Gateway:
                 context.trace_request_ctx["reused"] = True
 
         trace.on_connection_reuseconn.append(reused)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, trace_configs=[trace],
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True, trace_configs=[trace],
                                               timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
                                                                             sock_read=self.limits.upstream_read_s))
 
@@ -800,6 +800,13 @@ class Gateway:
             body = model_api.error_body(endpoint.style, f"sealbench gateway: {call.error}", "api_error")
             return web.json_response(body, status=call.status)
         async with upstream:
+            encoding = upstream.headers.get("Content-Encoding", "").lower()
+            if encoding not in _DECODED:
+                call.status = 502
+                call.error = call.upstream_failed = (f"the model endpoint failed: it sent its reply encoded as "
+                                                     f"{encoding[:50]!r}, which the gateway cannot read")
+                body = model_api.error_body(endpoint.style, f"sealbench gateway: {call.error}", "api_error")
+                return web.json_response(body, status=502)
             call.status = upstream.status
             if upstream.status >= 500 or upstream.status == 429:
                 # Passed through as it came, never retried here: the agent sees what the model said.

@@ -43,7 +43,8 @@ request and never answer; ``"stream"``: send a streamed reply's first piece, the
 ``disconnect`` (close the connection without a byte of reply, as an upstream closing an idle
 keep-alive connection just as a request arrives), and ``reflect`` (the reply's text is the
 request's headers, the credential also in ``x-request-id``, each write of the reply split in the
-middle of the credential so that it crosses two chunks).
+middle of the credential so that it crosses two chunks), ``compress`` (gzip, whatever the
+request accepts).
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class StubReply(_Strict):
     disconnect: bool = Field(False, description="True: close the connection without a byte of reply.")
     reflect: bool = Field(False, description="True: the text is the request's headers, the credential also in "
                           "x-request-id, and each write is split in the middle of the credential.")
+    compress: bool = Field(False, description="True: the reply is gzip-compressed, whatever the request accepts.")
 
 
 class _TomlScript(_Strict):
@@ -233,6 +235,8 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
         extra["x-request-id"] = credential or ""
     if body.get("stream") is True:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **extra})
+        if reply.compress:
+            resp.enable_compression(web.ContentCoding.gzip)
         await resp.prepare(request)
         pieces = [text] if reply.reflect else _pieces(text)
         try:
@@ -249,10 +253,16 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
             pass
         return resp
     if not reply.reflect:
-        return web.json_response(model_api.reply_body(style, model, text, usage, reply_id, calls))
+        answer = web.json_response(model_api.reply_body(style, model, text, usage, reply_id, calls))
+        if reply.compress:
+            answer.enable_compression(web.ContentCoding.gzip)
+        return answer
     whole = json.dumps(model_api.reply_body(style, model, text, usage, reply_id, calls)).encode()
     resp = web.StreamResponse(headers={"Content-Type": "application/json", **extra})
-    resp.content_length = len(whole)
+    if reply.compress:
+        resp.enable_compression(web.ContentCoding.gzip)
+    else:
+        resp.content_length = len(whole)
     await resp.prepare(request)
     await _write_split(resp, whole, secret)
     await resp.write_eof()
