@@ -90,7 +90,7 @@ def test_exploit_agent_cuts_its_anthropic_streams_to_hide_their_output_tokens_fr
 
 def test_exploit_agent_resets_its_streams_and_the_endpoint_is_not_blamed_for_it(
         sealed_pack: Path, tmp_path: Path, key: str) -> None:
-    fast = StubReply(text=LONG, model="stub-model", repeat=True, usage=StubUsage(input_tokens=10, output_tokens=10))
+    fast = StubReply(text=LONG * 4, model="stub-model", repeat=True, usage=StubUsage(input_tokens=10, output_tokens=10))
     with _stub(key, fast) as server:
         reset = {"do": "wire", "model": "stub-model", "stream": True, "deltas": 3, "reset": True}
         closed = {"do": "wire", "model": "stub-model", "stream": True, "deltas": 3}
