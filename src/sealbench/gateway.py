@@ -138,11 +138,15 @@ class _Redactor:
         for key in self._keys:
             data = data.replace(key, _KEY_REMOVED)
         hold = 0
-        for key in self._keys:
-            for n in range(min(len(key) - 1, len(data)), hold, -1):
-                if data.endswith(key[:n]):
-                    hold = n
+        last = data[-1:]
+        for key in self._keys if last else ():
+            # The longest start of a key that ends the data: only where the key holds its last byte.
+            i = key.rfind(last, 0, min(len(key) - 1, len(data)))
+            while i + 1 > hold:
+                if data.endswith(key[:i + 1]):
+                    hold = i + 1
                     break
+                i = key.rfind(last, 0, i)
         self._held = data[len(data) - hold:] if hold else b""
         return data[:len(data) - hold]
 
