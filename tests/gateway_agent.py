@@ -10,7 +10,9 @@ import http.client
 import json
 import os
 import socket
+import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,25 +20,70 @@ from urllib.parse import urlsplit
 HERE = Path(__file__).resolve().parent
 
 
-def _conn(base: str) -> tuple[http.client.HTTPConnection, str]:
+def _conn(base: str, timeout: float | None = 20) -> tuple[http.client.HTTPConnection, str]:
     parts = urlsplit(base)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=20)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
     return conn, parts.path
 
 
 def request(method: str, base: str, path: str, body: Any, headers: dict[str, str],
-            raw: bool = False) -> tuple[int | None, bytes]:
-    conn, prefix = _conn(base)
+            raw: bool = False, timeout: float | None = 20) -> tuple[int | None, bytes]:
+    conn, prefix = _conn(base, timeout)
     data = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else None)
     try:
         conn.request(method, path if raw else prefix + path, body=data,
                      headers={"Content-Type": "application/json", **headers})
         resp = conn.getresponse()
         return resp.status, resp.read()
-    except OSError as e:
+    except (OSError, http.client.HTTPException) as e:  # a reply cut short is an IncompleteRead
         return None, f"{type(e).__name__}: {e}".encode()
     finally:
         conn.close()
+
+
+def wire(base: str, path: str, body: bytes, headers: dict[str, str], deltas: int | None = None,
+         reset: bool = False) -> bytes:
+    """Every byte the gateway sends back for one request, as it came on the socket; with ``deltas``,
+    only until that many stream deltas came, then the connection is closed (reset with ``reset``)."""
+    parts = urlsplit(base)
+    sock = socket.create_connection((parts.hostname or "", parts.port or 80), timeout=20)
+    head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": "gateway", "Content-Type": "application/json",
+                                                  "Content-Length": str(len(body)), "Connection": "close",
+                                                  **headers}.items())
+    sock.sendall(f"POST {parts.path}{path} HTTP/1.1\r\n{head}\r\n".encode() + body)
+    got = b""
+    try:
+        while deltas is None or got.count(b"delta") < deltas:
+            data = sock.recv(65536)
+            if not data:
+                break
+            got += data
+    except OSError:
+        pass
+    if reset:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    return got
+
+
+def _call_of(s: dict[str, Any], do: str) -> tuple[str, str, str, dict[str, Any], dict[str, str]]:
+    """The style, base URL, path, body and headers of a model call step."""
+    env = os.environ
+    style = "anthropic" if do == "anthropic" or s.get("style") == "anthropic" else "openai"
+    token = env.get("ANTHROPIC_API_KEY" if style == "anthropic" else "OPENAI_API_KEY", "")
+    if s.get("token") == "saved":
+        token = Path("token.txt").read_text().strip()
+    base = env.get("ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL", "")
+    path = ("/v1/messages" if style == "anthropic" else "/chat/completions") + s.get("query", "")
+    headers = {"x-api-key": token, "anthropic-version": "2023-06-01"} if style == "anthropic" \
+        else {"Authorization": f"Bearer {token}"}
+    body: dict[str, Any] = {"model": s["model"], "messages": [{"role": "user", "content": s.get("content", "fix it")}],
+                            "max_tokens": 100}
+    if s.get("stream"):
+        body["stream"] = True
+        if style == "openai":
+            body["stream_options"] = {"include_usage": True}
+    return style, base, path, body, headers
 
 
 def text_of(style: str, body: bytes, streamed: bool) -> str:
@@ -179,22 +226,9 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
     if do == "converse":
         converse(s, log)
     elif do in ("chat", "anthropic"):
-        style = "anthropic" if do == "anthropic" else "openai"
-        token = env.get("ANTHROPIC_API_KEY" if style == "anthropic" else "OPENAI_API_KEY", "")
-        if s.get("token") == "saved":
-            token = Path("token.txt").read_text().strip()
-        base = env.get("ANTHROPIC_BASE_URL" if style == "anthropic" else "OPENAI_BASE_URL", "")
-        path = ("/v1/messages" if style == "anthropic" else "/chat/completions") + s.get("query", "")
-        headers = {"x-api-key": token, "anthropic-version": "2023-06-01"} if style == "anthropic" \
-            else {"Authorization": f"Bearer {token}"}
-        prompt = s.get("content", "fix it")
-        body: dict[str, Any] = {"model": s["model"], "messages": [{"role": "user", "content": prompt}],
-                                "max_tokens": 100}
-        if s.get("stream"):
-            body["stream"] = True
-            if style == "openai":
-                body["stream_options"] = {"include_usage": True}
-        status, reply = request("POST", base, path, body, headers)
+        style, base, path, body, headers = _call_of(s, do)
+        # "timeout": null waits as the SDKs do, for as long as the reply takes.
+        status, reply = request("POST", base, path, body, headers, timeout=s.get("timeout", 20))
         entry: dict[str, Any] = {"do": do, "status": status}
         if status == 200 and s.get("write"):
             Path(s["write"]).write_text(text_of(style, reply, bool(s.get("stream"))))
@@ -203,10 +237,22 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
         log["steps"].append(entry)
     elif do == "raw":
         token = env.get("OPENAI_API_KEY", "")
-        status, reply = request(s.get("method", "POST"), env["OPENAI_BASE_URL"], s["path"],
-                                s.get("body", {"model": "stub-model"}), {"Authorization": f"Bearer {token}"},
-                                raw=True)
-        log["steps"].append({"do": do, "path": s["path"], "status": status})
+        sent = s["body_text"].encode() if "body_text" in s else s.get("body", {"model": "stub-model"})
+        status, reply = request(s.get("method", "POST"), env["OPENAI_BASE_URL"], s["path"], sent,
+                                {"Authorization": f"Bearer {token}"}, raw=True)
+        entry = {"do": do, "path": s["path"], "status": status}
+        if status != 200:
+            entry["reply"] = reply.decode(errors="replace")[:500]
+        log["steps"].append(entry)
+    elif do == "wire":
+        # The reply as it came on the socket, saved whole; or cut after a few stream deltas.
+        _, base, path, body, headers = _call_of(s, do)
+        got = wire(base, path, json.dumps(body).encode(), headers, s.get("deltas"), bool(s.get("reset")))
+        if s.get("save"):
+            Path(s["save"]).write_bytes(got)
+        log["steps"].append({"do": do, "bytes": len(got), "status": got[9:12].decode(errors="replace")})
+    elif do == "sleep":
+        time.sleep(s["seconds"])
     elif do == "big_body":
         token = env.get("OPENAI_API_KEY", "")
         filler = b'{"model": "stub-model", "pad": "' + b"x" * s["bytes"] + b'"}'
@@ -219,7 +265,6 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
             sock = socket.create_connection(("127.0.0.1", 7700), timeout=5)
             held.append(sock)
         import select
-        import time
 
         open_ = list(held)
         deadline = time.monotonic() + 5
@@ -260,8 +305,6 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
             sock.close()
         log["steps"].append({"do": do, "result": result})
     elif do == "dns":
-        import time
-
         t0 = time.monotonic()
         try:
             socket.getaddrinfo(s["name"], 443)

@@ -83,6 +83,7 @@ def unit_gateway(stub: StubServer, key: str, limits: Any = None) -> tuple[Any, l
 
 def gateway_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, list[dict[str, Any]]], *,
                 max_attempts: int = 1, name: str = "gw", probe: bool = False, caps: dict[str, Any] | None = None,
+                endpoint_update: dict[str, Any] | None = None,
                 ) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
     agent_dir = tmp_path / f"{name}-agent"
     agent_dir.mkdir()
@@ -94,7 +95,8 @@ def gateway_run(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[
                                agent=AgentSpec(label="gateway test agent", command=f"python {agent_dir}/agent.py",
                                                mounts=[str(agent_dir)]),
                                oracle_validity="unavailable")
-    contract = contract.model_copy(update={"model_endpoints": endpoints(stub)})
+    declared = [e.model_copy(update=endpoint_update or {}) for e in endpoints(stub)]
+    contract = contract.model_copy(update={"model_endpoints": declared})
     if caps:
         assert contract.budget is not None
         contract = contract.model_copy(update={"budget": contract.budget.model_copy(update=caps)})

@@ -285,12 +285,17 @@ def _check_endpoints(contract: ScoringContract) -> None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ContractError(f"model_endpoints: the name(s) {twice} are used twice; each endpoint needs its own")
+    budget = contract.budget
     for endpoint in endpoints:
         stray = sorted(set(endpoint.prices or {}) - set(endpoint.models))
         if stray:
             raise ContractError(f"model endpoint {endpoint.name!r}: prices for {stray}, which are not among its "
                                 f"models {endpoint.models}")
-    budget = contract.budget
+        wait = endpoint.read_timeout_s
+        if wait is not None and budget is not None and wait >= budget.wall_clock_s:
+            raise ContractError(f"model endpoint {endpoint.name!r}: read_timeout_s {wait:g} is not under the "
+                                f"wall-clock cap of {budget.wall_clock_s:g} s: an endpoint that hangs would end the "
+                                "attempt as the agent's timeout instead of the endpoint's failure")
     caps = [c for c in MODEL_CAPS if budget is not None and getattr(budget, c) is not None]
     if caps and not endpoints:
         raise ContractError(f"budget: {', '.join(caps)} needs model_endpoints: a cap on model use binds only "

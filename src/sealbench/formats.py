@@ -373,6 +373,11 @@ class ModelEndpoint(Model):
     prices: dict[str, ModelPrice] | None = Field(
         None, exclude_if=lambda v: v is None,
         description="Price per model name; without it cost is unknown, never zero.")
+    read_timeout_s: float | None = Field(
+        None, gt=0, exclude_if=lambda v: v is None,
+        description="Longest the endpoint may keep silent (for a reply's first byte, or between two chunks) before "
+        "the gateway ends the call as the endpoint's failure; null: 300 s, or a quarter of the wall-clock cap "
+        "when that is less. Must be under the wall-clock cap.")
 
 
 class ScoringContract(Model):

@@ -57,11 +57,12 @@ RELAY_PORT: Final = 7700
 _DROPPED_QUERIES: Final = frozenset({("anthropic-messages", "beta=true")})
 """The query strings a declared path may carry (not forwarded): those the agents' SDKs send."""
 _PASSED_REQUEST_HEADERS: Final = ("content-type", "accept", "anthropic-version", "anthropic-beta", "openai-beta")
-# content-encoding: an upstream that compresses despite "Accept-Encoding: identity" still reaches
-# the agent readable (its usage is then unknown).
-_PASSED_REPLY_HEADERS: Final = ("content-type", "content-encoding", "retry-after", "x-request-id", "request-id",
-                                "cache-control")
+_PASSED_REPLY_HEADERS: Final = ("content-type", "retry-after", "x-request-id", "request-id", "cache-control")
+_DECODED: Final = frozenset({"", "identity", "gzip", "deflate", "br", "zstd"})
+"""Reply encodings aiohttp decodes: an upstream that compresses despite ``Accept-Encoding:
+identity`` reaches the agent decoded, where the key can be looked for; any other is refused."""
 _KEY_REMOVED: Final = b"[key removed]"
+_AGENT_CLOSED: Final = "the agent closed the connection before the reply ended"
 _HEAD_SCAN: Final = 64 * 8192
 """How much of a connection's first bytes is searched for the end of its headers (more than
 aiohttp accepts: 64 fields of 8,190 bytes)."""
@@ -86,8 +87,10 @@ class GatewayLimits:
     """Longest the agent may take to send a request body."""
     keepalive_s: float = 30.0
     """An idle keep-alive connection is closed after this long."""
-    upstream_read_s: float = 600.0
-    """Longest silence from the upstream during a reply."""
+    upstream_read_s: float = 300.0
+    """Longest the upstream may keep silent, for its reply's first byte or between two chunks, for
+    an endpoint that sets no ``read_timeout_s``; never more than a quarter of the task's wall-clock
+    cap, so that a hanging upstream ends the call as its own failure well before the attempt ends."""
     stored_reply_bytes: int = 8 * 2**20
     """The most of a reply kept as its blob (the agent gets all of it)."""
 
@@ -117,6 +120,57 @@ def read_keys(contract: ScoringContract, sandbox_kind: str, environ: Mapping[str
                              f"`sealbench run` (the key is read at run time, never written anywhere)")
         keys[endpoint.name] = key
     return keys
+
+
+class _Redactor:
+    """Removes the keys from a byte stream fed in chunks: a key split over two chunks too.
+
+    Each :meth:`feed` returns what may be relayed so far; the end of a chunk that could begin a
+    key is held back until the next chunk (or :meth:`flush`) tells.
+    """
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        self._keys = sorted({k for k in keys if k}, key=len, reverse=True)
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk
+        for key in self._keys:
+            data = data.replace(key, _KEY_REMOVED)
+        hold = 0
+        last = data[-1:]
+        for key in self._keys if last else ():
+            # The longest start of a key that ends the data: only where the key holds its last byte.
+            i = key.rfind(last, 0, min(len(key) - 1, len(data)))
+            while i + 1 > hold:
+                if data.endswith(key[:i + 1]):
+                    hold = i + 1
+                    break
+                i = key.rfind(last, 0, i)
+        self._held = data[len(data) - hold:] if hold else b""
+        return data[:len(data) - hold]
+
+    def flush(self) -> bytes:
+        """What is held back, at the end of the stream (no key: it ended before one did)."""
+        held, self._held = self._held, b""
+        return held
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s object hook refusing a key twice in one object: parsers differ on which
+    one wins, so the gateway and the upstream could read two requests in one body."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 @dataclass
@@ -372,7 +426,15 @@ class Gateway:
 
         # TCP_NODELAY is aiohttp's default on its client connections.
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, force_close=False)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+        # Tells a request (its trace_request_ctx) that it went out on a pooled connection.
+        trace = aiohttp.TraceConfig()
+
+        async def reused(_session: Any, context: Any, _params: Any) -> None:
+            if isinstance(context.trace_request_ctx, dict):
+                context.trace_request_ctx["reused"] = True
+
+        trace.on_connection_reuseconn.append(reused)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True, trace_configs=[trace],
                                               timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
                                                                             sock_read=self.limits.upstream_read_s))
 
@@ -518,7 +580,7 @@ class Gateway:
         try:
             return await self._serve(att, request, call)
         except asyncio.CancelledError:
-            call.error = call.error or "the agent closed the connection before the reply ended"
+            call.error = call.error or _AGENT_CLOSED
             raise
         except (ConnectionError, OSError) as e:
             call.error = call.error or f"the agent's connection failed: {type(e).__name__}"
@@ -613,7 +675,10 @@ class Gateway:
             att.buffered -= len(body)
         call.request = bytes(body)
         try:
-            parsed = json.loads(body)
+            parsed = json.loads(body, object_pairs_hook=_no_duplicates)
+        except _DuplicateKey as e:
+            return self._refuse(call, 400, style, f"the body has the key {e.key[:100]!r} twice in one object; "
+                                                  "send each key once")
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
@@ -690,6 +755,34 @@ class Gateway:
         return (f"the task's budget cap on {_CAP_WORDS[cap]} ({cap} {limit:g}) is reached ({used}); no more "
                 "model calls for this task")
 
+    def read_timeout_s(self, endpoint: ModelEndpoint) -> float:
+        """How long ``endpoint`` may keep silent (for its reply's first byte, or between chunks)
+        before the gateway ends the call as the endpoint's failure: its ``read_timeout_s``, else
+        the limits' default, capped at a quarter of the task's wall-clock cap."""
+        if endpoint.read_timeout_s is not None:
+            return endpoint.read_timeout_s
+        wall = self.budget.wall_clock_s / 4 if self.budget is not None else self.limits.upstream_read_s
+        return min(self.limits.upstream_read_s, wall)
+
+    async def _post(self, url: str, data: bytes, headers: dict[str, str], read_s: float) -> Any:
+        """The upstream's response to one POST, its headers read. Sent again, once, when a pooled
+        connection closed before a byte of response came back: the upstream closed it as idle
+        just as the request went out, so it never saw the request (nothing to bill)."""
+        import aiohttp
+
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=read_s)
+        for again in (True, False):
+            sent_on: dict[str, bool] = {}
+            try:
+                return await self._session.post(url, data=data, headers=headers, allow_redirects=False,
+                                                timeout=timeout, trace_request_ctx=sent_on)
+            except aiohttp.ServerDisconnectedError as e:
+                # A partial response (its head parsed) is the message; nothing at all, a string.
+                if not (again and sent_on.get("reused") and isinstance(e.message, str)):
+                    raise
+        raise AssertionError("unreachable")
+
     async def _forward(self, endpoint: ModelEndpoint, headers: dict[str, str], call: _Call,
                        request: web.BaseRequest) -> web.StreamResponse:
         import aiohttp
@@ -700,34 +793,61 @@ class Gateway:
         upstream_headers["Accept-Encoding"] = "identity"
         upstream_headers.update(model_api.auth_headers(endpoint.style, self._keys[endpoint.name]))
         url = endpoint.base_url.rstrip("/") + model_api.PATHS[endpoint.style]
+        read_s = self.read_timeout_s(endpoint)
         try:
-            upstream = await self._session.post(url, data=call.request, headers=upstream_headers,
-                                                 allow_redirects=False)
+            upstream = await self._post(url, call.request, upstream_headers, read_s)
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            call.error = call.upstream_failed = f"the model endpoint failed: {type(e).__name__}: {e}"[:500]
-            call.status = 502
+            silent = isinstance(e, aiohttp.SocketTimeoutError)
+            why = f"no reply within {read_s:g} s" if silent else f"{type(e).__name__}: {e}"
+            call.error = call.upstream_failed = self._scrub(f"the model endpoint failed: {why}")[:500]
+            call.status = 504 if silent else 502
             body = model_api.error_body(endpoint.style, f"sealbench gateway: {call.error}", "api_error")
-            return web.json_response(body, status=502)
+            return web.json_response(body, status=call.status)
         async with upstream:
+            encoding = upstream.headers.get("Content-Encoding", "").lower()
+            if encoding not in _DECODED:
+                call.status = 502
+                call.error = call.upstream_failed = (f"the model endpoint failed: it sent its reply encoded as "
+                                                     f"{encoding[:50]!r}, which the gateway cannot read")
+                body = model_api.error_body(endpoint.style, f"sealbench gateway: {call.error}", "api_error")
+                return web.json_response(body, status=502)
             call.status = upstream.status
             if upstream.status >= 500 or upstream.status == 429:
                 # Passed through as it came, never retried here: the agent sees what the model said.
                 call.upstream_failed = f"the model endpoint answered HTTP {upstream.status}"
             reply = web.StreamResponse(status=upstream.status, headers={
-                k: upstream.headers[k] for k in _PASSED_REPLY_HEADERS if k in upstream.headers})
-            await reply.prepare(request)
+                k: self._scrub(upstream.headers[k]) for k in _PASSED_REPLY_HEADERS if k in upstream.headers})
             cap = self.limits.stored_reply_bytes
+            redactor = _Redactor(self._key_bytes)
+
+            async def relay(data: bytes) -> None:
+                call.reply_bytes += len(data)
+                if len(call.reply) < cap:
+                    call.reply += data[:cap - len(call.reply)]
+                await reply.write(data)
+
+            # Read errors are the upstream's; a write error is the agent's own connection, closed
+            # or reset (aiohttp raises a ConnectionError for it): never the endpoint's failure.
             try:
-                async for chunk in upstream.content.iter_any():
-                    call.reply_bytes += len(chunk)
-                    if len(call.reply) < cap:
-                        call.reply += chunk[:cap - len(call.reply)]
-                    await reply.write(chunk)
-            except (aiohttp.ClientError, TimeoutError) as e:
-                call.error = call.upstream_failed = (
-                    f"the model endpoint failed mid-reply: {type(e).__name__}: {e}"[:500])
-                return reply
-            await reply.write_eof()
+                await reply.prepare(request)
+                while True:
+                    try:
+                        chunk = await upstream.content.readany()
+                    except (aiohttp.ClientError, TimeoutError) as e:
+                        silent = isinstance(e, aiohttp.SocketTimeoutError)
+                        why = f"silent for {read_s:g} s" if silent else f"{type(e).__name__}: {e}"
+                        call.error = call.upstream_failed = self._scrub(
+                            f"the model endpoint failed mid-reply: {why}")[:500]
+                        if request.transport is not None:
+                            request.transport.close()  # the agent sees its reply cut, as it was
+                        return reply
+                    if not chunk:
+                        break
+                    await relay(redactor.feed(chunk))
+                await relay(redactor.flush())
+                await reply.write_eof()
+            except ConnectionError:
+                call.error = _AGENT_CLOSED
             return reply
 
     # ------------------------------------------------------------------ the record
@@ -752,6 +872,12 @@ class Gateway:
         for key in self._key_bytes:
             data = data.replace(key, _KEY_REMOVED)
         return data
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the keys (an upstream's header or error message may echo one)."""
+        for key in self._keys.values():
+            text = text.replace(key, _KEY_REMOVED.decode())
+        return text
 
     def _write(self, att: _Attempt, call: _Call) -> None:
         reply = bytes(call.reply)

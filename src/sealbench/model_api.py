@@ -85,11 +85,19 @@ def usage_of(style: ApiStyle | str, body: Any) -> Usage:
                  _int(_dig(u, "cache_read_input_tokens")))
 
 
-def sse_data(body: bytes) -> Iterator[Any]:
-    """The JSON objects of a server-sent event stream's ``data:`` lines (others skipped)."""
+_DONE: Final = object()
+"""An OpenAI chat stream's ``data: [DONE]``: its last event."""
+
+
+def _sse_events(body: bytes) -> Iterator[Any]:
+    """The JSON objects of a server-sent event stream's ``data:`` lines, and :data:`_DONE` for
+    ``[DONE]`` (unparsable data skipped)."""
     for block in body.replace(b"\r\n", b"\n").split(b"\n\n"):
         data = b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
-        if not data or data.strip() == b"[DONE]":
+        if not data:
+            continue
+        if data.strip() == b"[DONE]":
+            yield _DONE
             continue
         try:
             yield json.loads(data)
@@ -97,21 +105,36 @@ def sse_data(body: bytes) -> Iterator[Any]:
             continue
 
 
-def stream_usage(style: ApiStyle | str, body: bytes) -> Usage:
-    """Usage of a streamed reply: from its final chunk that reports one.
+def sse_data(body: bytes) -> Iterator[Any]:
+    """The JSON objects of a server-sent event stream's ``data:`` lines (others skipped)."""
+    return (obj for obj in _sse_events(body) if obj is not _DONE)
 
-    OpenAI chat reports it in a last chunk (with ``stream_options.include_usage``); Responses
-    in ``response.completed``; Anthropic gives input tokens in ``message_start`` and the
-    running output count in each ``message_delta``.
+
+_RESPONSES_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def stream_usage(style: ApiStyle | str, body: bytes) -> Usage:
+    """Usage of a streamed reply whose last event arrived; :data:`NO_USAGE` for a stream cut
+    before it (the counts it carried so far are not the call's).
+
+    OpenAI chat reports usage in a last chunk (with ``stream_options.include_usage``) and ends
+    with ``[DONE]``; Responses in its terminal ``response.completed`` (or ``.incomplete``,
+    ``.failed``); Anthropic gives input tokens in ``message_start``, the output count in
+    ``message_delta`` (``message_start`` says 1), and ends with ``message_stop``.
     """
     found = NO_USAGE
-    for obj in sse_data(body):
-        if style == "openai-chat":
+    ended = False
+    for obj in _sse_events(body):
+        if obj is _DONE:
+            ended = ended or style == "openai-chat"
+        elif style == "openai-chat":
             if isinstance(_dig(obj, "usage"), dict):
                 found = usage_of(style, obj)
         elif style == "openai-responses":
-            if isinstance(_dig(obj, "response", "usage"), dict):
-                found = usage_of(style, obj["response"])
+            if _dig(obj, "type") in _RESPONSES_ENDS:
+                ended = True
+                if isinstance(_dig(obj, "response", "usage"), dict):
+                    found = usage_of(style, obj["response"])
         elif _dig(obj, "type") == "message_start":
             start = usage_of(style, _dig(obj, "message"))
             found = Usage(start.input_tokens, start.output_tokens, start.cached_tokens)
@@ -120,7 +143,9 @@ def stream_usage(style: ApiStyle | str, body: bytes) -> Usage:
             found = Usage(delta.input_tokens if delta.input_tokens is not None else found.input_tokens,
                           delta.output_tokens,
                           delta.cached_tokens if delta.cached_tokens is not None else found.cached_tokens)
-    return found
+        elif _dig(obj, "type") == "message_stop":
+            ended = True
+    return found if ended else NO_USAGE
 
 
 def reply_usage(style: ApiStyle | str, body: bytes, streamed: bool) -> Usage:

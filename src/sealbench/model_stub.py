@@ -36,6 +36,15 @@ results) simply takes the next reply. A call without an ``id`` gets ``call_<N>_<
 (``toolu_<N>_<n>`` in Anthropic's style): ``N`` the reply's number among those served (as in
 its ``stub-N`` id), ``n`` the call's place in the reply from 0; the same requests in the same
 order get the same ids, and a ``repeat`` reply's calls get new ones each time.
+
+A reply may also play a faulty or hostile upstream, to test what relays it: ``pause_ms``
+before each streamed delta but the first (a stream an agent can cut midway), ``hang`` (``"reply"``: accept the
+request and never answer; ``"stream"``: send a streamed reply's first piece, then nothing),
+``disconnect`` (close the connection without a byte of reply, as an upstream closing an idle
+keep-alive connection just as a request arrives), and ``reflect`` (the reply's text is the
+request's headers, the credential also in ``x-request-id``, each write of the reply split in the
+middle of the credential so that it crosses two chunks), ``compress`` (gzip, whatever the
+request accepts).
 """
 
 from __future__ import annotations
@@ -111,6 +120,15 @@ class StubReply(_Strict):
     usage: StubUsage = Field(default_factory=StubUsage, description="Usage the reply reports.")
     status: int = Field(200, ge=200, le=599, description="HTTP status; not 200 sends an error reply.")
     repeat: bool = Field(False, description="True: the reply is never used up.")
+    pause_ms: int = Field(0, ge=0, description="Milliseconds before each delta of a streamed reply but the first "
+                          "(the events before the first go out at once, each its own write).")
+    hang: Literal["reply", "stream"] | None = Field(
+        None, description="reply: never answer; stream: send a streamed reply's first piece, then nothing; "
+        "null: answer.")
+    disconnect: bool = Field(False, description="True: close the connection without a byte of reply.")
+    reflect: bool = Field(False, description="True: the text is the request's headers, the credential also in "
+                          "x-request-id, and each write is split in the middle of the credential.")
+    compress: bool = Field(False, description="True: the reply is gzip-compressed, whatever the request accepts.")
 
 
 class _TomlScript(_Strict):
@@ -171,18 +189,19 @@ def _tool_calls(style: str, reply: StubReply, served: int) -> list[model_api.Too
             for n, call in enumerate(reply.tool_calls)]
 
 
-async def _answer(request: web.BaseRequest, script: Script, latency_s: float, key: str | None) -> web.StreamResponse:
+async def _answer(request: web.BaseRequest, script: Script, latency_s: float, key: str | None,
+                  stop: asyncio.Event) -> web.StreamResponse:
     from aiohttp import web
 
     style = _ROUTES.get(request.path)
     if style is None or request.method != "POST":
         return web.json_response({"error": {"message": f"no such route: {request.method} {request.path}"}},
                                  status=404)
-    if key is not None:
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        if model_api.presented_token(style, headers) != key:
-            return web.json_response(model_api.error_body(style, "invalid api key", "authentication_error"),
-                                     status=401)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    credential = model_api.presented_token(style, headers)
+    if key is not None and credential != key:
+        return web.json_response(model_api.error_body(style, "invalid api key", "authentication_error"),
+                                 status=401)
     raw = await request.read()
     try:
         body = json.loads(raw)
@@ -197,20 +216,69 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
     if reply is None:
         return web.json_response(model_api.error_body(style, f"the script has no reply left for model {model}",
                                                       "overloaded_error"), status=503)
+    if reply.disconnect and request.transport is not None:
+        request.transport.close()  # aiohttp's own write of the response then finds it closed
+        return web.Response()
+    if reply.hang == "reply":
+        await stop.wait()
     if reply.status != 200:
         return web.json_response(model_api.error_body(style, reply.text or f"scripted status {reply.status}",
                                                       "api_error"), status=reply.status)
     usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens)
     reply_id = f"stub-{script.served}"
     calls = _tool_calls(style, reply, script.served)
+    text = reply.text
+    secret = (credential or "").encode() if reply.reflect else b""
+    extra: dict[str, str] = {}
+    if reply.reflect:
+        text = "".join(f"{name}: {value}\n" for name, value in request.headers.items())
+        extra["x-request-id"] = credential or ""
     if body.get("stream") is True:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **extra})
+        if reply.compress:
+            resp.enable_compression(web.ContentCoding.gzip)
         await resp.prepare(request)
-        for chunk in model_api.reply_stream(style, model, _pieces(reply.text), usage, reply_id, calls):
-            await resp.write(chunk)
-        await resp.write_eof()
+        pieces = [text] if reply.reflect else _pieces(text)
+        try:
+            started = False
+            for chunk in model_api.reply_stream(style, model, pieces, usage, reply_id, calls):
+                if started and reply.pause_ms and b"delta" in chunk:
+                    await asyncio.sleep(reply.pause_ms / 1000)
+                started = started or b"delta" in chunk
+                await _write_split(resp, chunk, secret)
+                if reply.hang == "stream" and b"delta" in chunk:
+                    await stop.wait()
+            await resp.write_eof()
+        except ConnectionError:  # the client went away mid-stream: what clients do
+            pass
         return resp
-    return web.json_response(model_api.reply_body(style, model, reply.text, usage, reply_id, calls))
+    if not reply.reflect:
+        answer = web.json_response(model_api.reply_body(style, model, text, usage, reply_id, calls))
+        if reply.compress:
+            answer.enable_compression(web.ContentCoding.gzip)
+        return answer
+    whole = json.dumps(model_api.reply_body(style, model, text, usage, reply_id, calls)).encode()
+    resp = web.StreamResponse(headers={"Content-Type": "application/json", **extra})
+    if reply.compress:
+        resp.enable_compression(web.ContentCoding.gzip)
+    else:
+        resp.content_length = len(whole)
+    await resp.prepare(request)
+    await _write_split(resp, whole, secret)
+    await resp.write_eof()
+    return resp
+
+
+async def _write_split(resp: web.StreamResponse, data: bytes, secret: bytes) -> None:
+    """Write ``data``; one holding ``secret`` in two writes a moment apart, cut in its middle."""
+    at = data.find(secret) if secret else -1
+    if at < 0:
+        await resp.write(data)
+        return
+    cut = at + len(secret) // 2
+    await resp.write(data[:cut])
+    await asyncio.sleep(0.05)
+    await resp.write(data[cut:])
 
 
 @dataclass
@@ -240,7 +308,7 @@ async def _serve(script: Script, port: int, latency_s: float, key: str | None,
     from aiohttp import web
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        return await _answer(request, script, latency_s, key)
+        return await _answer(request, script, latency_s, key, stop)
 
     server = web.Server(handle)
     runner = web.ServerRunner(server, handle_signals=False)
