@@ -117,7 +117,26 @@ def usage_of(calls: Iterable[ev.ModelCall], endpoints: Iterable[ModelEndpoint] =
     return total
 
 
+def unfinished(events: Iterable[ev.Event]) -> list[ev.ModelCallStarted]:
+    """The calls journaled as started whose ``model_call`` never came (the runner died while
+    they were under way): forwarded, their use unknown."""
+    items = list(events)
+    ended = {(e.task_id, e.attempt, e.index) for e in items if isinstance(e, ev.ModelCall)}
+    return [e for e in items if isinstance(e, ev.ModelCallStarted) and (e.task_id, e.attempt, e.index) not in ended]
+
+
 def task_usage(lines: Iterable[ev.Line], endpoints: Iterable[ModelEndpoint] = ()) -> Usage | None:
-    """The use of one task's model calls; None when the task made none (no field is derived then)."""
-    calls = [line.event for line in lines if isinstance(line.event, ev.ModelCall)]
-    return usage_of(calls, endpoints) if calls else None
+    """The use of one task's model calls; None when the task made none (no field is derived then).
+    A call started and never ended counts as one whose usage was not reported."""
+    events = [line.event for line in lines]
+    calls = [e for e in events if isinstance(e, ev.ModelCall)]
+    lost = unfinished(events)
+    if not calls and not lost:
+        return None
+    total = usage_of(calls, endpoints)
+    by_name: Mapping[str, ModelEndpoint] = {e.name: e for e in endpoints}
+    for started in lost:
+        endpoint = by_name.get(started.endpoint or "")
+        price = (endpoint.prices or {}).get(started.model or "") if endpoint is not None else None
+        total = total + Usage(calls=1, unreported=1, cost=None, currency=price.currency if price else None)
+    return total

@@ -1,0 +1,198 @@
+"""What the model gateway puts on the record, whatever ends the attempt: every call the upstream
+received is journaled, no cap is passed across a kill, and a call whose bodies cannot be
+stored stops the run instead of vanishing.
+
+The runs go through the real runner and the bubblewrap sandbox, the agent is
+``gateway_agent.py``, and the upstream is ``model-stub`` on loopback, which counts every
+request it received (what a real endpoint would bill).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conftest import LOCK_TIME, needs_bwrap
+from sealbench.contract import lock_contract, new_contract
+from sealbench.files import model_json, write_atomic
+from sealbench.formats import AgentSpec
+from sealbench.journal import read_chain
+from sealbench.model_stub import StubReply, StubServer, StubUsage, start
+from sealbench.pack import load_pack
+from test_gateway import AGENT, FIX, KEY_ENV, TASK, endpoints, key  # noqa: F401  (key: a fixture)
+from test_storage import Disk, disk  # noqa: F401  (disk: a fixture)
+
+pytestmark = needs_bwrap
+
+
+def sealbench_argv() -> list[str]:
+    exe = Path(sys.executable).parent / "sealbench"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "sealbench.cli"]
+
+
+def locked(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, Any], *, name: str,
+           max_attempts: int = 1, caps: dict[str, Any] | None = None) -> Path:
+    """A locked contract whose agent follows ``plan`` against ``stub``; its file."""
+    agent_dir = tmp_path / f"{name}-agent"
+    agent_dir.mkdir()
+    shutil.copy(AGENT, agent_dir / "agent.py")
+    (agent_dir / "plan.json").write_text(json.dumps(plan))
+    contract_file = tmp_path / f"{name}.contract.json"
+    pack = load_pack(sealed_pack)
+    contract, _ = new_contract(pack, contract_file, [TASK], host="test machine", max_attempts=max_attempts,
+                               agent=AgentSpec(label="gateway test agent", command=f"python {agent_dir}/agent.py",
+                                               mounts=[str(agent_dir)]),
+                               oracle_validity="unavailable", model_caps=caps)
+    contract = contract.model_copy(update={"model_endpoints": endpoints(stub)})
+    write_atomic(contract_file, model_json(lock_contract(contract, name, LOCK_TIME, pack)))
+    return contract_file
+
+
+def wait_until(what: str, ok: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ok():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}")
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not happen within {timeout} s")
+
+
+def events_of(run_dir: Path) -> list[dict[str, Any]]:
+    report = read_chain(run_dir / "journal.jsonl")
+    assert report.problems == []
+    return report.events
+
+
+def on_record(events: list[dict[str, Any]]) -> set[tuple[int, int]]:
+    """The calls the journal says were forwarded: started, or ended without a refusal."""
+    started = {(e["attempt"], e["payload"]["index"]) for e in events if e["kind"] == "model_call_started"}
+    ended = {(e["attempt"], e["payload"]["index"]) for e in events
+             if e["kind"] == "model_call" and "refused" not in e["payload"]}
+    return started | ended
+
+
+CHAT = {"do": "chat", "model": "stub-model"}
+
+
+def test_exploit_agent_calls_while_its_runner_is_killed_and_the_resume_passes_no_cap(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """--max-attempts 2, --max-model-calls 2: SIGKILL to the runner's process group while the
+    second call of attempt 1 is at the upstream, then ``run --resume``. The call in flight was
+    journaled before it left, so the resumed task counts it: attempt 2's calls are refused at
+    the cap, and the upstream received no more than the cap, each call on the record."""
+    stub = start([StubReply(text="x = 1\n", model="stub-model", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key, latency_ms=1500)
+    try:
+        plan = {"1": [CHAT, CHAT, CHAT], "2": [CHAT, CHAT]}
+        contract = locked(sealed_pack, tmp_path, stub, plan, name="kill-mid-call", max_attempts=2,
+                          caps={"max_model_calls": 2})
+        run_dir = tmp_path / "run"
+        proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_until("the second call reached the upstream", lambda: stub.script.received >= 2, proc)
+            time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        resumed = subprocess.run([*sealbench_argv(), "run", str(contract), "--resume", str(run_dir),
+                                  "--no-progress"], capture_output=True, text=True, timeout=240)
+        assert resumed.returncode == 0, resumed.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    assert received <= 2, f"the upstream received {received} calls under a cap of 2"
+    assert len(on_record(events)) == received, "a call the upstream received is in no journal line"
+    refused = [e["payload"].get("cap") for e in events if e["kind"] == "model_call" and e["attempt"] == 2]
+    assert refused == ["max_model_calls", "max_model_calls"]
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    # The call cut off by the kill counts, its use unknown.
+    assert card["model_usage"]["calls"] == 4 and card["model_usage"]["unreported"] == 1
+    assert card["model_usage"]["cost"] is None
+
+
+def test_a_started_call_without_its_end_counts_as_forwarded_with_unknown_use() -> None:
+    from sealbench import events as ev
+    from sealbench.formats import Budget, ModelEndpoint, ModelPrice
+    from sealbench.gateway import ledger_of
+
+    declared = [ModelEndpoint(name="openai", style="openai-chat", base_url="http://127.0.0.1:9/v1",
+                              models=["m"], key_env=KEY_ENV,
+                              prices={"m": ModelPrice(input=1.0, output=2.0, read_on="2026-11-30")})]
+    made: list[ev.ModelCall | ev.ModelCallStarted] = [
+        ev.ModelCallStarted(task_id="t", attempt=1, index=0, endpoint="openai", model="m"),
+        ev.ModelCall(task_id="t", attempt=1, index=0, endpoint="openai", model="m", status=200, input_tokens=10,
+                     output_tokens=1),
+        ev.ModelCallStarted(task_id="t", attempt=1, index=1, endpoint="openai", model="m")]
+    ledger = ledger_of(made, declared)
+    assert (ledger.calls, ledger.tokens_known, ledger.cost_known) == (2, False, False)
+    budget = Budget(max_attempts=2, wall_clock_s=60, max_model_tokens=10**9)
+    assert ledger.reached(budget) == "max_model_tokens"
+    assert ledger_of(made[:2], declared).reached(budget) is None
+
+
+def leave_free(mounted: Disk, free: int) -> None:
+    """Fill ``mounted`` until ``free`` bytes are left."""
+    st = os.statvfs(mounted.path)
+    spare = st.f_bfree * st.f_frsize - free
+    with mounted.filler.open("wb") as f:
+        f.truncate(0)
+        chunk = b"\0" * (1 << 20)
+        while spare > 0:
+            spare -= f.write(chunk[:min(len(chunk), spare)])
+
+
+def test_exploit_a_reply_too_large_for_the_disk_stops_the_run_and_the_call_stays_on_the_record(
+        sealed_pack: Path, tmp_path: Path, key: str, disk: Disk) -> None:  # noqa: F811
+    """6 MiB free in the run directory's file system, a 7 MB reply: its blob cannot be stored.
+    The call is journaled all the same (its reply's digest and size, the bytes marked missing)
+    and the run stops on the storage failure (exit 3), deciding nothing; once the disk has
+    room, the resume finishes, and the bundle verifies with the call in it."""
+    big = "y" * (7 * 10**6)
+    stub = start([StubReply(text=big, model="stub-model", when="SEND-A-LOT", repeat=True),
+                  StubReply(text=FIX, model="stub-model", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key)
+    try:
+        plan = {"1": [{**CHAT, "content": "SEND-A-LOT"}, {**CHAT, "write": "window.py"}],
+                "2": [{**CHAT, "write": "window.py"}]}
+        contract = locked(sealed_pack, tmp_path, stub, plan, name="full", max_attempts=2)
+        run_dir = disk.path / "run"
+        leave_free(disk, 6 * 2**20)
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 3, done.stderr
+        assert "storage failure" in done.stderr
+        events = events_of(run_dir)
+        assert not [e for e in events if e["kind"] == "task_finished"]
+        (lost,) = [e["payload"] for e in events if e["kind"] == "model_call" and "bodies_missing" in e["payload"]]
+        assert lost["response_bytes"] == len(json.dumps(big)) or lost["response_bytes"] > 7 * 10**6
+        assert lost["response"] is None and lost["response_sha256"].startswith("sha256:")
+        disk.free()
+        resumed = subprocess.run([*sealbench_argv(), "run", str(contract), "--resume", str(run_dir),
+                                  "--no-progress"], capture_output=True, text=True, timeout=240)
+        assert resumed.returncode == 0, resumed.stderr
+        received = stub.script.received
+        probed = subprocess.run([*sealbench_argv(), "probe", str(contract), "--out", str(run_dir), "--no-progress"],
+                                capture_output=True, text=True, timeout=240)
+        assert probed.returncode == 0, probed.stderr
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    assert len(on_record(events)) == received
+    bundled = subprocess.run([*sealbench_argv(), "bundle", str(run_dir), "--out", str(tmp_path / "b")],
+                             capture_output=True, text=True)
+    assert bundled.returncode == 0, bundled.stderr
+    verified = subprocess.run([*sealbench_argv(), "verify", str(tmp_path / "b" / "full")], capture_output=True,
+                              text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
