@@ -93,10 +93,12 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
         log["steps"].append({"do": do, "path": s["path"], "status": status})
     elif do == "big_body":
         token = env.get("OPENAI_API_KEY", "")
-        filler = b'{"model": "stub-model", "pad": "' + b"x" * s["bytes"] + b'"}'
-        status, _ = request("POST", env["OPENAI_BASE_URL"], "/chat/completions", filler,
-                            {"Authorization": f"Bearer {token}"})
-        log["steps"].append({"do": do, "status": status})
+        model = s.get("model", "stub-model").encode()
+        for _ in range(s.get("times", 1)):
+            filler = b'{"model": "' + model + b'", "pad": "' + b"x" * s["bytes"] + b'"}'
+            status, _ = request("POST", env["OPENAI_BASE_URL"], "/chat/completions", filler,
+                                {"Authorization": f"Bearer {token}"})
+            log["steps"].append({"do": do, "status": status})
     elif do == "flood":
         held, closed = [], 0
         for _ in range(s["connections"]):

@@ -196,3 +196,88 @@ def test_exploit_a_reply_too_large_for_the_disk_stops_the_run_and_the_call_stays
     verified = subprocess.run([*sealbench_argv(), "verify", str(tmp_path / "b" / "full")], capture_output=True,
                               text=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_exploit_agent_sends_large_refused_bodies_and_a_model_named_by_a_lone_surrogate(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """Eight refused 4 MiB bodies keep a prefix each in the run directory (their full size and
+    digest on the line), not 32 MiB; a body whose model is a lone surrogate, which no journal
+    line can carry as such, is journaled with the name escaped, never dropped."""
+    import hashlib
+
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True)], key=key)
+    try:
+        size = 4 * 2**20
+        plan = {"1": [{"do": "big_body", "model": "not-declared", "bytes": size, "times": 8},
+                      {"do": "raw", "path": "/openai/chat/completions", "body": {"model": "\ud800"}},
+                      {**CHAT, "write": "window.py"}]}
+        contract = locked(sealed_pack, tmp_path, stub, plan, name="refused-bodies")
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    assert len(made) == 10
+    body = b'{"model": "not-declared", "pad": "' + b"x" * size + b'"}'
+    for call in made[:8]:
+        assert call["request_bytes"] == len(body) and call["request_truncated"] is True
+        assert call["request_sha256"] == "sha256:" + hashlib.sha256(body).hexdigest()
+        assert (run_dir / "blobs" / call["request"].removeprefix("sha256:")).stat().st_size <= 4096
+    assert made[8]["model"] == "\\ud800" and "is not declared" in made[8]["refused"]
+    stored = sum(p.stat().st_size for p in (run_dir / "blobs").iterdir())
+    assert stored < 4 * 2**20, f"{stored} bytes of blobs for refused bodies"
+
+
+def _post(sock_path: str, token: str, body: bytes) -> bytes:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(sock_path)
+    sock.settimeout(10)
+    sock.sendall(b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer "
+                 + token.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    sock.close()
+    return reply
+
+
+def test_exploit_agent_sends_more_request_bytes_than_an_attempt_and_a_task_may_store(key: str) -> None:  # noqa: F811
+    """Forwarded bodies are stored whole until the attempt's, then the task's, stored-bytes cap;
+    past it a body's blob is the prefix that fits, its full size and digest on its line."""
+    from sealbench import events as ev
+    from sealbench.digest import sha256_bytes
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True)], key=key)
+    recorded: list[ev.Event] = []
+    sizes: dict[str, int] = {}
+
+    def store(data: bytes) -> str:
+        sizes[sha256_bytes(data)] = len(data)
+        return sha256_bytes(data)
+
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append, store,
+                      GatewayLimits(stored_attempt_bytes=1000, stored_task_bytes=1500)).start()
+    body = json.dumps({"model": "stub-model", "messages": [{"role": "user", "content": "x" * 560}]}).encode()
+    try:
+        for attempt, times in ((1, 3), (2, 2)):
+            access = gateway.open_attempt(TASK, attempt)
+            for _ in range(times):
+                assert _post(str(access.relay.socket), access.token, body).startswith(b"HTTP/1.1 200")
+            access.close()
+    finally:
+        gateway.close()
+        stub.close()
+    made = [e for e in recorded if isinstance(e, ev.ModelCall)]
+    kept = [sizes[e.request or ""] if e.request in sizes else None for e in made]
+    assert [(e.attempt, k) for e, k in zip(made, kept, strict=True)] == \
+        [(1, len(body)), (1, 1000 - len(body)), (1, 0), (2, 500), (2, 0)]
+    assert [bool(e.request_truncated) for e in made] == [False, True, True, True, True]
+    assert all(e.request_bytes == len(body) for e in made)
+    assert all(e.request_sha256 == sha256_bytes(body) for e in made[1:])
+    assert sum(1 for e in recorded if isinstance(e, ev.ModelCallStarted)) == 5
