@@ -281,3 +281,42 @@ def test_exploit_agent_sends_more_request_bytes_than_an_attempt_and_a_task_may_s
     assert all(e.request_bytes == len(body) for e in made)
     assert all(e.request_sha256 == sha256_bytes(body) for e in made[1:])
     assert sum(1 for e in recorded if isinstance(e, ev.ModelCallStarted)) == 5
+
+
+def test_exploit_agent_floods_the_gateway_with_pipelined_refused_requests(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """Six seconds of pipelined requests on eight connections, each refused: the attempt's
+    pace serves a bounded number, the journal holds its first refusals one by one and one line
+    that counts the rest, the close is no harness error, and nothing is written after
+    run_finished. The agent's own call afterwards still goes through."""
+    from sealbench.gateway import GatewayLimits
+
+    limits = GatewayLimits()
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True)], key=key)
+    try:
+        plan = {"1": [{"do": "pipeline", "connections": 8, "seconds": 6}, {**CHAT, "write": "window.py"}]}
+        contract = locked(sealed_pack, tmp_path, stub, plan, name="flood")
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                               "--keep-work"], capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    kinds = [e["kind"] for e in events]
+    assert "harness_error" not in kinds
+    assert kinds.index("run_finished") == len(kinds) - 1, kinds[kinds.index("run_finished"):]
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    refused = [c for c in made if "refused" in c]
+    assert len(refused) == limits.journaled_refusals + 1, len(refused)
+    (counted,) = [c for c in refused if "refused_count" in c]
+    log = json.loads((run_dir / "work" / TASK / "ws" / "agent_log_1.json").read_text())
+    flood = log["steps"][0]
+    total = limits.journaled_refusals + counted["refused_count"]
+    assert flood["replies"] <= total <= flood["sent"]
+    # The pace: the burst, then the rate while the flood lasted; each connection's request
+    # waiting its turn when the agent closed it is counted too.
+    assert total <= limits.request_burst + limits.requests_per_s * flood["seconds"] * 1.2 + 8, (total, flood)
+    assert log["steps"][1]["status"] == 200
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    assert card["model_usage"]["refused"] == total and card["outcome"] == "pass"

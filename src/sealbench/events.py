@@ -393,6 +393,9 @@ class ModelCall(Event):
                                         "could not be stored; derivation version 5 on.")
     bodies_missing: str | None = Field(None, description="Why the call's bodies could not be stored (the storage "
                                        "failed): their digests and sizes are recorded, their bytes are not.")
+    refused_count: int | None = Field(None, description="The refused requests this line stands for: past an "
+                                      "attempt's first refusals, they are counted and journaled as one line at its "
+                                      "end (derivation version 5 on).")
 
 
 class ModelCallStarted(Event):

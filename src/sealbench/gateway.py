@@ -100,6 +100,14 @@ class GatewayLimits:
     """Most request bytes one attempt's calls may store; past it a body's blob is a prefix."""
     stored_task_bytes: int = 512 * 2**20
     """Most request bytes one task's calls may store over its attempts (same)."""
+    requests_per_s: float = 20.0
+    """The pace of an attempt's requests: past it (and its burst) a request waits its turn, and
+    one that would wait over ``client_timeout_s`` is refused (429)."""
+    request_burst: int = 40
+    """Requests an attempt may make at once before its pace applies."""
+    journaled_refusals: int = 20
+    """Refused requests journaled one by one per attempt; past them refusals are counted, and one
+    line at the attempt's end says how many (derivation version 5 on)."""
 
 
 ANNOUNCED_FROM: Final = 5
@@ -160,6 +168,8 @@ class _Call:
     accounted: bool = False
     usage: model_api.Usage | None = None
     latency_ms: int = 0
+    count: int | None = None
+    """The refused requests this line stands for (the attempt's count of refusals not journaled one by one)."""
     stored_request: _Stored | None = None
     """The request as stored when the call was announced (the model_call names the same)."""
 
@@ -196,6 +206,13 @@ class _Attempt:
     """Request bytes this attempt's calls stored (under GatewayLimits.stored_attempt_bytes)."""
     storage_failure: str | None = None
     """Why a call's bodies or line could not be stored: the harness's failure, never the agent's."""
+    next_turn: float = 0.0
+    """When, on the loop's clock, the attempt's next request may be served (its pace)."""
+    refusals: int = 0
+    """Refused requests journaled one by one."""
+    refused_more: int = 0
+    """Refused requests counted, not journaled one by one (one line at the close says how many)."""
+    refused_last: str = ""
 
 
 @functools.cache
@@ -405,7 +422,7 @@ class Gateway:
             raise HarnessError(f"the model gateway could not start: {e}") from e
         return self
 
-    def _call(self, coro: Any, timeout_s: float = 60.0) -> Any:
+    def _call(self, coro: Any, timeout_s: float | None = 60.0) -> Any:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
@@ -523,12 +540,25 @@ class Gateway:
         att.calls += 1
         call.status = status
         call.refused = why
+        self._journal(att, call)
+
+    def _journal(self, att: _Attempt, call: _Call) -> None:
+        """Journal a call, or, past the attempt's first refusals, count a refused one: an agent
+        that floods the gateway costs the journal a bounded number of lines."""
+        if call.refused is not None and self._announce:
+            if att.refusals >= self.limits.journaled_refusals:
+                att.refused_more += 1
+                att.refused_last = call.refused
+                return
+            att.refusals += 1
         self._write_later(att, call)
 
     def close_attempt(self, att: _Attempt) -> None:
         if self._loop is None or not self._loop.is_running():
             return
-        self._call(self._close(att), 60)
+        # No timeout: the attempt's lines are few (refusals are counted past the first), and
+        # a close that gave up would leave lines to land after its agent_finished.
+        self._call(self._close(att), None)
 
     async def _close(self, att: _Attempt) -> None:
         if att.closed:
@@ -548,6 +578,14 @@ class Gateway:
             call.refused = (f"{att.refused_connections} connection(s) over the cap of {self.limits.connections} "
                             f"open at once were closed on arrival")
             self._write_later(att, call)
+        if att.refused_more:
+            call = _Call(att.calls, _now(), asyncio.get_running_loop().time())
+            att.calls += 1
+            call.count = att.refused_more
+            call.refused = (f"{att.refused_more} more request(s) refused, counted and not journaled one by one "
+                            f"(the attempt's first {self.limits.journaled_refusals} refusals are); the last: "
+                            f"{att.refused_last[:300]}")
+            self._write_later(att, call)
         if att.pending:
             await asyncio.gather(*att.pending, return_exceptions=True)
 
@@ -558,6 +596,18 @@ class Gateway:
         call = _Call(att.calls, _now(), loop.time())
         att.calls += 1
         try:
+            wait = self._turn(att, loop.time())
+            if wait > self.limits.client_timeout_s:
+                att.next_turn -= 1 / self.limits.requests_per_s  # its turn is given back
+                endpoint, _ = self._route(request.raw_path)
+                return self._refuse(call, 429, endpoint.style if endpoint else "openai-chat", f"over the attempt's pace of "
+                                    f"{self.limits.requests_per_s:g} requests a second; send fewer")
+            if wait > 0:
+                try:
+                    await asyncio.sleep(wait)
+                except asyncio.CancelledError:
+                    call.refused = "the agent went away while its request waited for its turn at the attempt's pace"
+                    raise
             return await self._serve(att, request, call)
         except asyncio.CancelledError:
             call.error = call.error or "the agent closed the connection before the reply ended"
@@ -568,7 +618,13 @@ class Gateway:
         finally:
             call.latency_ms = int((loop.time() - call.t0) * 1000)
             self._account(att, call)
-            self._write_later(att, call)
+            self._journal(att, call)
+
+    def _turn(self, att: _Attempt, now: float) -> float:
+        """Take the attempt's next turn at its pace; how long until it comes."""
+        step = 1 / self.limits.requests_per_s
+        att.next_turn = max(att.next_turn, now - self.limits.request_burst * step) + step
+        return max(0.0, att.next_turn - now)
 
     def _account(self, att: _Attempt, call: _Call) -> None:
         """The call's usage, read on the loop thread as it ends, added to its task's ledger
@@ -884,7 +940,8 @@ class Gateway:
             response=response.blob if response is not None else None,
             response_bytes=call.reply_bytes,
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
-            **ev.present(response_truncated=True if call.reply_bytes > len(call.reply) else None,
+            **ev.present(refused_count=call.count if self._announce else None,
+                         response_truncated=True if call.reply_bytes > len(call.reply) else None,
                          refused=_clean(call.refused), error=_clean(error), cap=call.cap,
                          replayed=True if call.replayed else None, diverged=_clean(call.diverged)),
             **digests)

@@ -106,8 +106,9 @@ def usage_of(calls: Iterable[ev.ModelCall], endpoints: Iterable[ModelEndpoint] =
         price = prices.get(call.model or "")
         forwarded = call.refused is None
         reported = call.input_tokens is not None or call.output_tokens is not None
+        many = call.refused_count if not forwarded and call.refused_count is not None else 1
         total = total + Usage(
-            calls=1, refused=0 if forwarded else 1, failed=1 if upstream_failed(call) else 0,
+            calls=many, refused=0 if forwarded else many, failed=1 if upstream_failed(call) else 0,
             input_tokens=call.input_tokens or 0, output_tokens=call.output_tokens or 0,
             cached_tokens=call.cached_tokens or 0,
             unreported=1 if forwarded and not reported and call.status is not None and call.status < 400 else 0,
