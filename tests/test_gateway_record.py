@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import LOCK_TIME, needs_bwrap
 from sealbench.contract import lock_contract, new_contract
 from sealbench.files import model_json, write_atomic
@@ -84,12 +86,14 @@ def on_record(events: list[dict[str, Any]]) -> set[tuple[int, int]]:
 CHAT = {"do": "chat", "model": "stub-model"}
 
 
+@pytest.mark.parametrize("stop", ["sigkill-group", "sigterm"])
 def test_exploit_agent_calls_while_its_runner_is_killed_and_the_resume_passes_no_cap(
-        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
-    """--max-attempts 2, --max-model-calls 2: SIGKILL to the runner's process group while the
-    second call of attempt 1 is at the upstream, then ``run --resume``. The call in flight was
-    journaled before it left, so the resumed task counts it: attempt 2's calls are refused at
-    the cap, and the upstream received no more than the cap, each call on the record."""
+        sealed_pack: Path, tmp_path: Path, key: str, stop: str) -> None:  # noqa: F811
+    """--max-attempts 2, --max-model-calls 2: SIGKILL to the runner's process group (or SIGTERM
+    to the runner) while the second call of attempt 1 is at the upstream, then ``run --resume``.
+    The call in flight was journaled before it left, so the resumed task counts it: attempt 2's
+    calls are refused at the cap, and the upstream received no more than the cap, each call on
+    the record."""
     stub = start([StubReply(text="x = 1\n", model="stub-model", repeat=True,
                             usage=StubUsage(input_tokens=10, output_tokens=5))], key=key, latency_ms=1500)
     try:
@@ -103,8 +107,12 @@ def test_exploit_agent_calls_while_its_runner_is_killed_and_the_resume_passes_no
             wait_until("the second call reached the upstream", lambda: stub.script.received >= 2, proc)
             time.sleep(0.2)
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            if stop == "sigterm":
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(120)
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         resumed = subprocess.run([*sealbench_argv(), "run", str(contract), "--resume", str(run_dir),
                                   "--no-progress"], capture_output=True, text=True, timeout=240)
         assert resumed.returncode == 0, resumed.stderr
@@ -117,9 +125,9 @@ def test_exploit_agent_calls_while_its_runner_is_killed_and_the_resume_passes_no
     refused = [e["payload"].get("cap") for e in events if e["kind"] == "model_call" and e["attempt"] == 2]
     assert refused == ["max_model_calls", "max_model_calls"]
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
-    # The call cut off by the kill counts, its use unknown.
-    assert card["model_usage"]["calls"] == 4 and card["model_usage"]["unreported"] == 1
-    assert card["model_usage"]["cost"] is None
+    if stop == "sigkill-group":  # the call cut off by the kill counts, its use unknown
+        assert card["model_usage"]["calls"] == 4 and card["model_usage"]["unreported"] == 1
+        assert card["model_usage"]["cost"] is None
 
 
 def test_a_started_call_without_its_end_counts_as_forwarded_with_unknown_use() -> None:
