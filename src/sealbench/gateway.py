@@ -172,6 +172,8 @@ class _Call:
     """The refused requests this line stands for (the attempt's count of refusals not journaled one by one)."""
     stored_request: _Stored | None = None
     """The request as stored when the call was announced (the model_call names the same)."""
+    announcing: asyncio.Future[None] | None = None
+    """The writing of its model_call_started line."""
 
 
 @dataclass(frozen=True)
@@ -850,8 +852,13 @@ class Gateway:
                 request_bytes=len(call.request),
                 **ev.present(request_sha256=stored.sha256, request_truncated=True if stored.truncated else None)))
 
+        # Waited for by the attempt's close and by the call's own model_call line, even when the
+        # agent went away meanwhile: no line of the attempt lands after its agent_finished.
+        fut = call.announcing = asyncio.get_running_loop().run_in_executor(self._writer, write)
+        att.pending.add(fut)
+        fut.add_done_callback(att.pending.discard)
         try:
-            await asyncio.get_running_loop().run_in_executor(self._writer, write)
+            await asyncio.shield(fut)
         except Exception as e:
             why = f"{type(e).__name__}: {e}"[:300]
             att.storage_failure = att.storage_failure or f"storage failure: a model call could not be journaled ({why})"
@@ -889,9 +896,10 @@ class Gateway:
         before = att.last_write
 
         async def write() -> None:
-            if before is not None:
-                with contextlib.suppress(Exception):
-                    await before
+            for earlier in (before, call.announcing):
+                if earlier is not None:
+                    with contextlib.suppress(Exception):
+                        await earlier
             await loop.run_in_executor(self._writer, self._write, att, call)
 
         fut: asyncio.Future[None] = asyncio.ensure_future(write())
