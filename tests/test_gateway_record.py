@@ -9,6 +9,7 @@ request it received (what a real endpoint would bill).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -314,6 +315,10 @@ def test_exploit_agent_floods_the_gateway_with_pipelined_refused_requests(
     kinds = [e["kind"] for e in events]
     assert "harness_error" not in kinds
     assert kinds.index("run_finished") == len(kinds) - 1, kinds[kinds.index("run_finished"):]
+    # The heartbeat was never starved: no silence near the lease, past which the watchdog ends the run.
+    header = events[0]["payload"]
+    gaps = [b["mono_ms"] - a["mono_ms"] for a, b in itertools.pairwise(events)]
+    assert max(gaps) < header["lease_ms"] / 2, (max(gaps), header["heartbeat_ms"], header["lease_ms"])
     made = [e["payload"] for e in events if e["kind"] == "model_call"]
     refused = [c for c in made if "refused" in c]
     assert len(refused) == limits.journaled_refusals + 1, len(refused)
