@@ -669,6 +669,8 @@ class RayExecutor:
         self._open: dict[int, tuple[Handle, _Node]] = {}
         self._warmed: dict[tuple[str, int], _Node] = {}
         self._ready: set[tuple[str, int]] = set()
+        self._unstored: dict[tuple[str | None, int | None], str] = {}
+        """The attempts a model call of which was journaled without its bodies: stopped on it."""
         self._closed = False
 
     # ------------------------------------------------------------------------------ placement
@@ -796,20 +798,58 @@ class RayExecutor:
         those are forwarded). A failure to write is the journal's: the run stops on it."""
         if not got.calls:
             return
-        started = [(c.task_id, c.attempt, c.index) for c in got.calls if isinstance(c, ev.ModelCallStarted)]
+        started: list[tuple[str | None, int | None, int | None]] = []
         failed = ""
         try:
-            for data in got.call_blobs.values():
-                store_bytes(self.settings.run_dir, data)
-            for call in got.calls:
+            for event in got.calls:
+                call: ev.ModelCall | ev.ModelCallStarted | None = event
+                unstored = self._store_call_blobs(event, got.call_blobs)
+                if unstored is not None:
+                    # A started call whose body cannot be kept is not journaled, and so never sent.
+                    failed = failed or f"the coordinator could not store the call's body ({unstored})"
+                    call = self._without_bodies(event, unstored) if isinstance(event, ev.ModelCall) else None
+                    with self._lock:
+                        self._unstored.setdefault((event.task_id, event.attempt), f"storage failure: a model "
+                                                  f"call's bodies could not be stored ({unstored})")
+                if call is None:
+                    continue
                 if self._record is not None:
                     self._record(call)
+                if isinstance(call, ev.ModelCallStarted):
+                    started.append((call.task_id, call.attempt, call.index))
                 if call.task_id is not None:
                     self._model_calls.setdefault(call.task_id, []).append(call)
         except Exception as e:  # the coordinator's next line fails the same way, and stops the run
             failed = f"the coordinator could not journal the call: {type(e).__name__}: {str(e)[:300]}"
+        announced = [(c.task_id, c.attempt, c.index) for c in got.calls if isinstance(c, ev.ModelCallStarted)]
+        refused = [key for key in announced if key not in started]
         if started:
-            self._call(node, "journaled", started, failed, now=True)
+            self._call(node, "journaled", started, "", now=bool(not refused))
+        if refused:
+            self._call(node, "journaled", refused, failed or "the call was not journaled", now=True)
+
+    def _store_call_blobs(self, call: ev.Event, blobs: Mapping[str, bytes]) -> str | None:
+        """Store the blobs ``call`` names; why one could not be, or None."""
+        try:
+            for _name, digest in ev.blob_fields(call):
+                if digest in blobs and store_bytes(self.settings.run_dir, blobs[digest]) != digest:
+                    return f"the blob {digest} from the node did not match its digest"
+        except OSError as e:
+            return f"{type(e).__name__}: {e}"[:300]
+        return None
+
+    def _without_bodies(self, call: ev.ModelCall, why: str) -> ev.ModelCall:
+        """``call`` with its bodies named by digest only, the bytes marked missing (in a run
+        whose vocabulary lacks those fields, its error says so)."""
+        from .gateway import ANNOUNCED_FROM
+
+        if self._part is not None and self._part.derivation_version < ANNOUNCED_FROM:
+            return call.model_copy(update={"request": None, "response": None,
+                                           "error": "; ".join([*([call.error] if call.error else []),
+                                                               f"bodies not stored: {why}"])})
+        digests = {"request_sha256": call.request_sha256 or call.request, "response_sha256": call.response}
+        return call.model_copy(update={"request": None, "response": None, "bodies_missing": why,
+                                       **{k: v for k, v in digests.items() if v is not None}})
 
     def _arrived(self, node: _Node, item: Shipped) -> Delivery | None:
         with self._lock:
@@ -819,6 +859,11 @@ class RayExecutor:
             return None
         handle: Handle = entry[0]
         facts = item.facts
+        with self._lock:
+            unstored = self._unstored.pop((handle.task_id, handle.attempt), None)
+        if unstored is not None and facts is not None:  # the record lacks a part of one of its calls
+            return Delivery(handle, AttemptFacts(task_id=handle.task_id, attempt=handle.attempt, stopped=unstored,
+                                                 storage_failure=unstored, elapsed_s=facts.elapsed_s), lost=item.lost)
         if facts is not None:
             try:
                 for digest, data in item.blobs.items():
