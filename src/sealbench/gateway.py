@@ -438,7 +438,7 @@ class Gateway:
                                                                             sock_read=self.limits.upstream_read_s))
 
     def close(self) -> None:
-        """Close every attempt still open, the upstream client and the loop; remove the sockets."""
+        """Close every attempt still open, the upstream client and the loop; remove the sockets (idempotent)."""
         if self._loop is not None and self._loop.is_running():
             with contextlib.suppress(Exception):
                 self._call(self._close_all(), 30)

@@ -641,6 +641,8 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
             progress.close()
         complete = (stopped_by is None and not coordinator.storage_failed
                     and all(v != "interrupted" for v in outcomes.values()))
+        if complete and gateway is not None:
+            gateway.close()  # its last lines, if any, before the end: nothing is written after run_finished
         if complete:
             j(ev.RunFinished(outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())}))
     except JournalStopped as e:
