@@ -333,3 +333,31 @@ def test_exploit_agent_floods_the_gateway_with_pipelined_refused_requests(
     assert log["steps"][1]["status"] == 200
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
     assert card["model_usage"]["refused"] == total and card["outcome"] == "pass"
+
+
+def test_a_run_started_under_an_older_derivation_version_gets_only_its_vocabulary(key: str) -> None:  # noqa: F811
+    """Resumed by this release, a run started under version 4 is written in version 4's words:
+    no model_call_started line and none of the new model_call fields (its bodies stored whole,
+    its refusals journaled one by one), so the release that started it still reads it."""
+    from sealbench import events as ev
+    from sealbench.digest import sha256_bytes
+    from sealbench.gateway import Gateway, GatewayLimits
+
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True)], key=key)
+    recorded: list[ev.Event] = []
+    gateway = Gateway(endpoints(stub), {"openai": key, "anthropic": key}, recorded.append, sha256_bytes,
+                      GatewayLimits(journaled_refusals=1), derivation_version=4).start()
+    refused = json.dumps({"model": "undeclared", "pad": "x" * 10000}).encode()
+    body = json.dumps({"model": "stub-model", "messages": []}).encode()
+    try:
+        access = gateway.open_attempt(TASK, 1)
+        for data in (refused, refused, body):
+            _post(str(access.relay.socket), access.token, data)
+        access.close()
+    finally:
+        gateway.close()
+        stub.close()
+    assert [type(e) for e in recorded] == [ev.ModelCall] * 3
+    new = {"request_sha256", "request_truncated", "response_sha256", "bodies_missing", "refused_count"}
+    assert all(not (set(e.payload()) & new) for e in recorded)
+    assert [e.request for e in recorded] == [sha256_bytes(refused), sha256_bytes(refused), sha256_bytes(body)]
