@@ -42,7 +42,7 @@ def sealbench_argv() -> list[str]:
 
 
 def locked(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, Any], *, name: str,
-           max_attempts: int = 1, caps: dict[str, Any] | None = None) -> Path:
+           max_attempts: int = 1, caps: dict[str, Any] | None = None, wall_clock_s: float | None = None) -> Path:
     """A locked contract whose agent follows ``plan`` against ``stub``; its file."""
     agent_dir = tmp_path / f"{name}-agent"
     agent_dir.mkdir()
@@ -53,7 +53,7 @@ def locked(sealed_pack: Path, tmp_path: Path, stub: StubServer, plan: dict[str, 
     contract, _ = new_contract(pack, contract_file, [TASK], host="test machine", max_attempts=max_attempts,
                                agent=AgentSpec(label="gateway test agent", command=f"python {agent_dir}/agent.py",
                                                mounts=[str(agent_dir)]),
-                               oracle_validity="unavailable", model_caps=caps)
+                               oracle_validity="unavailable", model_caps=caps, wall_clock_s=wall_clock_s)
     contract = contract.model_copy(update={"model_endpoints": endpoints(stub)})
     write_atomic(contract_file, model_json(lock_contract(contract, name, LOCK_TIME, pack)))
     return contract_file
@@ -361,3 +361,27 @@ def test_a_run_started_under_an_older_derivation_version_gets_only_its_vocabular
     new = {"request_sha256", "request_truncated", "response_sha256", "bodies_missing", "refused_count"}
     assert all(not (set(e.payload()) & new) for e in recorded)
     assert [e.request for e in recorded] == [sha256_bytes(refused), sha256_bytes(refused), sha256_bytes(body)]
+
+
+def test_a_call_under_way_at_the_wall_clock_is_on_the_record_and_counted(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """The wall clock ends the attempt while its call waits on the upstream: the call was
+    journaled before it left and ends journaled as cut off, both lines before the attempt's
+    agent_finished, and the task's model_usage counts it."""
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key, latency_ms=30000)
+    try:
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [CHAT]}, name="wall-clock", wall_clock_s=6)
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    assert "harness_error" not in [e["kind"] for e in events], done.stderr
+    assert received == 1 and len(on_record(events)) == 1
+    kinds = [e["kind"] for e in events if e.get("task_id") == TASK]
+    assert kinds.index("model_call_started") < kinds.index("model_call") < kinds.index("agent_finished")
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    assert card["outcome"] == "timeout" and card["model_usage"]["calls"] == 1
