@@ -54,7 +54,8 @@ it ended, from an agent preset's launcher); the scorecard of a task whose last a
 said so carries it as ``agent_ending``. 5: the same rules, over journals that may hold
 ``model_call_started`` events (a call journaled before it was forwarded) and ``model_call``
 events that record a body's digest apart from its blob (``request_sha256``,
-``response_sha256``, ``request_truncated``, ``bodies_missing``); a call started whose
+``response_sha256``, ``request_truncated``, ``bodies_missing``) or stand for many refused
+requests (``refused_count``, each counted in ``model_usage``); a call started whose
 ``model_call`` never came (the runner died) counts in ``model_usage`` as a call whose use is
 unknown."""
 
