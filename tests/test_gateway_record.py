@@ -129,6 +129,8 @@ def test_exploit_agent_calls_while_its_runner_is_killed_and_the_resume_passes_no
     if stop == "sigkill-group":  # the call cut off by the kill counts, its use unknown
         assert card["model_usage"]["calls"] == 4 and card["model_usage"]["unreported"] == 1
         assert card["model_usage"]["cost"] is None
+        shown = subprocess.run([*sealbench_argv(), "show", str(run_dir), TASK], capture_output=True, text=True)
+        assert "#1 openai stub-model: sent, and the runner stopped before it ended" in shown.stdout, shown.stdout
 
 
 def test_a_started_call_without_its_end_counts_as_forwarded_with_unknown_use() -> None:
