@@ -255,10 +255,12 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
         time.sleep(s["seconds"])
     elif do == "big_body":
         token = env.get("OPENAI_API_KEY", "")
-        filler = b'{"model": "stub-model", "pad": "' + b"x" * s["bytes"] + b'"}'
-        status, _ = request("POST", env["OPENAI_BASE_URL"], "/chat/completions", filler,
-                            {"Authorization": f"Bearer {token}"})
-        log["steps"].append({"do": do, "status": status})
+        model = s.get("model", "stub-model").encode()
+        for _ in range(s.get("times", 1)):
+            filler = b'{"model": "' + model + b'", "pad": "' + b"x" * s["bytes"] + b'"}'
+            status, _ = request("POST", env["OPENAI_BASE_URL"], "/chat/completions", filler,
+                                {"Authorization": f"Bearer {token}"})
+            log["steps"].append({"do": do, "status": status})
     elif do == "flood":
         held, closed = [], 0
         for _ in range(s["connections"]):
@@ -280,6 +282,46 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
             sock.close()
         time.sleep(0.5)  # the gateway counts a connection until the relay has passed its close on
         log["steps"].append({"do": do, "closed": closed})
+    elif do == "pipeline":
+        # Requests with a wrong token, pipelined on a few connections as fast as the gateway
+        # reads them, for a while; each connection's replies read by a thread of its own.
+        import threading
+        import time
+
+        one = (b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+               b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        replies = [0]
+        lock = threading.Lock()
+
+        def read(sock: socket.socket) -> None:
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                with lock:
+                    replies[0] += data.count(b"HTTP/1.1 ")
+
+        socks = [socket.create_connection(("127.0.0.1", 7700), timeout=5) for _ in range(s["connections"])]
+        readers = [threading.Thread(target=read, args=(sock,), daemon=True) for sock in socks]
+        for t in readers:
+            t.start()
+        sent = 0
+        t0 = time.monotonic()
+        end = t0 + s["seconds"]
+        while time.monotonic() < end:
+            for sock in socks:
+                try:
+                    sock.sendall(one * 50)
+                    sent += 50
+                except OSError:
+                    pass
+        for sock in socks:
+            sock.close()
+        log["steps"].append({"do": do, "sent": sent, "replies": replies[0],
+                             "seconds": round(time.monotonic() - t0, 3)})
     elif do == "save_token":
         Path("token.txt").write_text(env.get("OPENAI_API_KEY", "") + "\n")
     elif do == "connect":

@@ -70,6 +70,8 @@ def test_the_blob_fields_are_those_the_bundles_have_always_copied() -> None:
         events.TASK_FINISHED: (("patch_sha256",),),
         # The model gateway's calls (new kind): their bodies travel with the bundle.
         events.MODEL_CALL: (("request",), ("response",)),
+        # A call journaled before it is forwarded (derivation version 5 on): its request.
+        events.MODEL_CALL_STARTED: (("request",),),
     }
 
 

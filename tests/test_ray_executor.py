@@ -458,3 +458,115 @@ def test_a_coordinator_killed_mid_attempt_resumes_to_the_scorecards_of_an_uninte
     assert got.pop("attempts_used") == 2 and want.pop("attempts_used") == 1
     got.pop("first_attempt_passed"), want.pop("first_attempt_passed")
     assert got == want
+
+
+@pytest.mark.ray_faults
+def test_exploit_agent_calls_while_its_node_runner_is_killed_and_no_node_passes_the_cap(
+        cluster: LocalCluster, sealed_pack: Path, tmp_path: Path) -> None:
+    """--max-attempts 2, --max-model-calls 2: SIGKILL of the node runner while the second call
+    of attempt 1 is at the upstream. Each call was journaled by the coordinator before the node
+    forwarded it, and the runner that takes the task over is told them: attempt 2's calls are
+    refused at the cap, the upstream received no more than the cap, each call on the record."""
+    from conftest import LOCK_TIME
+    from sealbench.contract import lock_contract, new_contract
+    from sealbench.files import model_json, write_atomic
+    from sealbench.formats import AgentSpec, ModelEndpoint
+    from sealbench.model_stub import StubReply, StubUsage, start
+    from sealbench.pack import load_pack
+
+    chat = {"do": "chat", "model": "stub-model"}
+    stub = start([StubReply(text="x = 1\n", model="stub-model", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=KEY, latency_ms=2000)
+    try:
+        agent_dir = tmp_path / "agent"
+        agent_dir.mkdir()
+        shutil.copy(Path(__file__).parent / "gateway_agent.py", agent_dir / "agent.py")
+        (agent_dir / "plan.json").write_text(json.dumps({"1": [chat, chat, chat], "2": [chat, chat]}))
+        pack = load_pack(sealed_pack)
+        contract_file = tmp_path / "cap.json"
+        contract, _ = new_contract(pack, contract_file, [TASK], host="test cluster", max_attempts=2,
+                                   agent=AgentSpec(label="gateway agent", command=f"python {agent_dir}/agent.py",
+                                                   mounts=[str(agent_dir)]),
+                                   oracle_validity="unavailable", model_caps={"max_model_calls": 2})
+        endpoint = ModelEndpoint(name="openai", style="openai-chat", base_url=stub.url + "/v1",
+                                 models=["stub-model"], key_env=KEY_ENV)
+        contract = contract.model_copy(update={"model_endpoints": [endpoint]})
+        write_atomic(contract_file, model_json(lock_contract(contract, "ray-cap-kill", LOCK_TIME, pack)))
+        run_dir = tmp_path / "run"
+        before = set(Path(tempfile.gettempdir()).glob(f"sealbench-ray-node-*/run/work/{TASK}"))
+        proc = subprocess.Popen(ray_run_argv(contract_file, run_dir, cluster), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        end = time.monotonic() + 120
+        while stub.script.received < 2:
+            assert proc.poll() is None and time.monotonic() < end, "the second call never reached the upstream"
+            time.sleep(0.02)
+        (work,) = set(Path(tempfile.gettempdir()).glob(f"sealbench-ray-node-*/run/work/{TASK}")) - before
+        os.kill(int(work.parents[2].name.split("-")[3]), signal.SIGKILL)  # sealbench-ray-node-<pid>-<random>
+        _out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    assert received <= 2, f"the upstream received {received} calls under a cap of 2"
+    started = {(e["attempt"], e["payload"]["index"]) for e in events if e["kind"] == "model_call_started"}
+    ended = {(e["attempt"], e["payload"]["index"]) for e in events
+             if e["kind"] == "model_call" and "refused" not in e["payload"]}
+    assert len(started | ended) == received, "a call the upstream received is in no journal line"
+    assert [e["payload"].get("cap") for e in events if e["kind"] == "model_call" and e["attempt"] == 2] == \
+        ["max_model_calls", "max_model_calls"]
+
+
+@pytest.mark.ray_faults
+def test_exploit_a_reply_too_large_for_the_coordinator_s_disk_stops_the_run_and_the_call_stays_on_the_record(
+        cluster: LocalCluster, sealed_pack: Path, tmp_path: Path) -> None:
+    """A 7 MB reply on a node, 6 MiB free where the coordinator keeps the run: the call is
+    journaled without its reply's bytes (its digest and size kept, bodies_missing) and the run
+    stops on the storage failure (exit 3), never a pass with the call missing."""
+    from conftest import LOCK_TIME
+    from sealbench.contract import lock_contract, new_contract
+    from sealbench.files import model_json, write_atomic
+    from sealbench.formats import AgentSpec, ModelEndpoint
+    from sealbench.model_stub import StubReply, start
+    from sealbench.pack import load_pack
+    from test_gateway_record import leave_free
+    from test_storage import Disk
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    stub = start([StubReply(text="y" * (7 * 10**6), model="stub-model", when="SEND-A-LOT", repeat=True),
+                  StubReply(text=FIX, model="stub-model", repeat=True)], key=KEY)
+    try:
+        agent_dir = tmp_path / "agent"
+        agent_dir.mkdir()
+        shutil.copy(Path(__file__).parent / "gateway_agent.py", agent_dir / "agent.py")
+        (agent_dir / "plan.json").write_text(json.dumps({"1": [
+            {"do": "chat", "model": "stub-model", "content": "SEND-A-LOT"},
+            {"do": "chat", "model": "stub-model", "write": "window.py"}]}))
+        pack = load_pack(sealed_pack)
+        contract_file = tmp_path / "full.json"
+        contract, _ = new_contract(pack, contract_file, [TASK], host="test cluster",
+                                   agent=AgentSpec(label="gateway agent", command=f"python {agent_dir}/agent.py",
+                                                   mounts=[str(agent_dir)]),
+                                   oracle_validity="unavailable")
+        endpoint = ModelEndpoint(name="openai", style="openai-chat", base_url=stub.url + "/v1",
+                                 models=["stub-model"], key_env=KEY_ENV)
+        contract = contract.model_copy(update={"model_endpoints": [endpoint]})
+        write_atomic(contract_file, model_json(lock_contract(contract, "ray-full", LOCK_TIME, pack)))
+        run_dir = mount / "run"
+        leave_free(Disk(mount), 6 * 2**20)
+        done = subprocess.run(ray_run_argv(contract_file, run_dir, cluster), capture_output=True, text=True,
+                              timeout=240)
+        events = events_of(run_dir) if (run_dir / "journal.jsonl").exists() else []
+    finally:
+        stub.close()
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert done.returncode == 3, done.stderr
+    assert "storage failure" in done.stderr
+    assert not [e for e in events if e["kind"] == "task_finished"]
+    (lost,) = [e["payload"] for e in events if e["kind"] == "model_call" and "bodies_missing" in e["payload"]]
+    assert lost["response"] is None and lost["response_sha256"].startswith("sha256:")
+    assert lost["response_bytes"] > 7 * 10**6

@@ -505,6 +505,8 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             agent_facts = {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
                            "error": f"the workspace was replaced: {e.reason}"}
         why = storage_failed(settings.run_dir, None)
+        if why is None and ready is not None and ready.access is not None:
+            why = ready.access.storage_failure()  # a model call the record lacks a part of
         if why is not None:  # an agent whose writes failed on a full disk is not judged on them
             return facts(stopped=why, storage_failure=why)
         gap_from = time.monotonic()

@@ -17,11 +17,12 @@ on with its next attempt, as a resume would, never with a free retry.
 
 Who writes the journal: this thread; the run's heartbeat thread
 (:class:`sealbench.clock.Heartbeat`); and, when the contract declares model endpoints, the
-model gateway's recorder (:class:`sealbench.gateway.Gateway`), one durable ``model_call`` line
-per request, each before its attempt's ``agent_finished`` (the attempt closes its gateway
-access, which waits for those lines, before it returns). On a Ray cluster the gateways run on
-the nodes, and :class:`sealbench.ray_executor.RayExecutor` journals their ``model_call`` lines,
-in this thread, before it hands on the results that came with them.
+model gateway's recorder (:class:`sealbench.gateway.Gateway`), a durable ``model_call_started``
+line before a call is forwarded and one durable ``model_call`` line per request, each before
+its attempt's ``agent_finished`` (the attempt closes its gateway access, which waits for those
+lines, before it returns). On a Ray cluster the gateways run on the nodes, and
+:class:`sealbench.ray_executor.RayExecutor` journals their lines, in this thread, before it
+hands on the results that came with them (a node forwards a call once told it is journaled).
 :class:`sealbench.journal.Journal` serialises the appends under its lock. Workers never write it.
 """
 

@@ -38,7 +38,7 @@ from .formats import (
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
 
-DERIVATION_VERSION: Final = 4
+DERIVATION_VERSION: Final = 5
 """The version of the rules this release derives new runs with (see the module docstring).
 
 1: the rules of the first release that recorded one. 2: the same rules, over journals that may
@@ -51,7 +51,13 @@ journals whose ``agent_finished`` events may list the agent's trace folder
 traces hold those lines, so the task's trace digest covers the transcript. 4: the same rules,
 over journals whose ``agent_finished`` events may carry ``agent_ending`` (how the agent says
 it ended, from an agent preset's launcher); the scorecard of a task whose last attempt's agent
-said so carries it as ``agent_ending``."""
+said so carries it as ``agent_ending``. 5: the same rules, over journals that may hold
+``model_call_started`` events (a call journaled before it was forwarded) and ``model_call``
+events that record a body's digest apart from its blob (``request_sha256``,
+``response_sha256``, ``request_truncated``, ``bodies_missing``) or stand for many refused
+requests (``refused_count``, each counted in ``model_usage``); a call started whose
+``model_call`` never came (the runner died) counts in ``model_usage`` as a call whose use is
+unknown."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -448,7 +454,7 @@ class Rules:
     readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
 
 
-RESUMABLE: Final = frozenset({1, 2, 3, 4})
+RESUMABLE: Final = frozenset({1, 2, 3, 4, 5})
 """The versions of the runs this release continues on resume: their rules are the ones it
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""
@@ -461,6 +467,7 @@ RULES: Final[Mapping[int, Rules]] = {
     2: _RULES_1,
     3: _RULES_1,
     4: _RULES_1,
+    5: _RULES_1,
 }
 
 

@@ -117,6 +117,7 @@ TIME_CHARGED: Final = "time_charged"
 HARNESS_ERROR: Final = "harness_error"
 TASK_FINISHED: Final = "task_finished"
 MODEL_CALL: Final = "model_call"
+MODEL_CALL_STARTED: Final = "model_call_started"
 SUBMITTED: Final = "submitted"
 DUPLICATE_RESULT: Final = "duplicate_result"
 
@@ -390,6 +391,35 @@ class ModelCall(Event):
                                   "record instead of forwarding it (run --replay).")
     diverged: str | None = Field(None, description="In a replay: why the request could not be answered from the "
                                  "record (the first field that differs from the recorded request, ...).")
+    request_sha256: str | None = Field(None, description="Digest of the whole request body, when its blob is not "
+                                       "it (cut to a prefix, or not stored); derivation version 5 on.")
+    request_truncated: bool | None = Field(None, description="True when the request's blob holds only a prefix "
+                                           "of the body (a refused body, or past the stored-bytes cap).")
+    response_sha256: str | None = Field(None, description="Digest of the stored part of the reply when its blob "
+                                        "could not be stored; derivation version 5 on.")
+    bodies_missing: str | None = Field(None, description="Why the call's bodies could not be stored (the storage "
+                                       "failed): their digests and sizes are recorded, their bytes are not.")
+    refused_count: int | None = Field(None, description="The refused requests this line stands for: past an "
+                                      "attempt's first refusals, they are counted and journaled as one line at its "
+                                      "end (derivation version 5 on).")
+
+
+class ModelCallStarted(Event):
+    """A request the gateway is about to forward upstream, journaled durably before it leaves
+    (derivation version 5 on): a call started and never ended (the runner died) still counts
+    against the task's caps, with its use unknown."""
+
+    kind: Literal["model_call_started"] = MODEL_CALL_STARTED
+    index: int | None = Field(None, description="The call's index in its attempt (its model_call has the same).")
+    started_at: str | None = Field(None, description="UTC time the request arrived (for people).")
+    endpoint: str | None = Field(None, description="The contract's endpoint name.")
+    model: str | None = Field(None, description="The model the request named.")
+    streamed: bool | None = Field(None, description="True when the request asked for server-sent events.")
+    request: Blob = Field(None, description="Blob of the request body as forwarded (a key echoed removed).")
+    request_bytes: int | None = Field(None, description="Bytes of the request body.")
+    request_sha256: str | None = Field(None, description="Digest of the whole body when its blob holds only a "
+                                       "prefix (the stored-bytes cap was reached).")
+    request_truncated: bool | None = Field(None, description="True when the blob holds only a prefix of the body.")
 
 
 class DuplicateResult(Event):
@@ -407,7 +437,7 @@ class DuplicateResult(Event):
 AnyEvent: TypeAlias = Annotated[
     Union[RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted,  # noqa: UP007
           AttemptStarted, AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted,
-          TimeCharged, HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall],
+          TimeCharged, HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall, ModelCallStarted],
     Field(discriminator=KIND),
 ]
 """Every event kind, told apart by ``kind``."""
@@ -415,7 +445,7 @@ AnyEvent: TypeAlias = Annotated[
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted, AttemptStarted,
     AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted, TimeCharged,
-    HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall,
+    HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall, ModelCallStarted,
 )
 BY_KIND: Final[Mapping[str, type[Event]]] = {t.model_fields[KIND].default: t for t in EVENT_TYPES}
 KINDS: Final = frozenset(BY_KIND)

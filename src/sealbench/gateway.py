@@ -15,10 +15,13 @@ token is refused), has a JSON body under the size cap naming a declared model, a
 within the client timeout; the attempt's connections are capped. Forwarded, it goes to the
 declared base URL only, with the real key (read from the host variable the contract names)
 in place of the token, only a few content headers passed on, no redirect followed. The reply
-streams back as it arrives. Every request, forwarded or refused, becomes one
-:class:`~sealbench.events.ModelCall` event, journaled before the attempt's agent_finished
-(:meth:`AttemptAccess.close` waits for them), with the bodies as blobs and the usage the
-upstream reported.
+streams back as it arrives. A request to be forwarded is first journaled durably as a
+:class:`~sealbench.events.ModelCallStarted` (its body stored): a call the upstream received
+is on the record whatever ends the runner, and a resume counts it against the caps. Every
+request, forwarded or refused, becomes one :class:`~sealbench.events.ModelCall` event,
+journaled before the attempt's agent_finished (:meth:`AttemptAccess.close` waits for them),
+with the bodies as blobs and the usage the upstream reported; a body that cannot be stored is
+recorded by digest and size, and the attempt stops on the storage failure.
 
 Nothing of aiohttp is imported until a run declares an endpoint.
 """
@@ -93,6 +96,26 @@ class GatewayLimits:
     cap, so that a hanging upstream ends the call as its own failure well before the attempt ends."""
     stored_reply_bytes: int = 8 * 2**20
     """The most of a reply kept as its blob (the agent gets all of it)."""
+    stored_refused_bytes: int = 4096
+    """The most of a refused request's body kept as its blob (its size and digest are recorded
+    whole): a refusal costs the run directory little, however large the body."""
+    stored_attempt_bytes: int = 128 * 2**20
+    """Most request bytes one attempt's calls may store; past it a body's blob is a prefix."""
+    stored_task_bytes: int = 512 * 2**20
+    """Most request bytes one task's calls may store over its attempts (same)."""
+    requests_per_s: float = 20.0
+    """The pace of an attempt's requests: past it (and its burst) a request waits its turn, and
+    one that would wait over ``client_timeout_s`` is refused (429)."""
+    request_burst: int = 40
+    """Requests an attempt may make at once before its pace applies."""
+    journaled_refusals: int = 20
+    """Refused requests journaled one by one per attempt; past them refusals are counted, and one
+    line at the attempt's end says how many (derivation version 5 on)."""
+
+
+ANNOUNCED_FROM: Final = 5
+"""The derivation version from which a call is journaled (``model_call_started``) before it is
+forwarded, and a ``model_call`` may record a body's digest apart from its blob."""
 
 
 def read_keys(contract: ScoringContract, sandbox_kind: str, environ: Mapping[str, str] | None = None
@@ -199,6 +222,23 @@ class _Call:
     accounted: bool = False
     usage: model_api.Usage | None = None
     latency_ms: int = 0
+    count: int | None = None
+    """The refused requests this line stands for (the attempt's count of refusals not journaled one by one)."""
+    stored_request: _Stored | None = None
+    """The request as stored when the call was announced (the model_call names the same)."""
+    announcing: asyncio.Future[None] | None = None
+    """The writing of its model_call_started line."""
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A body as kept: its blob (None when nothing could be stored), the digest of the whole
+    body when the blob is not all of it, and why the bytes are missing when the store failed."""
+
+    blob: str | None
+    sha256: str | None = None
+    truncated: bool = False
+    missing: str | None = None
 
 
 @dataclass
@@ -218,6 +258,17 @@ class _Attempt:
     closed: bool = False
     upstream_failing: str | None = None
     """Set by the last forwarded call to end: why the model endpoint failed it, or None."""
+    stored_bytes: int = 0
+    """Request bytes this attempt's calls stored (under GatewayLimits.stored_attempt_bytes)."""
+    storage_failure: str | None = None
+    """Why a call's bodies or line could not be stored: the harness's failure, never the agent's."""
+    next_turn: float = 0.0
+    """When, on the loop's clock, the attempt's next request may be served (its pace)."""
+    refusals: int = 0
+    """Refused requests journaled one by one."""
+    refused_more: int = 0
+    """Refused requests counted, not journaled one by one (one line at the close says how many)."""
+    refused_last: str = ""
 
 
 @functools.cache
@@ -328,14 +379,19 @@ class Ledger:
         return None
 
 
-def ledger_of(calls: Sequence[ev.ModelCall], endpoints: Sequence[ModelEndpoint]) -> Ledger:
-    """A task's use from its journaled calls (a resumed run's gateway starts from it)."""
-    from .usage import call_cost
+def ledger_of(calls: Sequence[ev.ModelCall | ev.ModelCallStarted], endpoints: Sequence[ModelEndpoint]) -> Ledger:
+    """A task's use from its journaled calls (a resumed run's gateway starts from it). A call
+    started whose model_call never came was forwarded with its use unknown: counted, and the
+    token and cost caps taken as reached."""
+    from .usage import call_cost, unfinished
 
     by_name = {e.name: e for e in endpoints}
     out = Ledger()
+    for _lost in unfinished(calls):
+        out.calls += 1
+        out.tokens_known = out.cost_known = False
     for call in calls:
-        if call.refused is not None:
+        if not isinstance(call, ev.ModelCall) or call.refused is not None:
             continue
         endpoint = by_name.get(call.endpoint or "")
         _add(out, call.status, call.input_tokens, call.output_tokens,
@@ -368,16 +424,21 @@ _CAP_WORDS: Final = {"max_model_calls": "model calls", "max_model_tokens": "mode
 class Gateway:
     """One run's gateway (see the module docstring). :meth:`start` before use, :meth:`close` after.
 
-    ``record`` journals an event (called from a writer thread of the gateway's, one call at a
-    time per attempt); ``store`` keeps bytes as a blob and returns its digest.
+    ``record`` journals an event durably (called from a writer thread of the gateway's);
+    ``store`` keeps bytes as a blob and returns its digest. ``derivation_version`` is the run's:
+    from :data:`ANNOUNCED_FROM` on, each call is journaled before it is forwarded.
     """
 
     def __init__(self, endpoints: Sequence[ModelEndpoint], keys: Mapping[str, str],
                  record: Callable[[ev.Event], object], store: Callable[[bytes], str],
                  limits: GatewayLimits | None = None, *, budget: Budget | None = None,
-                 used: Mapping[str, Ledger] | None = None, replay: Record | None = None) -> None:
+                 used: Mapping[str, Ledger] | None = None, replay: Record | None = None,
+                 derivation_version: int = ANNOUNCED_FROM) -> None:
         self.endpoints = {e.name: e for e in endpoints}
         self.budget = budget
+        self._announce = derivation_version >= ANNOUNCED_FROM
+        self._stored_lock = threading.Lock()
+        self._stored_task: dict[str, int] = {}
         self.replay = replay
         """In a replay, the record every call is answered from (nothing is forwarded)."""
         # Each task's use over its attempts (seeded from the journal on resume); only the loop
@@ -417,7 +478,7 @@ class Gateway:
             raise HarnessError(f"the model gateway could not start: {e}") from e
         return self
 
-    def _call(self, coro: Any, timeout_s: float = 60.0) -> Any:
+    def _call(self, coro: Any, timeout_s: float | None = 60.0) -> Any:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
@@ -439,7 +500,7 @@ class Gateway:
                                                                             sock_read=self.limits.upstream_read_s))
 
     def close(self) -> None:
-        """Close every attempt still open, the upstream client and the loop; remove the sockets."""
+        """Close every attempt still open, the upstream client and the loop; remove the sockets (idempotent)."""
         if self._loop is not None and self._loop.is_running():
             with contextlib.suppress(Exception):
                 self._call(self._close_all(), 30)
@@ -543,12 +604,25 @@ class Gateway:
         att.calls += 1
         call.status = status
         call.refused = why
+        self._journal(att, call)
+
+    def _journal(self, att: _Attempt, call: _Call) -> None:
+        """Journal a call, or, past the attempt's first refusals, count a refused one: an agent
+        that floods the gateway costs the journal a bounded number of lines."""
+        if call.refused is not None and self._announce:
+            if att.refusals >= self.limits.journaled_refusals:
+                att.refused_more += 1
+                att.refused_last = call.refused
+                return
+            att.refusals += 1
         self._write_later(att, call)
 
     def close_attempt(self, att: _Attempt) -> None:
         if self._loop is None or not self._loop.is_running():
             return
-        self._call(self._close(att), 60)
+        # No timeout: the attempt's lines are few (refusals are counted past the first), and
+        # a close that gave up would leave lines to land after its agent_finished.
+        self._call(self._close(att), None)
 
     async def _close(self, att: _Attempt) -> None:
         if att.closed:
@@ -568,6 +642,14 @@ class Gateway:
             call.refused = (f"{att.refused_connections} connection(s) over the cap of {self.limits.connections} "
                             f"open at once were closed on arrival")
             self._write_later(att, call)
+        if att.refused_more:
+            call = _Call(att.calls, _now(), asyncio.get_running_loop().time())
+            att.calls += 1
+            call.count = att.refused_more
+            call.refused = (f"{att.refused_more} more request(s) refused, counted and not journaled one by one "
+                            f"(the attempt's first {self.limits.journaled_refusals} refusals are); the last: "
+                            f"{att.refused_last[:300]}")
+            self._write_later(att, call)
         if att.pending:
             await asyncio.gather(*att.pending, return_exceptions=True)
 
@@ -578,6 +660,18 @@ class Gateway:
         call = _Call(att.calls, _now(), loop.time())
         att.calls += 1
         try:
+            wait = self._turn(att, loop.time())
+            if wait > self.limits.client_timeout_s:
+                att.next_turn -= 1 / self.limits.requests_per_s  # its turn is given back
+                endpoint, _ = self._route(request.raw_path)
+                return self._refuse(call, 429, endpoint.style if endpoint else "openai-chat", f"over the attempt's pace of "
+                                    f"{self.limits.requests_per_s:g} requests a second; send fewer")
+            if wait > 0:
+                try:
+                    await asyncio.sleep(wait)
+                except asyncio.CancelledError:
+                    call.refused = "the agent went away while its request waited for its turn at the attempt's pace"
+                    raise
             return await self._serve(att, request, call)
         except asyncio.CancelledError:
             call.error = call.error or _AGENT_CLOSED
@@ -588,7 +682,13 @@ class Gateway:
         finally:
             call.latency_ms = int((loop.time() - call.t0) * 1000)
             self._account(att, call)
-            self._write_later(att, call)
+            self._journal(att, call)
+
+    def _turn(self, att: _Attempt, now: float) -> float:
+        """Take the attempt's next turn at its pace; how long until it comes."""
+        step = 1 / self.limits.requests_per_s
+        att.next_turn = max(att.next_turn, now - self.limits.request_burst * step) + step
+        return max(0.0, att.next_turn - now)
 
     def _account(self, att: _Attempt, call: _Call) -> None:
         """The call's usage, read on the loop thread as it ends, added to its task's ledger
@@ -707,6 +807,12 @@ class Gateway:
             if self.replay is not None:
                 reply = self._recorded(att, endpoint, call)
             else:
+                failed = await self._announced(att, call) if self._announce else None
+                if failed is not None:  # never sent: the harness could not put it on the record first
+                    ledger.calls -= 1
+                    call.forwarded = False
+                    return self._refuse(call, 503, style, f"the call could not be journaled before it was "
+                                                          f"forwarded ({failed}); it was not sent")
                 reply = await self._forward(endpoint, headers, call, request)
             self._account(att, call)
             return reply
@@ -852,15 +958,68 @@ class Gateway:
 
     # ------------------------------------------------------------------ the record
 
+    async def _announced(self, att: _Attempt, call: _Call) -> str | None:
+        """Journal the call durably as started, its request stored, before it is forwarded;
+        None when done, else why not (the storage or the journal failed: the harness's)."""
+        def write() -> None:
+            assert call.request is not None
+            call.stored_request = stored = self._keep_request(att, call.request, refused=False)
+            if stored.missing is not None:
+                raise OSError(stored.missing)
+            self._record(ev.ModelCallStarted(
+                task_id=att.task_id, attempt=att.attempt, index=call.index, started_at=call.started_at,
+                endpoint=call.endpoint, model=_clean(call.model), streamed=call.streamed, request=stored.blob,
+                request_bytes=len(call.request),
+                **ev.present(request_sha256=stored.sha256, request_truncated=True if stored.truncated else None)))
+
+        # Waited for by the attempt's close and by the call's own model_call line, even when the
+        # agent went away meanwhile: no line of the attempt lands after its agent_finished.
+        fut = call.announcing = asyncio.get_running_loop().run_in_executor(self._writer, write)
+        att.pending.add(fut)
+        fut.add_done_callback(att.pending.discard)
+        try:
+            await asyncio.shield(fut)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"[:300]
+            att.storage_failure = att.storage_failure or f"storage failure: a model call could not be journaled ({why})"
+            return why
+        return None
+
+    def _keep_request(self, att: _Attempt, body: bytes, *, refused: bool) -> _Stored:
+        """Store a request body (a key echoed removed): a refused one's prefix only, and a
+        forwarded one's prefix once the attempt's or the task's stored bytes reach their cap."""
+        data = self._redact(body)
+        limits = self.limits
+        with self._stored_lock:
+            room = min(limits.stored_attempt_bytes - att.stored_bytes,
+                       limits.stored_task_bytes - self._stored_task.get(att.task_id, 0))
+            keep = min(len(data), max(0, room), limits.stored_refused_bytes if refused else len(data))
+            if not self._announce:  # an older run's vocabulary cannot mark a prefix: the body whole
+                keep = len(data)
+            att.stored_bytes += keep
+            self._stored_task[att.task_id] = self._stored_task.get(att.task_id, 0) + keep
+        return self._keep(data, keep)
+
+    def _keep(self, data: bytes, keep: int) -> _Stored:
+        from .digest import sha256_bytes
+
+        whole = None if keep >= len(data) else sha256_bytes(data)
+        try:
+            return _Stored(self._store(data[:keep]), whole, truncated=whole is not None)
+        except Exception as e:  # recorded on the line, and the attempt stops on it: never a silent hole
+            return _Stored(None, sha256_bytes(data[:keep]) if whole is None else whole, truncated=whole is not None,
+                           missing=f"{type(e).__name__}: {e}"[:300])
+
     def _write_later(self, att: _Attempt, call: _Call) -> None:
         """Journal the call off the loop, after the attempt's earlier calls (in the order they ended)."""
         loop = asyncio.get_running_loop()
         before = att.last_write
 
         async def write() -> None:
-            if before is not None:
-                with contextlib.suppress(Exception):
-                    await before
+            for earlier in (before, call.announcing):
+                if earlier is not None:
+                    with contextlib.suppress(Exception):
+                        await earlier
             await loop.run_in_executor(self._writer, self._write, att, call)
 
         fut: asyncio.Future[None] = asyncio.ensure_future(write())
@@ -880,28 +1039,51 @@ class Gateway:
         return text
 
     def _write(self, att: _Attempt, call: _Call) -> None:
-        reply = bytes(call.reply)
+        reply = self._redact(bytes(call.reply))
         forwarded = call.refused is None and call.endpoint is not None and call.status is not None
         if forwarded:
             # In the order the calls ended: the endpoint's state when the attempt ends.
             att.upstream_failing = call.upstream_failed
         usage = call.usage or model_api.NO_USAGE
+        request = call.stored_request
+        if request is None and call.request is not None:
+            request = self._keep_request(att, call.request, refused=call.refused is not None)
+        response = self._keep(reply, len(reply)) if reply else None
+        missing = [f"{what}: {stored.missing}" for what, stored in (("request", request), ("response", response))
+                   if stored is not None and stored.missing is not None]
+        error = call.error
+        if missing:
+            att.storage_failure = att.storage_failure or f"storage failure: a model call's bodies could not be " \
+                                                         f"stored ({'; '.join(missing)})"
+        if self._announce:
+            digests = ev.present(
+                request_sha256=request.sha256 if request is not None else None,
+                request_truncated=True if request is not None and request.truncated else None,
+                response_sha256=response.sha256 if response is not None and response.missing else None,
+                bodies_missing="; ".join(missing) or None)
+        else:  # an older run's vocabulary: the blobs are left out, and the error says why
+            digests = {}
+            if missing:
+                error = "; ".join([*([error] if error else []), "bodies not stored: " + "; ".join(missing)])
         event = ev.ModelCall(
             task_id=att.task_id, attempt=att.attempt, index=call.index, started_at=call.started_at,
-            latency_ms=call.latency_ms, status=call.status, endpoint=call.endpoint, model=call.model,
+            latency_ms=call.latency_ms, status=call.status, endpoint=_clean(call.endpoint), model=_clean(call.model),
             streamed=call.streamed,
-            request=self._store(self._redact(call.request)) if call.request is not None else None,
+            request=request.blob if request is not None else None,
             request_bytes=len(call.request) if call.request is not None else None,
-            response=self._store(self._redact(reply)) if reply else None,
+            response=response.blob if response is not None else None,
             response_bytes=call.reply_bytes,
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens,
-            **ev.present(response_truncated=True if call.reply_bytes > len(reply) else None,
-                         refused=call.refused, error=call.error, cap=call.cap,
-                         replayed=True if call.replayed else None, diverged=call.diverged))
+            **ev.present(refused_count=call.count if self._announce else None,
+                         response_truncated=True if call.reply_bytes > len(call.reply) else None,
+                         refused=_clean(call.refused), error=_clean(error), cap=call.cap,
+                         replayed=True if call.replayed else None, diverged=_clean(call.diverged)),
+            **digests)
         try:
             self._record(event)
-        except Exception:  # the journal failed: the run is stopping on it already
-            return
+        except Exception as e:  # the journal failed: the run is stopping on it already
+            att.storage_failure = att.storage_failure or f"storage failure: a model call could not be journaled " \
+                                                         f"({type(e).__name__}: {str(e)[:300]})"
 
 
 class AttemptAccess:
@@ -923,6 +1105,11 @@ class AttemptAccess:
         if not self._closed:
             self._closed = True
             self._gateway.close_attempt(self._att)
+
+    def storage_failure(self) -> str | None:
+        """Why a call of the attempt could not be put on the record whole (its line, or its
+        bodies' bytes), once closed: the harness's failure, which stops the attempt undecided."""
+        return self._att.storage_failure if self._closed else None
 
     def endpoint_failure(self) -> str | None:
         """Why the model endpoint failed the attempt's last forwarded call, once closed (None
@@ -966,6 +1153,14 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def _clean(text: str | None) -> str | None:
+    """``text`` as UTF-8 can carry it: what an agent sent may hold lone surrogates, which no
+    journal line can encode (each is written as its escape)."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _now() -> str:

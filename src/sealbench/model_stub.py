@@ -164,6 +164,8 @@ class Script:
     replies: list[StubReply]
     used: set[int] = field(default_factory=set)
     served: int = 0
+    received: int = 0
+    """Requests that reached the server, whatever became of them: what an upstream would bill."""
 
     def take(self, model: str, body: bytes = b"") -> StubReply | None:
         for i, reply in enumerate(self.replies):
@@ -193,6 +195,7 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
                   stop: asyncio.Event) -> web.StreamResponse:
     from aiohttp import web
 
+    script.received += 1
     style = _ROUTES.get(request.path)
     if style is None or request.method != "POST":
         return web.json_response({"error": {"message": f"no such route: {request.method} {request.path}"}},

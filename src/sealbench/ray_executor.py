@@ -57,6 +57,9 @@ COLLECT_POLL_S: Final = 0.5
 COLLECT_SLICE_S: Final = 0.05
 """How often a waiting collection looks for model calls to ship (each is journaled within
 about this long of its end)."""
+ANNOUNCE_TIMEOUT_S: Final = 60.0
+"""How long a node's gateway waits for the coordinator to journal a call as started; without
+that line by then the call is refused, never forwarded."""
 _CONTROL_GROUP: Final = "control"
 _COLLECT_GROUP: Final = "collect"
 
@@ -101,8 +104,9 @@ class RunPart:
     template_override: str | None
     derivation_version: int
     yield_cpu: bool
-    model_calls: Mapping[str, tuple[ev.ModelCall, ...]] = field(default_factory=dict)
-    """Each task's ``model_call`` events journaled before (a resume): its caps count them."""
+    model_calls: Mapping[str, tuple[ev.ModelCall | ev.ModelCallStarted, ...]] = field(default_factory=dict)
+    """Each task's ``model_call`` and ``model_call_started`` events journaled before (a resume):
+    its caps count them."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class Collected:
     """What one collection call brings back from a node, in the order it must be journaled:
     the model calls first (each before its attempt's ``agent_finished``), then the results."""
 
-    calls: tuple[ev.ModelCall, ...]
+    calls: tuple[ev.ModelCall | ev.ModelCallStarted, ...]
     call_blobs: Mapping[str, bytes]
     shipped: tuple[Shipped, ...]
     ready: tuple[tuple[str, int], ...]
@@ -207,8 +211,11 @@ class NodeRunner:
         self._handles: dict[int, Handle] = {}
         self._by_local: dict[Handle, int] = {}
         self._warmed: dict[tuple[str, int], AttemptSpec] = {}
-        self._calls: list[ev.ModelCall] = []
+        self._calls: list[ev.ModelCall | ev.ModelCallStarted] = []
         self._called = threading.Event()
+        self._journaled: dict[tuple[str | None, int | None, int | None], tuple[threading.Event, list[str]]] = {}
+        """The calls announced and not yet journaled by the coordinator: set (with why it could
+        not, if so) by the ``journaled`` op."""
         self._keys: dict[str, str] = {}
         self._gateway: Any = None
         from .scratch import temp_dir
@@ -261,7 +268,8 @@ class NodeRunner:
                                     lambda data: store_bytes(run_dir, data, durable=False),
                                     budget=s.contract.budget,
                                     used={tid: ledger_of(list(calls), endpoints)
-                                          for tid, calls in part.model_calls.items()}).start()
+                                          for tid, calls in part.model_calls.items()},
+                                    derivation_version=part.derivation_version).start()
         settings = Settings(contract=s.contract, budget=s.contract.budget, pack_root=self.pack.root, run_dir=run_dir,
                             sandbox=self.sandbox, agent=s.agent, limits=s.limits, tree_caps=s.tree_caps,
                             workspace_quota=s.workspace_quota, probe=part.probe,
@@ -271,11 +279,27 @@ class NodeRunner:
         self._executor = LocalExecutor(settings, s.jobs)
 
     def _record(self, event: ev.Event) -> None:
-        """The node's gateway journals here: kept until the next collection ships it."""
-        assert isinstance(event, ev.ModelCall)
+        """The node's gateway journals here: kept until the next collection ships it. A call
+        about to be forwarded waits until the coordinator has journaled it durably.
+
+        Raises:
+            HarnessError: the coordinator did not journal the started call (it is not forwarded).
+        """
+        assert isinstance(event, ev.ModelCall | ev.ModelCallStarted)
+        key = (event.task_id, event.attempt, event.index)
+        done: tuple[threading.Event, list[str]] = (threading.Event(), [])
         with self._lock:
+            if isinstance(event, ev.ModelCallStarted):
+                self._journaled[key] = done
             self._calls.append(event)
         self._called.set()
+        if isinstance(event, ev.ModelCallStarted):
+            journaled = done[0].wait(ANNOUNCE_TIMEOUT_S)
+            with self._lock:
+                self._journaled.pop(key, None)
+            if not journaled or done[1]:
+                raise HarnessError(done[1][0] if done[1] else f"the coordinator did not journal the call within "
+                                                                f"{ANNOUNCE_TIMEOUT_S:g} s")
 
     # ------------------------------------------------------------------------------ control
 
@@ -312,6 +336,14 @@ class NodeRunner:
                 ex.cancel(running, reason)
         elif op == "wind_down":
             ex.wind_down()
+        elif op == "journaled":
+            keys, failed = args
+            for key in keys:
+                waiting = self._journaled.get(tuple(key))
+                if waiting is not None:
+                    if failed:
+                        waiting[1].append(failed)
+                    waiting[0].set()
         elif op == "ledger":
             task_id, calls = args
             if self._gateway is not None:
@@ -628,7 +660,7 @@ class RayExecutor:
                  record: Callable[[ev.Event], object] | None = None) -> None:
         self.cluster = cluster
         self._record = record
-        self._model_calls: dict[str, list[ev.ModelCall]] = {
+        self._model_calls: dict[str, list[ev.ModelCall | ev.ModelCallStarted]] = {
             tid: list(calls) for tid, calls in (part.model_calls if part is not None else {}).items()}
         """Each task's model calls, journaled before and by this run: what a node that takes
         the task over must count against its caps."""
@@ -643,6 +675,8 @@ class RayExecutor:
         self._open: dict[int, tuple[Handle, _Node]] = {}
         self._warmed: dict[tuple[str, int], _Node] = {}
         self._ready: set[tuple[str, int]] = set()
+        self._unstored: dict[tuple[str | None, int | None], str] = {}
+        """The attempts a model call of which was journaled without its bodies: stopped on it."""
         self._closed = False
 
     # ------------------------------------------------------------------------------ placement
@@ -720,7 +754,9 @@ class RayExecutor:
             handle = Handle(spec.task.task_id, spec.attempt, next(self._serial))
             self._open[handle.serial] = (handle, node)
             node.running.add(handle.serial)
-        if moved and calls:
+        if calls:
+            # Every submission, not only when the task moved: a set-up ahead has already re-homed
+            # a task whose runner died, and the journal, not the node, knows every call made.
             self._call(node, "ledger", spec.task.task_id, calls)
         self._call(node, "submit", handle.serial, spec)
         return handle
@@ -753,7 +789,7 @@ class RayExecutor:
             except ray.exceptions.RayError as e:
                 out.extend(self._node_died(node, e))
                 continue
-            self._journal_calls(got)
+            self._journal_calls(node, got)
             with self._lock:
                 self._ready.update(got.ready)
             for item in got.shipped:
@@ -762,21 +798,64 @@ class RayExecutor:
                     out.append(delivery)
         return out
 
-    def _journal_calls(self, got: Collected) -> None:
+    def _journal_calls(self, node: _Node, got: Collected) -> None:
         """The nodes' model calls, bodies stored first, each journaled before its attempt's
-        results are handed on. A failure to write is the journal's: the run stops on it."""
+        results are handed on; the node is told which started calls are on the record (only
+        those are forwarded). A failure to write is the journal's: the run stops on it."""
         if not got.calls:
             return
+        started: list[tuple[str | None, int | None, int | None]] = []
+        failed = ""
         try:
-            for data in got.call_blobs.values():
-                store_bytes(self.settings.run_dir, data)
-            for call in got.calls:
+            for event in got.calls:
+                call: ev.ModelCall | ev.ModelCallStarted | None = event
+                unstored = self._store_call_blobs(event, got.call_blobs)
+                if unstored is not None:
+                    # A started call whose body cannot be kept is not journaled, and so never sent.
+                    failed = failed or f"the coordinator could not store the call's body ({unstored})"
+                    call = self._without_bodies(event, unstored) if isinstance(event, ev.ModelCall) else None
+                    with self._lock:
+                        self._unstored.setdefault((event.task_id, event.attempt), f"storage failure: a model "
+                                                  f"call's bodies could not be stored ({unstored})")
+                if call is None:
+                    continue
                 if self._record is not None:
                     self._record(call)
+                if isinstance(call, ev.ModelCallStarted):
+                    started.append((call.task_id, call.attempt, call.index))
                 if call.task_id is not None:
                     self._model_calls.setdefault(call.task_id, []).append(call)
-        except Exception:  # the coordinator's next line fails the same way, and stops the run
-            return
+        except Exception as e:  # the coordinator's next line fails the same way, and stops the run
+            failed = f"the coordinator could not journal the call: {type(e).__name__}: {str(e)[:300]}"
+        announced = [(c.task_id, c.attempt, c.index) for c in got.calls if isinstance(c, ev.ModelCallStarted)]
+        refused = [key for key in announced if key not in started]
+        if started:
+            self._call(node, "journaled", started, "", now=bool(not refused))
+        if refused:
+            self._call(node, "journaled", refused, failed or "the call was not journaled", now=True)
+
+    def _store_call_blobs(self, call: ev.Event, blobs: Mapping[str, bytes]) -> str | None:
+        """Store the blobs ``call`` names; why one could not be, or None."""
+        try:
+            for _name, digest in ev.blob_fields(call):
+                if digest in blobs and store_bytes(self.settings.run_dir, blobs[digest]) != digest:
+                    return f"the blob {digest} from the node did not match its digest"
+        except OSError as e:
+            return f"{type(e).__name__}: {e}"[:300]
+        return None
+
+    def _without_bodies(self, call: ev.ModelCall, why: str) -> ev.ModelCall:
+        """``call`` with its bodies named by digest only, the bytes marked missing (in a run
+        whose vocabulary lacks those fields, its error says so)."""
+        from .gateway import ANNOUNCED_FROM
+
+        if self._part is not None and self._part.derivation_version < ANNOUNCED_FROM:
+            return call.model_copy(update={"request": None, "response": None,
+                                           "error": "; ".join([*([call.error] if call.error else []),
+                                                               f"bodies not stored: {why}"])})
+        digests = {"request_sha256": call.request_sha256 or call.request, "response_sha256": call.response}
+        return call.model_copy(update={"request": None, "response": None, "bodies_missing": why,
+                                       **{k: v for k, v in digests.items() if v is not None}})
 
     def _arrived(self, node: _Node, item: Shipped) -> Delivery | None:
         with self._lock:
@@ -786,6 +865,11 @@ class RayExecutor:
             return None
         handle: Handle = entry[0]
         facts = item.facts
+        with self._lock:
+            unstored = self._unstored.pop((handle.task_id, handle.attempt), None)
+        if unstored is not None and facts is not None:  # the record lacks a part of one of its calls
+            return Delivery(handle, AttemptFacts(task_id=handle.task_id, attempt=handle.attempt, stopped=unstored,
+                                                 storage_failure=unstored, elapsed_s=facts.elapsed_s), lost=item.lost)
         if facts is not None:
             try:
                 for digest, data in item.blobs.items():

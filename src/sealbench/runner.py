@@ -569,9 +569,9 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
     if probe:
         template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
     gateway = None
-    made: dict[str, list[ev.ModelCall]] = {}
+    made: dict[str, list[ev.ModelCall | ev.ModelCallStarted]] = {}
     for line in events:
-        if isinstance(line.event, ev.ModelCall) and line.event.task_id is not None:
+        if isinstance(line.event, ev.ModelCall | ev.ModelCallStarted) and line.event.task_id is not None:
             made.setdefault(line.event.task_id, []).append(line.event)
     if contract.model_endpoints and agent.kind == "command" and cluster is None:
         # Started inside the try below, closed before the journal: its model_call lines are
@@ -584,7 +584,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         gateway = Gateway(contract.model_endpoints, keys, journal.append,
                           lambda data: store_bytes(base, data), budget=contract.budget,
                           used={tid: ledger_of(calls, contract.model_endpoints) for tid, calls in made.items()},
-                          replay=record)
+                          replay=record, derivation_version=header.derivation())
     settings = Settings(contract=contract, budget=contract.budget, pack_root=pack.root, run_dir=base,
                         sandbox=sandbox, agent=agent, limits=sized_limits, tree_caps=sized_caps,
                         workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
@@ -646,6 +646,8 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
             progress.close()
         complete = (stopped_by is None and not coordinator.storage_failed
                     and all(v != "interrupted" for v in outcomes.values()))
+        if complete and gateway is not None:
+            gateway.close()  # its last lines, if any, before the end: nothing is written after run_finished
         if complete:
             j(ev.RunFinished(outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())}))
     except JournalStopped as e:

@@ -23,7 +23,7 @@ from . import conversation as cv
 from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
-from .usage import ENDPOINT_FAILED, upstream_failed, usage_of
+from .usage import ENDPOINT_FAILED, unfinished, upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
@@ -112,6 +112,7 @@ class AttemptStory:
     interrupted: ev.AttemptInterrupted | None = None
     errors: list[ev.HarnessErrorEvent] = field(default_factory=list)
     calls: list[ev.ModelCall] = field(default_factory=list)
+    started_calls: list[ev.ModelCallStarted] = field(default_factory=list)
 
     @property
     def result(self) -> str:
@@ -186,6 +187,8 @@ class StoryBook:
                 a.interrupted = e
             elif isinstance(e, ev.ModelCall):
                 a.calls.append(e)
+            elif isinstance(e, ev.ModelCallStarted):
+                a.started_calls.append(e)
 
 
 def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
@@ -727,6 +730,9 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
         out += _transcript_lines(ag, blobs, full)
     if a.calls:
         out += conversation_lines(a, blobs, full)
+    for lost in unfinished([*a.calls, *a.started_calls]):
+        out.append(f"      #{lost.index} {inert(lost.endpoint or '?')} {inert(lost.model or '?')}: sent, and the "
+                   f"runner stopped before it ended (counted against the caps, its use unknown)")
     p = a.patch
     if p is not None:
         if p.rejected:

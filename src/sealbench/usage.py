@@ -106,8 +106,9 @@ def usage_of(calls: Iterable[ev.ModelCall], endpoints: Iterable[ModelEndpoint] =
         price = prices.get(call.model or "")
         forwarded = call.refused is None
         reported = call.input_tokens is not None or call.output_tokens is not None
+        many = call.refused_count if not forwarded and call.refused_count is not None else 1
         total = total + Usage(
-            calls=1, refused=0 if forwarded else 1, failed=1 if upstream_failed(call) else 0,
+            calls=many, refused=0 if forwarded else many, failed=1 if upstream_failed(call) else 0,
             input_tokens=call.input_tokens or 0, output_tokens=call.output_tokens or 0,
             cached_tokens=call.cached_tokens or 0,
             unreported=1 if forwarded and not reported and call.status is not None and call.status < 400 else 0,
@@ -117,7 +118,26 @@ def usage_of(calls: Iterable[ev.ModelCall], endpoints: Iterable[ModelEndpoint] =
     return total
 
 
+def unfinished(events: Iterable[ev.Event]) -> list[ev.ModelCallStarted]:
+    """The calls journaled as started whose ``model_call`` never came (the runner died while
+    they were under way): forwarded, their use unknown."""
+    items = list(events)
+    ended = {(e.task_id, e.attempt, e.index) for e in items if isinstance(e, ev.ModelCall)}
+    return [e for e in items if isinstance(e, ev.ModelCallStarted) and (e.task_id, e.attempt, e.index) not in ended]
+
+
 def task_usage(lines: Iterable[ev.Line], endpoints: Iterable[ModelEndpoint] = ()) -> Usage | None:
-    """The use of one task's model calls; None when the task made none (no field is derived then)."""
-    calls = [line.event for line in lines if isinstance(line.event, ev.ModelCall)]
-    return usage_of(calls, endpoints) if calls else None
+    """The use of one task's model calls; None when the task made none (no field is derived then).
+    A call started and never ended counts as one whose usage was not reported."""
+    events = [line.event for line in lines]
+    calls = [e for e in events if isinstance(e, ev.ModelCall)]
+    lost = unfinished(events)
+    if not calls and not lost:
+        return None
+    total = usage_of(calls, endpoints)
+    by_name: Mapping[str, ModelEndpoint] = {e.name: e for e in endpoints}
+    for started in lost:
+        endpoint = by_name.get(started.endpoint or "")
+        price = (endpoint.prices or {}).get(started.model or "") if endpoint is not None else None
+        total = total + Usage(calls=1, unreported=1, cost=None, currency=price.currency if price else None)
+    return total
