@@ -286,7 +286,6 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
         # Requests with a wrong token, pipelined on a few connections as fast as the gateway
         # reads them, for a while; each connection's replies read by a thread of its own.
         import threading
-        import time
 
         one = (b"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
                b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
