@@ -66,7 +66,8 @@ def test_seed_004_flow_through_the_cli(cli: Cli, raw_pack: Path, tmp_path: Path)
         {"task_id": "t_22_reject_network_call", "task_pass": True, "abstain": False, "wall_seconds": 30},
     ])
     code, _, err = cli("score", contract, events)
-    assert (code, err.strip()) == (3, "sealbench: refused: unlocked contract; no rate emitted")
+    assert (code, err.strip()) == (3, "sealbench: refused: unlocked contract; no rate emitted: lock it before the run "
+                                      "with `sealbench contract lock CONTRACT --run-id NAME`")
     code, _, err = cli("contract", "lock", contract, "--run-id", "run_2026_10_12_a")
     assert code == 3 and "set access_class.host before lock" in err
     raw = json.loads(contract.read_text())
@@ -164,3 +165,19 @@ def test_help_lists_every_exit_code() -> None:
     out = build_parser().format_help()
     for exit_code in ("0", "1", "2", "3", "4", "130", "141", "143"):
         assert re.search(rf"^  {exit_code} +\S", out, re.M), exit_code
+
+
+def test_a_typo_in_a_pack_or_bundle_path_names_the_nearest_folders(sealed_pack: Path, tmp_path: Path,
+                                                                      cli: Any) -> None:
+    # The refusal names the way out: the folder that was meant, or what is there.
+    typo = sealed_pack.parent / (sealed_pack.name + "s")
+    code, _, err = cli("pack", "check", typo)
+    assert code == 3 and "it does not exist; did you mean" in err and str(sealed_pack) in err
+    bundles = tmp_path / "bundles"
+    for name in ("run-a", "run-b"):
+        (bundles / name).mkdir(parents=True)
+        (bundles / name / "SHA256SUMS").write_text("")
+    code, _, err = cli("verify", bundles / "run-c")
+    assert code == 2 and "did you mean" in err and str(bundles / "run-a") in err
+    code, _, err = cli("verify", bundles / "zzz")
+    assert code == 2 and "beside it: run-a, run-b" in err

@@ -79,7 +79,7 @@ from .errors import (
     UsageError,
     VerificationFailed,
 )
-from .files import describe_validation_error, fsync_dir
+from .files import describe_validation_error, fsync_dir, nearest_folders
 from .formats import Rate, Scorecard, ScoringContract, check_id
 from .journal import ChainReport, read_chain
 from .lock import LOCK_NAME, hold_reader
@@ -730,7 +730,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
         VerificationFailed: anything is wrong; ``problems`` lists every discrepancy.
     """
     if not bundle.is_dir():
-        raise UsageError(f"{bundle}: not a bundle directory")
+        raise UsageError(f"{bundle}: not a bundle folder: {nearest_folders(bundle, SUMS)}")
     if is_run_directory(bundle):
         raise NotABundle(f"{bundle} is a run directory, not a bundle: bundle it first with "
                          f"`sealbench bundle {bundle} --out OUT`, then verify OUT/<run_id>")

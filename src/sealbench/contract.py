@@ -344,12 +344,11 @@ def require_locked(contract: ScoringContract) -> None:
         ContractError: ``unlocked contract`` or ``contract edited after lock``.
     """
     if not contract.locked_at or not contract.run_id:
-        raise ContractError("unlocked contract; no rate emitted")
+        raise ContractError("unlocked contract; no rate emitted: lock it before the run with "
+                            "`sealbench contract lock CONTRACT --run-id NAME`")
+    edited = ("; no rate emitted: put back the file as it was locked, or write a new contract and lock it "
+              "under a new run_id")
     if contract.contract_sha256 is None:
-        raise ContractError("contract edited after lock: contract_sha256 is missing; no rate emitted")
-    actual = contract_digest(contract)
-    if actual != contract.contract_sha256:
-        raise ContractError(
-            f"contract edited after lock: recorded {contract.contract_sha256}, "
-            f"content digests to {actual}; no rate emitted"
-        )
+        raise ContractError(f"contract edited after lock (its contract_sha256 is gone){edited}")
+    if contract_digest(contract) != contract.contract_sha256:
+        raise ContractError(f"contract edited after lock (it no longer matches the digest recorded at lock){edited}")

@@ -19,6 +19,30 @@ from .errors import Refusal
 M = TypeVar("M", bound=BaseModel)
 
 
+def nearest_folders(path: Path, holds: str) -> str:
+    """Words for a folder that is not there: whether ``path`` exists at all, and the folders
+    beside it that hold a file named ``holds`` (the nearest names first), so that a typo
+    names its fix."""
+    import difflib
+
+    if path.exists() and not path.is_dir():
+        return "it is a file, not a folder"
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        candidates = sorted(p.name for p in parent.iterdir()
+                            if p.is_dir() and not p.is_symlink() and (p / holds).is_file())
+    except OSError:
+        candidates = []
+    said = "it does not exist" if not path.exists() else f"it holds no {holds}"
+    if not candidates:
+        return said
+    close = difflib.get_close_matches(path.name, candidates, n=3, cutoff=0.5)
+    if close:
+        return f"{said}; did you mean {' or '.join(str(parent / c) for c in close)}?"
+    shown = ", ".join(candidates[:8]) + (f" and {len(candidates) - 8} more" if len(candidates) > 8 else "")
+    return f"{said}; beside it: {shown}"
+
+
 def describe_validation_error(err: ValidationError) -> str:
     """One line per problem: ``key.path: message`` (``missing required key``, ``unknown key``)."""
     parts = []

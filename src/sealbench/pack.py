@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .digest import UnsafeTree, digest_json, is_real_digest, same_digest, sha256_bytes, tree_digest
 from .errors import PackError, VerificationFailed
-from .files import model_json, read_model, read_text, write_atomic
+from .files import model_json, nearest_folders, read_model, read_text, write_atomic
 from .formats import PackManifest, Seal, TaskDigests, TaskRecord, check_id
 from .pytest_oracle import HARNESS_PYTEST, is_guarded, owned_option_problem
 from .scratch import sweep_temp_files
@@ -172,9 +172,9 @@ def load_pack(root: Path) -> Pack:
     Raises:
         PackError: naming the file and key of the first problem found.
     """
-    root = root.resolve()
     if not root.is_dir():
-        raise PackError(f"{root}: not a pack directory")
+        raise PackError(f"{root}: not a pack folder: {nearest_folders(root, 'pack.json')}")
+    root = root.resolve()
     manifest = read_model(root / "pack.json", PackManifest, PackError)
     templates: dict[str, str] = {}
     tasks: dict[str, Task] = {}
