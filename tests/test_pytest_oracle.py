@@ -260,7 +260,8 @@ def test_plugin_via_entry_point_in_workspace_is_not_loaded(tmp_path: Path) -> No
 
 def test_code_under_test_calling_os_exit_during_import_fails_and_is_flagged(tmp_path: Path) -> None:
     graded, card, _ = run(tmp_path, {"window.py": EXIT_ZERO}, name="os-exit")
-    assert card["outcome"] == "fail" and graded["junit"]["why"] == "no JUnit report written"
+    assert card["outcome"] == "fail" and graded["junit"]["why"].startswith("no JUnit report written: ")
+    assert "the code under test ended it" in graded["junit"]["why"]
     assert {"exit_hook", "session_cut_short"} <= set(flags(graded))
     assert card["forging_flags"]["flags"] == flags(graded)
     _, old, _ = run(tmp_path, {"window.py": EXIT_ZERO}, name="os-exit-old", old_form=True)
@@ -515,6 +516,57 @@ def test_hidden_tests_own_skip_mark_raises_no_flag(tmp_path: Path) -> None:
         "@pytest.mark.xfail(reason='pack', strict=True)\ndef test_xfails():\n    assert False\n"))
     graded, card, _ = run(tmp_path, {"window.py": RIGHT}, name="skipmark", pack=pack)
     assert card["outcome"] == "pass" and flags(graded) == []
+
+
+# --- a crash says whose it was ---------------------------------------------------------------
+
+
+def broken_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the guard whose start fails on an import, in place of the harness's."""
+    text = pytest_oracle.GUARD_FILE.read_text()
+    start = "        import pytest\n\n        ending = _install("
+    assert text.count(start) == 1
+    broken = tmp_path / "broken-guard" / "pytest_guard.py"
+    broken.parent.mkdir()
+    broken.write_text(text.replace(start, start.replace("import pytest\n", "import pytest\n        import "
+                                                        "sealbench_missing_plugin_module\n")))
+    monkeypatch.setattr(pytest_oracle, "GUARD_FILE", broken)
+    return broken
+
+
+def test_a_broken_guard_is_the_harness_failure_with_its_traceback_in_validate_and_show(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    pack = make_pack(tmp_path, "validate-broken-guard")
+    for other in (pack / "tasks").iterdir():
+        if other.name != TASK:
+            shutil.rmtree(other)
+    seal_pack(pack)
+    broken_guard(tmp_path, monkeypatch)
+    code, out, err = cli("pack", "validate", pack, "--repeat", "1", "--no-progress")
+    said = out + err
+    assert "invalid: t_11_fix_off_by_one: harness error" in said, said
+    assert "the test runner crashed: sealbench-pytest: the guard failed before any test ran: ModuleNotFoundError: " \
+           "No module named 'sealbench_missing_plugin_module' (pytest_guard.py line" in said
+    assert "not the agent's" in said and "runs on sealbench's own Python" in said
+    # In a run the attempt is not the agent's fail: a harness error, said by show and the task page.
+    graded, card, events = run(tmp_path, {"window.py": RIGHT}, name="broken-guard")
+    assert graded == {} and card["outcome"] == "harness_error"
+    (error,) = [e["payload"]["error"] for e in events if e["kind"] == "harness_error"]
+    assert "No module named 'sealbench_missing_plugin_module'" in error and "Its output ends: " in error
+    code, out, _ = cli("show", tmp_path / "broken-guard")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith(TASK))
+    assert "the harness failed, not the agent: " in row and "the test runner crashed" in row
+    assert "No module named 'sealbench_missing_plugin_module'" in row
+
+
+def test_a_crash_the_code_under_test_causes_is_the_agents_fail_and_says_how(tmp_path: Path) -> None:
+    killer = RIGHT + "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    graded, card, events = run(tmp_path, {"window.py": killer}, name="killed")
+    assert card["outcome"] == "fail" and not any(e["kind"] == "harness_error" for e in events)
+    why = graded["junit"]["why"]
+    assert why.startswith("no JUnit report written: the test process exited 137 (killed by signal 9)")
+    assert "the harness's own test run passes in this environment, so the code under test ended it" in why
 
 
 # --- the verdict's channel ----------------------------------------------------------------
