@@ -29,6 +29,7 @@ from sealbench.formats import AgentSpec, ScoringContract
 from sealbench.importers import import_pack
 from sealbench.journal import read_chain
 from sealbench.pack import load_pack, seal_pack
+from sealbench.report import write_report
 from sealbench.runner import RunOptions, execute
 
 TASK = "t_11_fix_off_by_one"
@@ -558,9 +559,13 @@ def test_a_broken_guard_is_the_harness_failure_with_its_traceback_in_validate_an
     row = next(line for line in out.splitlines() if line.startswith(TASK))
     assert "the harness failed, not the agent: " in row and "the test runner crashed" in row
     assert "No module named 'sealbench_missing_plugin_module'" in row
+    _, html_path = write_report(tmp_path / "broken-guard", tmp_path / "report")
+    page = (html_path.parent / "tasks" / f"{TASK}.html").read_text(encoding="utf-8")
+    assert "the test runner crashed" in page and "sealbench_missing_plugin_module" in page
 
 
-def test_a_crash_the_code_under_test_causes_is_the_agents_fail_and_says_how(tmp_path: Path) -> None:
+def test_exploit_code_under_test_that_kills_pytest_is_the_agents_fail(tmp_path: Path) -> None:
+    """Were every crash the harness's, killing pytest would turn a fail into a harness error."""
     killer = RIGHT + "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
     graded, card, events = run(tmp_path, {"window.py": killer}, name="killed")
     assert card["outcome"] == "fail" and not any(e["kind"] == "harness_error" for e in events)
