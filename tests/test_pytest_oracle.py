@@ -574,6 +574,27 @@ def test_exploit_code_under_test_that_kills_pytest_is_the_agents_fail(tmp_path: 
     assert "the harness's own test run passes in this environment, so the code under test ended it" in why
 
 
+def test_pythonpath_options_are_taken_out_for_a_pytest_without_them() -> None:
+    args = pytest_guard.rooted_pythonpath(["-q", "-o", "pythonpath=src lib", "-k", "x", "--override-ini=pythonpath=other",
+                                           "-opythonpath=last", "t.py"], "/r")
+    assert pytest_guard.pythonpath_for_old_pytest(args) == (["-q", "-k", "x", "t.py"], ["/r/last"])
+    assert pytest_guard.pythonpath_for_old_pytest(["-o", "pythonpath=/r/a /r/b"])[1] == ["/r/a", "/r/b"]
+
+
+def test_a_crash_is_summed_up_by_its_exception_and_where_in_the_guard() -> None:
+    internal = ("INTERNALERROR> Traceback (most recent call last):\n"
+                'INTERNALERROR>   File "/x/pytest_guard.py", line 12, in pytest_runtest_logreport\n'
+                "INTERNALERROR> AttributeError: 'TestReport' object has no attribute 'when'\n")
+    assert pytest_oracle.crash_summary(internal) == ("AttributeError: 'TestReport' object has no attribute 'when' "
+                                                      "(in the guard, pytest_guard.py line 12, in "
+                                                      "pytest_runtest_logreport)")
+    assert pytest_oracle.crash_summary("1 passed\n") is None
+    assert pytest_oracle.process_end(137, None) == "exited 137 (killed by signal 9)"
+    assert pytest_oracle.crashed(0, False, {"why": pytest_oracle.NO_REPORT})
+    assert not pytest_oracle.crashed(None, True, {"why": pytest_oracle.NO_REPORT})
+    assert not pytest_oracle.crashed(1, False, {"ok": False, "why": "1 failed"})
+
+
 # --- the verdict's channel ----------------------------------------------------------------
 
 
