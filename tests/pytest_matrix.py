@@ -1,12 +1,14 @@
 """The pytest versions the harness's guard is tested on: environments built with uv, kept in the
 project's ``.cache/envs`` across test runs (keyed by the spec, so by the pins).
 
-The oldest is the oldest pytest whose default run works on Python 3.11: before 6.2.4, pytest's
-assertion rewriting builds import nodes without the line numbers Python 3.10 made required, and
-every test module fails to compile ("required field "lineno" missing from alias"); 5.4 runs
-only under ``--assert=plain``. pluggy 0.13.1 is the newest pluggy pytest 6.2 accepts, and has
-no new-style wrappers; 7.0.1 with pluggy 1.0.0 is the pair the first repositories pinned.
+The oldest whose default run works on Python 3.11 is 6.2.4 (:data:`OLDEST`): before it,
+pytest's assertion rewriting builds import nodes without the line numbers Python 3.10 made
+required, and every test module fails to compile ("required field "lineno" missing from
+alias"). 5.4 runs under ``--assert=plain``, which its packs then declare (:data:`PLAIN_ASSERTS`).
+pluggy 0.13.1 is the newest pluggy pytest 5.4 and 6.2 accept, and has no new-style wrappers;
+7.0.1 with pluggy 1.0.0 is the pair the first repositories pinned.
 """
+
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from sealbench.formats import EnvironmentSpec
 CACHE: Final = Path(__file__).resolve().parents[1] / ".cache" / "envs"
 
 MATRIX: Final[dict[str, tuple[str, ...]]] = {
+    "5.4": ("pytest==5.4.3", "pluggy==0.13.1"),
     "6.2": ("pytest==6.2.4", "pluggy==0.13.1"),
     "7.0": ("pytest==7.0.1", "pluggy==1.0.0"),
     "7.4": ("pytest==7.4.4",),
@@ -30,6 +33,8 @@ MATRIX: Final[dict[str, tuple[str, ...]]] = {
     "newest": (f"pytest=={metadata.version('pytest')}",),
 }
 OLDEST, NEWEST = "6.2", "newest"
+PLAIN_ASSERTS: Final = frozenset({"5.4"})
+"""Versions whose assertion rewriting fails on Python 3.11: their packs add --assert=plain."""
 ENDS: Final = (OLDEST, NEWEST)
 
 

@@ -225,6 +225,8 @@ def matrix_pack(root: Path, version: str, pytest_version: str) -> Path:
         record.update(task_id=name, environment=environment)
         if "oracle_cmd" in changes:
             record["oracle_cmd"] = changes["oracle_cmd"]
+        if version in pytest_matrix.PLAIN_ASSERTS:
+            record["oracle_cmd"] = [record["oracle_cmd"][0], "--assert=plain", *record["oracle_cmd"][1:]]
         if changes.get("src_layout"):
             (task / "workspace" / "src").mkdir()
             (task / "workspace" / "window.py").rename(task / "workspace" / "src" / "window.py")
