@@ -168,7 +168,7 @@ def test_help_lists_every_exit_code() -> None:
 
 
 def test_a_typo_in_a_pack_or_bundle_path_names_the_nearest_folders(sealed_pack: Path, tmp_path: Path,
-                                                                      cli: Any) -> None:
+                                                                      cli: Cli) -> None:
     # The refusal names the way out: the folder that was meant, or what is there.
     typo = sealed_pack.parent / (sealed_pack.name + "s")
     code, _, err = cli("pack", "check", typo)

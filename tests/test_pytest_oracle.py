@@ -29,6 +29,7 @@ from sealbench.formats import AgentSpec, ScoringContract
 from sealbench.importers import import_pack
 from sealbench.journal import read_chain
 from sealbench.pack import load_pack, seal_pack
+from sealbench.report import write_report
 from sealbench.runner import RunOptions, execute
 
 TASK = "t_11_fix_off_by_one"
@@ -260,7 +261,8 @@ def test_plugin_via_entry_point_in_workspace_is_not_loaded(tmp_path: Path) -> No
 
 def test_code_under_test_calling_os_exit_during_import_fails_and_is_flagged(tmp_path: Path) -> None:
     graded, card, _ = run(tmp_path, {"window.py": EXIT_ZERO}, name="os-exit")
-    assert card["outcome"] == "fail" and graded["junit"]["why"] == "no JUnit report written"
+    assert card["outcome"] == "fail" and graded["junit"]["why"].startswith("no JUnit report written: ")
+    assert "the code under test ended it" in graded["junit"]["why"]
     assert {"exit_hook", "session_cut_short"} <= set(flags(graded))
     assert card["forging_flags"]["flags"] == flags(graded)
     _, old, _ = run(tmp_path, {"window.py": EXIT_ZERO}, name="os-exit-old", old_form=True)
@@ -515,6 +517,82 @@ def test_hidden_tests_own_skip_mark_raises_no_flag(tmp_path: Path) -> None:
         "@pytest.mark.xfail(reason='pack', strict=True)\ndef test_xfails():\n    assert False\n"))
     graded, card, _ = run(tmp_path, {"window.py": RIGHT}, name="skipmark", pack=pack)
     assert card["outcome"] == "pass" and flags(graded) == []
+
+
+# --- a crash says whose it was ---------------------------------------------------------------
+
+
+def broken_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the guard whose start fails on an import, in place of the harness's."""
+    text = pytest_oracle.GUARD_FILE.read_text()
+    start = "        import pytest\n\n        ending = _install("
+    assert text.count(start) == 1
+    broken = tmp_path / "broken-guard" / "pytest_guard.py"
+    broken.parent.mkdir()
+    broken.write_text(text.replace(start, start.replace("import pytest\n", "import pytest\n        import "
+                                                        "sealbench_missing_plugin_module\n")))
+    monkeypatch.setattr(pytest_oracle, "GUARD_FILE", broken)
+    return broken
+
+
+def test_a_broken_guard_is_the_harness_failure_with_its_traceback_in_validate_and_show(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    pack = make_pack(tmp_path, "validate-broken-guard")
+    for other in (pack / "tasks").iterdir():
+        if other.name != TASK:
+            shutil.rmtree(other)
+    seal_pack(pack)
+    broken_guard(tmp_path, monkeypatch)
+    code, out, err = cli("pack", "validate", pack, "--repeat", "1", "--no-progress")
+    said = out + err
+    assert "invalid: t_11_fix_off_by_one: harness error" in said, said
+    assert "the test runner crashed: sealbench-pytest: the guard failed before any test ran: ModuleNotFoundError: " \
+           "No module named 'sealbench_missing_plugin_module' (pytest_guard.py line" in said
+    assert "not the agent's" in said and "runs on sealbench's own Python" in said
+    # In a run the attempt is not the agent's fail: a harness error, said by show and the task page.
+    graded, card, events = run(tmp_path, {"window.py": RIGHT}, name="broken-guard")
+    assert graded == {} and card["outcome"] == "harness_error"
+    (error,) = [e["payload"]["error"] for e in events if e["kind"] == "harness_error"]
+    assert "No module named 'sealbench_missing_plugin_module'" in error and "Its output ends: " in error
+    code, out, _ = cli("show", tmp_path / "broken-guard")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith(TASK))
+    assert "the harness failed, not the agent: " in row and "the test runner crashed" in row
+    assert "No module named 'sealbench_missing_plugin_module'" in row
+    _, html_path = write_report(tmp_path / "broken-guard", tmp_path / "report")
+    page = (html_path.parent / "tasks" / f"{TASK}.html").read_text(encoding="utf-8")
+    assert "the test runner crashed" in page and "sealbench_missing_plugin_module" in page
+
+
+def test_exploit_code_under_test_that_kills_pytest_is_the_agents_fail(tmp_path: Path) -> None:
+    """Were every crash the harness's, killing pytest would turn a fail into a harness error."""
+    killer = RIGHT + "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    graded, card, events = run(tmp_path, {"window.py": killer}, name="killed")
+    assert card["outcome"] == "fail" and not any(e["kind"] == "harness_error" for e in events)
+    why = graded["junit"]["why"]
+    assert why.startswith("no JUnit report written: the test process exited 137 (killed by signal 9)")
+    assert "the harness's own test run passes in this environment, so the code under test ended it" in why
+
+
+def test_pythonpath_options_are_taken_out_for_a_pytest_without_them() -> None:
+    args = pytest_guard.rooted_pythonpath(["-q", "-o", "pythonpath=src lib", "-k", "x", "--override-ini=pythonpath=other",
+                                           "-opythonpath=last", "t.py"], "/r")
+    assert pytest_guard.pythonpath_for_old_pytest(args) == (["-q", "-k", "x", "t.py"], ["/r/last"])
+    assert pytest_guard.pythonpath_for_old_pytest(["-o", "pythonpath=/r/a /r/b"])[1] == ["/r/a", "/r/b"]
+
+
+def test_a_crash_is_summed_up_by_its_exception_and_where_in_the_guard() -> None:
+    internal = ("INTERNALERROR> Traceback (most recent call last):\n"
+                'INTERNALERROR>   File "/x/pytest_guard.py", line 12, in pytest_runtest_logreport\n'
+                "INTERNALERROR> AttributeError: 'TestReport' object has no attribute 'when'\n")
+    assert pytest_oracle.crash_summary(internal) == ("AttributeError: 'TestReport' object has no attribute 'when' "
+                                                      "(in the guard, pytest_guard.py line 12, in "
+                                                      "pytest_runtest_logreport)")
+    assert pytest_oracle.crash_summary("1 passed\n") is None
+    assert pytest_oracle.process_end(137, None) == "exited 137 (killed by signal 9)"
+    assert pytest_oracle.crashed(0, False, {"why": pytest_oracle.NO_REPORT})
+    assert not pytest_oracle.crashed(None, True, {"why": pytest_oracle.NO_REPORT})
+    assert not pytest_oracle.crashed(1, False, {"ok": False, "why": "1 failed"})
 
 
 # --- the verdict's channel ----------------------------------------------------------------

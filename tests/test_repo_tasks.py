@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+import pytest_matrix
 from conftest import SHARED_DATA, make_contract, needs_bwrap
 from sealbench import environments
 from sealbench.errors import EnvironmentRefused, PackError
@@ -66,15 +67,11 @@ TESTS_AFTER = TESTS_BEFORE + textwrap.dedent("""\
 
 
 @pytest.fixture(scope="module")
-def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    cache = tmp_path_factory.mktemp("envs")
-    old = os.environ.get("SEALBENCH_ENV_CACHE")
-    os.environ["SEALBENCH_ENV_CACHE"] = str(cache)
-    yield cache
-    if old is None:
-        os.environ.pop("SEALBENCH_ENV_CACHE", None)
-    else:
-        os.environ["SEALBENCH_ENV_CACHE"] = old
+def env_cache() -> Iterator[Path]:
+    """The project's cache of built environments (kept across test runs: a spec is built once)."""
+    old = pytest_matrix.use_cache()
+    yield pytest_matrix.CACHE
+    pytest_matrix.restore(old)
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +116,24 @@ def calc_pack(calc_repo: tuple[Path, Path], env_cache: Path, tmp_path_factory: p
     return load_pack(pack.root)
 
 
+@pytest.fixture(scope="module")
+def oldest_calc_pack(calc_repo: tuple[Path, Path], env_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    """The calc task in an environment of the oldest pytest the guard runs on."""
+    repo, data = calc_repo
+    override = tmp_path_factory.mktemp("oldest") / "envs.json"
+    override.write_text(json.dumps({"example/calc": {"requirements": list(pytest_matrix.MATRIX[pytest_matrix.OLDEST])}}))
+    pack = import_pack("swebench", data, override.parent / "pack", repos=[("example/calc", repo)], env_spec=override)
+    environments.build_all(pack, say=lambda _line: None)
+    validate_pack(pack.root, repeat=1, progress=False)  # its verdict is a test of its own, below
+    return load_pack(pack.root)
+
+
+@pytest.fixture(params=["newest", "oldest"])
+def guard_pack(request: pytest.FixtureRequest) -> Pack:
+    """The calc task on the newest pytest and on the oldest: a guard exploit must fail on both."""
+    return request.getfixturevalue("calc_pack" if request.param == "newest" else "oldest_calc_pack")  # type: ignore[no-any-return]
+
+
 def run_agent(pack: Pack, tmp_path: Path, command: str, name: str, **kwargs: Any) -> list[dict[str, Any]]:
     contract = tmp_path / f"{name}.json"
     make_contract(pack.root, contract, command=command, run_id=f"{name}-{os.getpid()}", **kwargs)
@@ -154,8 +169,10 @@ def python_agent(code: str, *args: str) -> str:
 # --- the small repository: every machine --------------------------------------------------------
 
 
-def test_validation_finds_the_task_valid_in_its_environment(calc_pack: Pack) -> None:
-    validity = calc_pack.manifest.validity
+@pytest.mark.parametrize("which", ["calc_pack", "oldest_calc_pack"])
+def test_validation_finds_the_task_valid_in_its_environment(which: str, request: pytest.FixtureRequest) -> None:
+    """On the newest pytest and on the oldest: no flag on honest work, the empty change fails."""
+    validity = request.getfixturevalue(which).manifest.validity
     assert validity is not None and all(ev.valid for ev in validity.tasks.values()), validity
 
 
@@ -269,7 +286,7 @@ def assert_forgery_fails(pack: Pack, tmp_path: Path, name: str, agent: str) -> d
     return graded
 
 
-def test_exploit_workspace_module_imported_while_pytest_itself_is_imported(calc_pack: Pack, tmp_path: Path) -> None:
+def test_exploit_workspace_module_imported_while_pytest_itself_is_imported(guard_pack: Pack, tmp_path: Path) -> None:
     """copy.py looks for Jython's org.python.core when pytest is imported: a workspace src/org
     answered it, before the guard watched, when the environment put src/ on sys.path at the
     interpreter's start. Now only pytest adds it, once the guard watches."""
@@ -296,11 +313,11 @@ def test_exploit_workspace_module_imported_while_pytest_itself_is_imported(calc_
         os.makedirs("src/org", exist_ok=True)
         open("src/org/__init__.py", "w").write({planted!r})
     """)
-    assert_forgery_fails(calc_pack, tmp_path, "org", agent)
+    assert_forgery_fails(guard_pack, tmp_path, "org", agent)
 
 
 @pytest.mark.parametrize(("name", "globals_"), [("<frozen calc>", "{}"), ("<string>", "{'__file__': _os.__file__}")])
-def test_exploit_code_compiled_under_a_library_name_is_code_under_test(calc_pack: Pack, tmp_path: Path, name: str,
+def test_exploit_code_compiled_under_a_library_name_is_code_under_test(guard_pack: Pack, tmp_path: Path, name: str,
                                                                         globals_: str) -> None:
     """Code under test compiled under a frozen module's kind of name, or run in globals naming
     a library file, was taken for the library's and could clear the guard's snapshot."""
@@ -308,12 +325,12 @@ def test_exploit_code_compiled_under_a_library_name_is_code_under_test(calc_pack
     agent = python_agent(f"""\
         open("src/calc/__init__.py", "a").write({payload!r})
     """)
-    graded = assert_forgery_fails(calc_pack, tmp_path, "compiled", agent)
+    graded = assert_forgery_fails(guard_pack, tmp_path, "compiled", agent)
     assert graded.get("forging_flags"), graded
 
 
 @pytest.mark.parametrize("how", ["link", "subprocess"])
-def test_exploit_pack_module_rewritten_at_run_time_is_no_longer_the_packs(calc_pack: Pack, tmp_path: Path,
+def test_exploit_pack_module_rewritten_at_run_time_is_no_longer_the_packs(guard_pack: Pack, tmp_path: Path,
                                                                            how: str) -> None:
     """A module of the pack (exempt from the guard's checks) rewritten by code under test,
     through a link the watch saw only by its own name, or by a process the watch does not
@@ -332,7 +349,7 @@ def test_exploit_pack_module_rewritten_at_run_time_is_no_longer_the_packs(calc_p
     agent = python_agent(f"""\
         open("src/calc/__init__.py", "a").write({payload!r})
     """)
-    graded = assert_forgery_fails(calc_pack, tmp_path, f"owned-{how}", agent)
+    graded = assert_forgery_fails(guard_pack, tmp_path, f"owned-{how}", agent)
     assert graded.get("forging_flags"), graded
 
 
@@ -418,6 +435,142 @@ def test_repo_dir_finds_each_repository_clone_by_name(calc_repo: tuple[Path, Pat
     assert list(pack.tasks) == ["example__calc-1"]
     with pytest.raises(PackError, match="no clone of example/calc under"):
         import_pack("swebench", data, tmp_path / "q", repo=tmp_path)
+
+
+# --- repositories that pin an older pytest ------------------------------------------------------
+
+
+def make_instance(root: Path, slug: str, base: dict[str, str], fix: dict[str, str], tests: dict[str, str],
+                  fail_to_pass: list[str], pass_to_pass: list[str]) -> tuple[Path, Path]:
+    """A git repository of ``base`` and one SWE-bench-style instance: ``fix`` is its patch and
+    ``tests`` its test patch; (the clone, the instances file)."""
+    repo = root / slug.replace("/", "__")
+    for rel, text in base.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    diffs = []
+    for changes in (fix, tests):
+        for rel, text in changes.items():
+            (repo / rel).write_text(text)
+        diffs.append(git(repo, "diff", "--", *changes))
+        git(repo, "stash", "-q")  # the next diff is against the base, as SWE-bench's are
+        git(repo, "stash", "drop", "-q")
+    instance = {"repo": slug, "instance_id": slug.replace("/", "__") + "-1", "base_commit": commit,
+                "patch": diffs[0], "test_patch": diffs[1], "problem_statement": f"{slug} has a bug.",
+                "FAIL_TO_PASS": json.dumps(fail_to_pass), "PASS_TO_PASS": json.dumps(pass_to_pass),
+                "version": "", "environment_setup_commit": commit}
+    data = root / f"{slug.replace('/', '__')}.jsonl"
+    data.write_text(json.dumps(instance) + "\n")
+    return repo, data
+
+
+UNITS_TESTS = textwrap.dedent("""\
+    import pytest
+
+    from units import to_meters
+
+
+    @pytest.mark.parametrize(("value", "meters"), [(1, 1), (3, 3)])
+    def test_meters_stay_meters(value, meters):
+        assert to_meters(value, "m") == meters
+
+
+    class TestCentimeters:
+        def test_a_hundred_centimeters_is_a_meter(self):
+            assert to_meters(100, "cm") == 1
+""")
+SLUG_TESTS = textwrap.dedent("""\
+    import unittest
+
+    from slugs import slugify
+
+
+    class SlugTest(unittest.TestCase):
+        def test_spaces_become_dashes(self):
+            self.assertEqual(slugify("a b"), "a-b")
+""")
+# Two small repositories whose test requirements pin an older pytest: a src/ layout on the
+# pytest 7.0.1 and pluggy 1.0.0 the first repositories pinned, and a flat one on the oldest.
+OLD_PYTEST_REPOS: dict[str, dict[str, Any]] = {
+    "units-pytest-7.0.1": {
+        "slug": "example/units", "pins": ["pytest==7.0.1", "pluggy==1.0.0"],
+        "base": {"src/units/__init__.py": "FACTORS = {'m': 1, 'cm': 0.01, 'km': 100}\n\n\n"
+                                          "def to_meters(value, unit):\n    return value * FACTORS[unit]\n",
+                 "tests/test_units.py": UNITS_TESTS,
+                 "requirements/tests.txt": "pytest==7.0.1\npluggy==1.0.0\n"},
+        "fix": {"src/units/__init__.py": "FACTORS = {'m': 1, 'cm': 0.01, 'km': 1000}\n\n\n"
+                                         "def to_meters(value, unit):\n    return value * FACTORS[unit]\n"},
+        "tests": {"tests/test_units.py": UNITS_TESTS + "\n\ndef test_a_kilometer_is_a_thousand_meters():\n"
+                                                       "    assert to_meters(2, 'km') == 2000\n"},
+        "fail_to_pass": ["tests/test_units.py::test_a_kilometer_is_a_thousand_meters"],
+        "pass_to_pass": ["tests/test_units.py::test_meters_stay_meters[1-1]",
+                         "tests/test_units.py::test_meters_stay_meters[3-3]",
+                         "tests/test_units.py::TestCentimeters::test_a_hundred_centimeters_is_a_meter"],
+    },
+    "slugs-pytest-6.2.4": {
+        "slug": "example/slugs", "pins": list(pytest_matrix.MATRIX[pytest_matrix.OLDEST]),
+        "base": {"slugs/__init__.py": "def slugify(text):\n    return '-'.join(text.split())\n",
+                 "tests/test_slugs.py": SLUG_TESTS,
+                 "requirements-test.txt": "\n".join(pytest_matrix.MATRIX[pytest_matrix.OLDEST]) + "\n"},
+        "fix": {"slugs/__init__.py": "def slugify(text):\n    return '-'.join(text.lower().split())\n"},
+        "tests": {"tests/test_slugs.py": SLUG_TESTS + "\n    def test_capitals_become_small(self):\n"
+                                                      "        self.assertEqual(slugify('A B'), 'a-b')\n"},
+        "fail_to_pass": ["tests/test_slugs.py::SlugTest::test_capitals_become_small"],
+        "pass_to_pass": ["tests/test_slugs.py::SlugTest::test_spaces_become_dashes"],
+    },
+}
+
+
+@pytest.fixture(scope="module", params=list(OLD_PYTEST_REPOS))
+def old_pytest_pack(request: pytest.FixtureRequest, env_cache: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Pack]:
+    """An instance of a repository that pins an older pytest: (its pins, its pack, imported, its
+    environment built, validated: the verdict is a test of its own)."""
+    repo = OLD_PYTEST_REPOS[request.param]
+    root = tmp_path_factory.mktemp(request.param)
+    clone, data = make_instance(root, repo["slug"], repo["base"], repo["fix"], repo["tests"],
+                                repo["fail_to_pass"], repo["pass_to_pass"])
+    pack = import_pack("swebench", data, root / "pack", repos=[(repo["slug"], clone)])
+    environments.build_all(pack, say=lambda _line: None)
+    validate_pack(pack.root, repeat=1, progress=False)
+    return repo["pins"], load_pack(pack.root)
+
+
+def test_an_older_pinned_pytest_is_the_environments_and_the_task_validates(
+        old_pytest_pack: tuple[list[str], Pack]) -> None:
+    pins, pack = old_pytest_pack
+    (task,) = pack.tasks.values()
+    spec = task.record.environment
+    assert spec is not None and all(p in spec.requirements for p in pins), spec
+    (built,) = environments.require(pack).values()
+    assert all(p in built.packages for p in pins), built.packages
+    validity = pack.manifest.validity
+    assert validity is not None and all(ev.valid for ev in validity.tasks.values()), validity
+    # The empty change was graded, and failed: the hidden tests discriminate on this pytest.
+    assert all(ev.reference_passes == [True] and ev.empty_change_passes == [False] for ev in validity.tasks.values())
+
+
+def test_an_older_pinned_pytest_grades_reference_empty_change_and_gold_patch(
+        old_pytest_pack: tuple[list[str], Pack], tmp_path: Path) -> None:
+    _pins, pack = old_pytest_pack
+    assert [c["outcome"] for c in run_agent(pack, tmp_path, "builtin:reference", "ref")] == ["pass"], \
+        not_passed(tmp_path / "ref")
+    assert [c["outcome"] for c in run_agent(pack, tmp_path, "builtin:noop", "noop")] == ["abstain"]  # nothing changed
+    (task,) = pack.tasks.values()
+    gold = tmp_path / "gold-patch"
+    shutil.copytree(task.solution, gold)
+    agent = python_agent("""\
+        import shutil, sys
+        shutil.copytree(sys.argv[1], ".", dirs_exist_ok=True)
+    """, str(gold))
+    cards = run_agent(pack, tmp_path, agent, "gold", mounts=[str(gold)])
+    assert [c["outcome"] for c in cards] == ["pass"], not_passed(tmp_path / "gold")
+    (graded,) = graded_events(tmp_path / "gold")
+    assert not graded.get("forging_flags") and graded["junit"]["missing_required"] == [], graded
 
 
 # --- the real click instances ------------------------------------------------------------------

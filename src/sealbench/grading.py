@@ -506,6 +506,8 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
     result["oracle"] = facts
     result["oracle_guard"] = pytest_oracle.GUARD_LABEL
     result["junit"] = verdict.junit
+    if pytest_oracle.crashed(res.exit_code, res.timed_out, verdict.junit):
+        result["junit"] = {**verdict.junit, "why": whose_crash(settings, cancel, task, tw, attempt, res, verdict.junit)}
     if verdict.ignored:
         result["oracle_ignored"] = verdict.ignored
     if verdict.flags:
@@ -513,6 +515,60 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
         result["forging_detail"] = verdict.details
     result["oracle_timed_out"] = res.timed_out
     return pytest_oracle.exit_passes(res.exit_code, rule) and not res.timed_out and bool(verdict.junit["ok"])
+
+
+def _output(res: SandboxResult) -> str:
+    return b"\n".join(b for b in (res.stdout, res.stderr) if b).decode("utf-8", "replace")
+
+
+def pinned_versions(settings: Settings, task: Task) -> str:
+    """Which pytest and pluggy the task's oracle runs on, in words."""
+    environment = environment_of(settings, task)
+    if environment is None:
+        return "it runs on sealbench's own Python"
+    pins = [p.replace("==", " ") for p in environment.packages if p.lower().split("==")[0] in ("pytest", "pluggy")]
+    return f"the environment pins {' and '.join(sorted(pins, reverse=True)) or 'no pytest'}"
+
+
+def whose_crash(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+                res: SandboxResult, junit: Mapping[str, Any]) -> str:
+    """A guarded run that crashed (:func:`pytest_oracle.crashed`): the harness's own test run,
+    in the same environment with nothing of the candidate's, says whose crash it was.
+
+    Returns the JUnit verdict's why when the harness's run passes (the candidate's code ended
+    the run: the agent's failure, told with the tail of the run's output).
+
+    Raises:
+        HarnessError: the harness's run crashes too: the guard or the environment is broken,
+            never the agent's doing; the message says how, with the tail of the output.
+        Stopped: cancelled.
+    """
+    root = tw.root / f"self-check-{attempt}"
+    remove_tree(root)
+    try:
+        guarded, workdir = pytest_oracle.prepare_self_check(root)
+        env = {**task_env(settings, task, workdir, attempt, None, oracle=True), **guarded.env}
+        check, _facts = sandboxed(settings, cancel, guarded.argv, workdir, env, pytest_oracle.SELF_CHECK_S,
+                                  guarded.readonly, guarded.writable, task=task)
+        healthy = pytest_oracle.self_check_healthy(guarded, check.exit_code, check.timed_out)
+    finally:
+        with contextlib.suppress(OSError):
+            remove_tree(root)
+    ended = pytest_oracle.process_end(res.exit_code, res.signal)
+    if not healthy:
+        own = _output(check)
+        what = (f"did not end within {pytest_oracle.SELF_CHECK_S:g} s" if check.timed_out else
+                pytest_oracle.process_end(check.exit_code, check.signal))
+        raise HarnessError(
+            f"{task.task_id}: the test runner crashed: {pytest_oracle.crash_summary(own) or 'it ' + what}; "
+            f"{pinned_versions(settings, task)}. The harness's own one-test run crashes the same way here ({what}), "
+            f"so this is the harness's or the environment's failure, not the agent's. Its output ends: "
+            f"{pytest_oracle.output_tail(own)}")
+    output = _output(res)
+    said = pytest_oracle.crash_summary(output)
+    return (f"{junit.get('why')}: the test process {ended}" + (f" ({said})" if said else "")
+            + "; the harness's own test run passes in this environment, so the code under test ended it. "
+            f"Its output ends: {pytest_oracle.output_tail(output, chars=400)}")
 
 
 def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,

@@ -49,6 +49,7 @@ import contextlib
 import hashlib
 import hmac
 import importlib.machinery
+import importlib.util
 import json
 import os
 import shlex
@@ -66,6 +67,9 @@ CONFIG_NAME: Final = "sealbench-guard.json"
 INI_NAME: Final = "sealbench-pytest.ini"
 REPORT_NAME: Final = "sealbench-junit.xml"
 RECORD_NAME: Final = "sealbench-record.jsonl"
+SETUP_FAILED: Final = 71
+"""The guard's status when it failed before pytest ran (pytest's own are 0 to 5)."""
+CRASH_MARK: Final = "sealbench-pytest: the guard failed before any test ran"
 
 FLAGS: Final[dict[str, str]] = {
     "audit_hook": "an audit hook added by code under test",
@@ -241,6 +245,11 @@ def _changed(before: dict[str, object], after: dict[str, object], module: str) -
             continue
         if key not in before and key.rsplit(".", 1)[-1].startswith("_pytest"):
             continue  # pytest's own markers on its classes (warnings shown once)
+        if key not in before and (key == "__warningregistry__" or (
+                module == "_pytest.junitxml" and key.startswith("Junit.") and isinstance(after[key], type))):
+            # The warnings module's registry of a module that warned; pytest 5's py.xml makes
+            # each report tag's class on first use (a forged one is a report_mismatch).
+            continue
         if not _same(before.get(key, _MISSING), after.get(key, _MISSING)):
             out.append(f"{module}.{key}")
     return out
@@ -867,17 +876,25 @@ def _watched_init(original: Callable[..., None], message: Callable[..., None],
     return init
 
 
-def make_plugin() -> object:
+def make_plugin(pythonpath: list[str] | None = None) -> object:
     """The harness's pytest plugin: it reports to the watch with messages, and holds nothing
-    of the watch's."""
+    of the watch's.
+
+    It runs on every pytest from 5.4 on (pluggy 0.13 on): it declares only hook arguments
+    every version has, and wraps with a new-style wrapper where pluggy has them.
+    ``pythonpath``: directories to put on ``sys.path`` as pytest 7's ``pythonpath`` option
+    does, for a pytest without that option (:func:`pythonpath_for_old_pytest`)."""
     import pytest
     from _pytest import junitxml
 
     message, getframe = sys.audit, sys._getframe
+    added = list(pythonpath or ())
 
     class SealbenchGuard:
         @pytest.hookimpl(tryfirst=True)
         def pytest_load_initial_conftests(self, early_config: pytest.Config) -> None:
+            for path in reversed(added):  # where, and when, pytest 7's python_path plugin puts them
+                sys.path.insert(0, path)
             manager = early_config.pluginmanager
             original = manager._importconftest
 
@@ -892,8 +909,9 @@ def make_plugin() -> object:
             manager._importconftest = importconftest  # type: ignore[method-assign]
             message(_MESSAGE + "armed", manager, junitxml)
 
-        def pytest_plugin_registered(self, plugin: object, plugin_name: str | None) -> None:
-            message(_MESSAGE + "registered", plugin, plugin_name, getframe(1))
+        # plugin_name came with pytest 8.1; manager is in every version.
+        def pytest_plugin_registered(self, plugin: object, manager: Any) -> None:
+            message(_MESSAGE + "registered", plugin, manager.get_name(plugin), getframe(1))
 
         def pytest_collection_finish(self, session: pytest.Session) -> None:
             message(_MESSAGE + "collected", [item.nodeid for item in session.items], list(session.items))
@@ -910,15 +928,47 @@ def make_plugin() -> object:
             if report.failed:
                 message(_MESSAGE + "test", f"collect:{report.nodeid}", f"collect:{report.nodeid}", "failed")
 
-        @pytest.hookimpl(wrapper=True)
         def pytest_sessionfinish(self) -> Iterator[None]:
             message(_MESSAGE + "window", True)
             try:
-                yield
+                yield  # an old-style wrapper is sent pluggy's outcome here, never raised into
             finally:
                 message(_MESSAGE + "window", False)
 
+    wrapper = SealbenchGuard.__dict__["pytest_sessionfinish"]
+    try:
+        marked = pytest.hookimpl(wrapper=True)(wrapper)
+    except TypeError:  # pluggy before 1.1: only old-style wrappers
+        marked = pytest.hookimpl(hookwrapper=True)(wrapper)
+    SealbenchGuard.pytest_sessionfinish = marked  # type: ignore[method-assign]
     return SealbenchGuard()
+
+
+def handles_pythonpath() -> bool:
+    """Whether the installed pytest has the ``pythonpath`` ini option (pytest 7.0 on)."""
+    return importlib.util.find_spec("_pytest.python_path") is not None
+
+
+def pythonpath_for_old_pytest(args: list[str]) -> tuple[list[str], list[str]]:
+    """The pack's arguments without their ``-o pythonpath=...`` options, and the directories
+    those named: for a pytest that does not know the option, the guard puts them on
+    ``sys.path`` itself, as pytest 7 would (relative ones to the working directory)."""
+    out: list[str] = []
+    paths: list[str] = []
+    i = 0
+    while i < len(args):
+        arg, value = args[i], None
+        for prefix in ("-opythonpath=", "--override-ini=pythonpath="):
+            if arg.startswith(prefix):
+                value = arg[len(prefix):]
+        if arg in ("-o", "--override-ini") and i + 1 < len(args) and args[i + 1].startswith("pythonpath="):
+            value, i = args[i + 1][len("pythonpath="):], i + 1
+        if value is None:
+            out.append(arg)
+        else:
+            paths = [os.path.abspath(p) for p in shlex.split(value)]  # the last one given wins, as in pytest
+        i += 1
+    return out, paths
 
 
 def rooted_pythonpath(args: list[str], rootdir: str) -> list[str]:
@@ -954,28 +1004,69 @@ def _take_config(private: str) -> dict[str, Any]:
     return config
 
 
+def versions() -> str:
+    """The interpreter's, pytest's and pluggy's versions, read without importing them."""
+    from importlib import metadata
+
+    found = [f"Python {sys.version.split()[0]}"]
+    for name in ("pytest", "pluggy"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except Exception:  # not installed, or its metadata unreadable: said as such
+            found.append(f"no {name}")
+    return ", ".join(found)
+
+
+def crash_line(error: BaseException) -> str:
+    """The one line that says how the guard failed: the exception, where in this file, versions."""
+    import traceback
+
+    here = [f for f in traceback.extract_tb(error.__traceback__) if _norm(f.filename) == _norm(__file__)]
+    where = f" (pytest_guard.py line {here[-1].lineno}, in {here[-1].name})" if here else ""
+    text = " ".join(str(error).split())[:_DETAIL_CHARS]
+    return f"{CRASH_MARK}: {type(error).__name__}: {text}{where}; {versions()}"
+
+
+def _setup_failed(error: BaseException) -> NoReturn:
+    """Before pytest.main no code under test has run: what failed is the harness or the
+    environment. Its traceback, then one line that says so, and a status pytest never uses."""
+    import traceback
+
+    with contextlib.suppress(Exception):
+        traceback.print_exception(error, file=sys.stderr)
+        print(crash_line(error), file=sys.stderr, flush=True)
+    os._exit(SETUP_FAILED)
+
+
 def main(argv: list[str]) -> NoReturn:
     """``pytest_guard.py PRIVATE -- PYTEST_ARGS...``: run pytest under the watch and exit."""
     if len(argv) < 3 or argv[2] != "--":
         print("usage: pytest_guard.py PRIVATE_DIR -- PYTEST_ARGS...", file=sys.stderr)
         os._exit(4)
     private, pack_args = argv[1], argv[3:]
-    config = _take_config(private)
-    key = bytes.fromhex(config.pop("key"))
-    fd = os.open(os.path.join(private, RECORD_NAME),
-                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    # The harness owns pytest's configuration: nothing from the environment either.
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
-        os.environ.pop(name, None)
-    rootdir = _norm(os.getcwd())
-    import pytest
+    try:
+        config = _take_config(private)
+        key = bytes.fromhex(config.pop("key"))
+        fd = os.open(os.path.join(private, RECORD_NAME),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        # The harness owns pytest's configuration: nothing from the environment either.
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+            os.environ.pop(name, None)
+        rootdir = _norm(os.getcwd())
+        import pytest
 
-    ending = _install(private, config, fd, key)
-    del key, config
-    plugin = make_plugin()
-    ending.trust(plugin)
-    args = [*rooted_pythonpath(pack_args, rootdir), "-c", os.path.join(private, INI_NAME), "--rootdir", rootdir,
+        ending = _install(private, config, fd, key)
+        del key, config
+        pack_args = rooted_pythonpath(pack_args, rootdir)
+        pythonpath: list[str] = []
+        if not handles_pythonpath():
+            pack_args, pythonpath = pythonpath_for_old_pytest(pack_args)
+        plugin = make_plugin(pythonpath)
+        ending.trust(plugin)
+    except BaseException as e:
+        _setup_failed(e)
+    args = [*pack_args, "-c", os.path.join(private, INI_NAME), "--rootdir", rootdir,
             "--confcutdir", rootdir, "-p", "no:cacheprovider", f"--junitxml={os.path.join(private, REPORT_NAME)}"]
     try:
         status = int(pytest.main(args, plugins=[plugin]))

@@ -36,6 +36,7 @@ import hmac
 import itertools
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -59,6 +60,15 @@ _DETAILS_KEPT: Final = 20
 # guard flags a plugin that comes from the workspace.)
 _OWNED_OPTIONS: Final = ("-c", "--config-file", "--rootdir", "--confcutdir", "--junitxml", "--junit-xml",
                          "--noconftest")
+NO_REPORT: Final = "no JUnit report written"
+SELF_CHECK_TEST: Final = "test_sealbench_self_check.py"
+SELF_CHECK_S: Final = 60.0
+"""The harness's own test run (:func:`prepare_self_check`): one test, which passes."""
+_SELF_CHECK_NAME: Final = "test_sealbench_self_check::test_the_harness_runs"
+# pytest's own statuses for a session that ran: passed, failed, interrupted, nothing collected.
+_SESSION_STATUSES: Final = (0, 1, 2, 5)
+_EXCEPTION_LINE: Final = re.compile(r"^(?:INTERNALERROR> )?(?:E +)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)"
+                                    r"(?::.*)?)$")
 _INI: Final = "[pytest]\n# sealbench's own pytest configuration: the workspace's is never read.\n"
 
 
@@ -190,7 +200,7 @@ def junit_verdict(data: bytes | None, required: Sequence[str], decided_by: str =
     only the required tests' names are kept, so a report of millions of cases costs counts.
     """
     if data is None:
-        return {"ok": False, "why": "no JUnit report written"}
+        return {"ok": False, "why": NO_REPORT}
     wanted = set(required)
     ran = failed = 0
     passed: set[str] = set()
@@ -403,3 +413,74 @@ def read_verdict(oracle: GuardedOracle, required: Sequence[str], exit_code: int 
     names = sorted({name for name, _ in flags})
     details = list(dict.fromkeys(f"{name}: {detail}" for name, detail in flags))[:_DETAILS_KEPT]
     return GuardedVerdict(junit=junit, flags=names, details=details, ignored=rec.ignored[:_DETAILS_KEPT])
+
+
+def crashed(exit_code: int | None, timed_out: bool, junit: dict[str, Any]) -> bool:
+    """Whether a guarded run ended as a crash does: without its report, or with a status pytest
+    gives only when it breaks (3, an internal error; 4, a usage error), a signal, or the guard's
+    own (:data:`sealbench.pytest_guard.SETUP_FAILED`). A timeout is not a crash."""
+    return not timed_out and (junit.get("why") == NO_REPORT or exit_code not in _SESSION_STATUSES)
+
+
+def prepare_self_check(root: Path) -> tuple[GuardedOracle, Path]:
+    """The harness's own test run: a grading directory under ``root`` (which must not exist)
+    holding one test that passes, and its guarded oracle; (the oracle, its directory).
+
+    Run in the environment of a run that crashed, it tells whose the crash was: nothing of the
+    candidate's is in it, so where it crashes too, the harness or the environment is broken."""
+    workdir = root / "work"
+    workdir.mkdir(parents=True)
+    # Not rewritten: pytest before 6.2.4 cannot rewrite a test module on Python 3.11, and a pack
+    # for it runs with --assert=plain, which this run does not know of.
+    (workdir / SELF_CHECK_TEST).write_text('"""PYTEST_DONT_REWRITE"""\n\n\ndef test_the_harness_runs():\n    pass\n',
+                                           encoding="utf-8")
+    return prepare(root / "private", [HARNESS_PYTEST, "-q", SELF_CHECK_TEST], [SELF_CHECK_TEST]), workdir
+
+
+def self_check_healthy(oracle: GuardedOracle, exit_code: int | None, timed_out: bool) -> bool:
+    """Whether the harness's own test run passed its one test, with no flag."""
+    if timed_out or exit_code != 0:
+        return False
+    verdict = read_verdict(oracle, [_SELF_CHECK_NAME], exit_code)
+    return bool(verdict.junit.get("ok")) and not verdict.flags
+
+
+def crash_summary(output: str) -> str | None:
+    """The line of a crashed test run's output that says what broke: the guard's own crash
+    line, else the last exception line (pytest's INTERNALERROR lines too), else None."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(pytest_guard.CRASH_MARK):
+            return line[:600]
+    for line in reversed(lines):
+        found = _EXCEPTION_LINE.match(line.strip())
+        if found:
+            where = _guard_frame(lines)
+            return found.group(1)[:400] + (f" ({where})" if where else "")
+    return None
+
+
+def _guard_frame(lines: list[str]) -> str | None:
+    """Where in the guard a traceback ends, when it passes through the guard."""
+    marks = [line.strip() for line in lines if "pytest_guard.py\", line " in line]
+    if not marks:
+        return None
+    found = re.search(r'line (\d+), in (\S+)', marks[-1])
+    return f"in the guard, pytest_guard.py line {found.group(1)}, in {found.group(2)}" if found else "in the guard"
+
+
+def output_tail(output: str, lines: int = 6, chars: int = 500) -> str:
+    """The last ``lines`` non-blank lines of ``output``, joined on one line, at most ``chars``."""
+    kept = [" ".join(line.split()) for line in output.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept)[-chars:]
+
+
+def process_end(exit_code: int | None, signal: int | None) -> str:
+    """How a test process ended, in words."""
+    if exit_code is None:
+        return f"was killed by signal {signal}" if signal else "was killed"
+    if exit_code == pytest_guard.SETUP_FAILED:
+        return f"exited {exit_code} (the guard failed before pytest ran)"
+    if 128 < exit_code < 128 + 65:  # how a shell, or the sandbox's init, reports a signal
+        return f"exited {exit_code} (killed by signal {exit_code - 128})"
+    return f"exited {exit_code}" + {3: " (pytest's internal error)", 4: " (pytest's usage error)"}.get(exit_code, "")
