@@ -30,7 +30,9 @@ where the error usually is."""
 FULL_CAP = 4 * 2**20
 """Bytes of a blob read at most, even with ``--full``."""
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, line and paragraph separators, and every bidirectional mark, embedding,
+# override and isolate (U+061C, U+200E and U+200F reorder text as the others do).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
 RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
 """What reading a run directory checked (a bundle's reading verifies it whole)."""
