@@ -390,7 +390,7 @@ def _oracle_spec(settings: Settings, task: Task, grade_dir: Path, attempt: int, 
         # The trusted function-level oracle: its package bound read-only (an editable install
         # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
         # the candidate starts can signal or rewrite (see sealbench.function_oracle).
-        spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
+        spec = replace(spec, readonly_paths=(*spec.readonly_paths, Path(__file__).resolve().parent), as_pid_1=True)
     return spec
 
 

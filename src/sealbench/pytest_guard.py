@@ -39,7 +39,8 @@ against themselves; a record cut short or edited no longer authenticates.
 
 "Code under test" here is every frame whose file is not the pack's own (the hidden tests and
 the workspace files the patch left unchanged) and not the interpreter's or pytest's: files
-the patch added or changed, files written at run time, and code compiled from strings.
+the patch added or changed, files written at run time, code compiled from strings, and
+bytecode unmarshalled from bytes that are not a library's (whatever file name it carries).
 """
 
 from __future__ import annotations
