@@ -29,7 +29,7 @@ from typing import Final
 TEMP_FILE: Final = re.compile(r"^\..+\.tmp-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 PARTIAL_BUNDLE: Final = re.compile(r"^\..+\.partial-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 IMPORTING_PACK: Final = re.compile(r"^\..+\.importing-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
-TEMP_DIR_SCRATCH: Final = re.compile(r"^sealbench-(?:validate|smoke|resolv|gateway|preflight|agentcheck)-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
+TEMP_DIR_SCRATCH: Final = re.compile(r"^sealbench-(?:validate|smoke|resolv|gateway|preflight|agentcheck|pycache|pycache-root)-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 
 
 def pid_alive(pid: int) -> bool:
