@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import sealbench.importers as importers
+from conftest import needs_bwrap
 from sealbench import pytest_oracle
 from sealbench.errors import PackError, UsageError
 from sealbench.formats import Provenance
@@ -36,6 +37,7 @@ from sealbench.importers.mbpp import interface
 from sealbench.importers.oracle import junit_test_name
 from sealbench.importers.sources import task_id_for
 from sealbench.pack import Pack, Task, check_pack, load_pack, visible_test_leaks
+from sealbench.validate import validate_pack
 from sealbench.workspace import copy_tree, overlay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -752,3 +754,29 @@ def test_every_full_data_set_imports_and_every_oracle_discriminates(
     assert len(pack.tasks) == tasks
     assert check_pack(pack.root).sealed_digest == pack.sealed_digest
     assert_discriminates(load_pack(pack.root), tmp_path, sorted(set(pack.tasks) - not_plain))
+
+
+@needs_bwrap
+def test_an_exercise_with_its_test_under_tests_validates(tmp_path: Path) -> None:
+    """Exercism's reverse-words keeps its test in tests/, which has no __init__.py: pytest puts
+    tests/ on sys.path, not the exercise, so the stub did not import (ModuleNotFoundError)."""
+    exercise = tmp_path / "track" / "exercises" / "practice" / "reverse-words"
+    for rel, text in {
+        ".docs/instructions.md": "# Reverse words\n\nReverse the order of the words in a sentence.\n",
+        ".meta/config.json": json.dumps({"files": {"solution": ["reverse_words.py"],
+                                                   "test": ["tests/reverse_words_test.py"],
+                                                   "example": [".meta/example.py"]}}),
+        ".meta/example.py": "def reverse_words(text):\n    return ' '.join(reversed(text.split(' ')))\n",
+        "reverse_words.py": "def reverse_words(text):\n    pass\n",
+        "tests/reverse_words_test.py": (
+            "import unittest\n\nfrom reverse_words import reverse_words\n\n\n"
+            "class ReverseWordsTest(unittest.TestCase):\n"
+            "    def test_two_words(self):\n        self.assertEqual(reverse_words('a b'), 'b a')\n"),
+    }.items():
+        (exercise / rel).parent.mkdir(parents=True, exist_ok=True)
+        (exercise / rel).write_text(text)
+    pack = import_pack("exercism", tmp_path / "track", tmp_path / "pack")
+    (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
+    assert evidence.valid, evidence
+    assert pack.tasks["reverse-words"].record.oracle_cmd == [
+        "sealbench-pytest", "-q", "-o", "pythonpath=.", "tests/reverse_words_test.py"]

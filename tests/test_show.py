@@ -170,6 +170,11 @@ def test_a_blob_whose_bytes_differ_from_its_digest_is_flagged(tmp_path: Path) ->
     ("over\rwrite", "over\\x0dwrite"),
     ("csi \x9b2J", "csi \\x9b2J"),
     ("bidi \u202etxt.exe", "bidi \\u202etxt.exe"),
+    ("left-to-right mark \u200e", "left-to-right mark \\u200e"),
+    ("right-to-left mark \u200fcba", "right-to-left mark \\u200fcba"),
+    ("arabic letter mark \u061c1", "arabic letter mark \\u061c1"),
+    ("isolate \u2067x\u2069", "isolate \\u2067x\\u2069"),
+    ("zero width joiner \u200d kept", "zero width joiner \u200d kept"),
 ])
 def test_inert_escapes_every_control_character_but_newline_and_tab(text: str, shown: str) -> None:
     assert show.inert(text) == shown

@@ -539,6 +539,28 @@ def is_link_at(root: Path, rel: str) -> bool:
         os.close(fd)
 
 
+def exists_at(root: Path, rel: str) -> bool:
+    """Whether ``root/rel`` exists (a link counts, unfollowed), every directory on the way a real
+    one (a link on the way is never followed: then False)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        return False
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return _exists_at(fd, parts[-1])
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def remove_entry(root: Path, rel: str) -> None:
     """Remove ``root/rel`` (file, link or directory) without following a link on the way.
 

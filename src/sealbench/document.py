@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .safe_text import inert
+
 __all__ = [
     "Block",
     "Bullets",
@@ -120,11 +122,11 @@ _MD_SPECIAL = re.compile(r"[\\`*\[\]<>#]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 def _md_text(text: str) -> str:
-    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text.replace("\n", " "))
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), inert(text).replace("\n", " "))
 
 
 def _md_code(text: str) -> str:
-    text = text.replace("\n", " ")
+    text = inert(text).replace("\n", " ")
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
@@ -253,18 +255,24 @@ footer { margin-top: 32px; padding-top: 8px; border-top: 1px solid var(--line); 
 """
 
 
+def _h(text: str) -> str:
+    """HTML text, escaped, with every control character written inert (a report shows a
+    bundle author's contract and an agent's output)."""
+    return html.escape(inert(text))
+
+
 def _html_inline(parts: Sequence[Span]) -> str:
     out = []
     for s in parts:
-        text = html.escape(s.text)
+        text = _h(s.text)
         if s.code:
             text = f"<code>{text}</code>"
         if s.strong:
             text = f"<strong>{text}</strong>"
         if s.mark is not None:
-            text = f'<span class="m-{html.escape(s.mark)}">{text}</span>'
+            text = f'<span class="m-{_h(s.mark)}">{text}</span>'
         if s.href is not None:
-            text = f'<a href="{html.escape(s.href)}">{text}</a>'
+            text = f'<a href="{_h(s.href)}">{text}</a>'
         out.append(text)
     return "".join(out)
 
@@ -273,7 +281,7 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]],
                 sortable: bool = False) -> str:
     parts = ['<table class="sortable">' if sortable else "<table>"]
     if head:
-        parts.append("<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>")
+        parts.append("<thead><tr>" + "".join(f"<th>{_h(h)}</th>" for h in header) + "</tr></thead>")
     parts.append("<tbody>")
     parts += ["<tr>" + "".join(f"<td>{_html_inline(cell)}</td>" for cell in row) + "</tr>" for row in rows]
     parts.append("</tbody></table>")
@@ -282,21 +290,21 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]],
 
 def _html_block(blk: Block, images: Mapping[str, tuple[str, bytes]]) -> str:
     if isinstance(blk, Para):
-        label = f"<strong>{html.escape(blk.label)}</strong>: " if blk.label else ""
+        label = f"<strong>{_h(blk.label)}</strong>: " if blk.label else ""
         cls = f"banner {blk.tone}" if blk.tone in ("alert", "warn") else blk.tone
         return f'<p class="{cls}">{label}{_html_inline(blk.parts)}</p>'
     if isinstance(blk, Fields):
         table = _html_table(("field", "value"), ((spans(n), v) for n, v in blk.rows), head=False)
         cls = ' class="wide"' if blk.wide else ""
-        return f"<section{cls}><h3>{html.escape(blk.title)}</h3>{table}</section>"
+        return f"<section{cls}><h3>{_h(blk.title)}</h3>{table}</section>"
     if isinstance(blk, Table):
         return _html_table(blk.header, blk.rows, sortable=blk.sortable)
     if isinstance(blk, Bullets):
         return "<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in blk.items) + "</ul>"
     mime, data = images[blk.name]
     b64 = base64.b64encode(data).decode("ascii")
-    return (f'<figure><img src="data:{mime};base64,{b64}" alt="{html.escape(blk.alt)}" '
-            f'data-figure="{html.escape(blk.name)}"><figcaption>{html.escape(blk.caption)}</figcaption></figure>')
+    return (f'<figure><img src="data:{mime};base64,{b64}" alt="{_h(blk.alt)}" '
+            f'data-figure="{_h(blk.name)}"><figcaption>{_h(blk.caption)}</figcaption></figure>')
 
 
 def render_html(title: str, sections: Sequence[Section], images: Mapping[str, tuple[str, bytes]],
@@ -308,16 +316,16 @@ def render_html(title: str, sections: Sequence[Section], images: Mapping[str, tu
     Raises:
         KeyError: a figure has no entry in ``images``.
     """
-    body = [f"<h1>{html.escape(title)}</h1>"]
+    body = [f"<h1>{_h(title)}</h1>"]
     for sec in sections:
         if sec.title:
-            body.append(f"<h2>{html.escape(sec.title)}</h2>")
+            body.append(f"<h2>{_h(sec.title)}</h2>")
         if sec.blocks and all(isinstance(b, Fields) for b in sec.blocks):
             body.append('<div class="facts">' + "".join(_html_block(b, images) for b in sec.blocks) + "</div>")
         else:
             body.extend(_html_block(b, images) for b in sec.blocks)
     if footer:
-        body.append(f"<footer>{html.escape(footer)}</footer>")
+        body.append(f"<footer>{_h(footer)}</footer>")
     csp = CSP
     if any(isinstance(b, Table) and b.sortable for sec in sections for b in sec.blocks):
         body.append(f"<script>{SORT_SCRIPT}</script>")
@@ -326,7 +334,7 @@ def render_html(title: str, sections: Sequence[Section], images: Mapping[str, tu
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<title>{_h(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
         + "\n".join(body)
         + "\n</body>\n</html>\n"
     )

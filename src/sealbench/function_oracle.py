@@ -520,7 +520,12 @@ class _Link:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") or k in _KEPT_ENV}
         # -P -s with an environment this process built is -I that keeps PYTHONHASHSEED: the
         # candidate's results are as reproducible as in the benchmark's own program.
-        argv = [sys.executable, "-P", "-s", "-m", MODULE, "--worker", str(to_read), str(from_write), root]
+        # The harness's bytecode options (sealbench.bytecode) go on to the worker.
+        import _imp
+
+        flags = [] if sys.pycache_prefix is None else ["-X", f"pycache_prefix={sys.pycache_prefix}"]
+        flags += ["--check-hash-based-pycs", _imp.check_hash_based_pycs]
+        argv = [sys.executable, "-P", "-s", *flags, "-m", MODULE, "--worker", str(to_read), str(from_write), root]
         # posix_spawn rather than subprocess (whose import costs every grade ~3 ms): the worker
         # gets the two pipe ends, /dev/null on stdin, its stdout on our stderr, and nothing else.
         keep = {to_read, from_write}

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import bytecode, pytest_oracle
 from . import events as ev
-from . import pytest_oracle
-from .agentfs import TreeCaps, read_regular, remove_entry, remove_tree
+from .agentfs import TreeCaps, exists_at, read_regular, remove_entry, remove_tree
 from .agents import ResolvedAgent
 from .contract import flagged_pass_counts
 from .derive import DERIVATION_VERSION
@@ -191,6 +191,16 @@ def environment_of(settings: Settings, task: Task) -> BuiltEnv | None:
     return built
 
 
+def bytecode_mirror(settings: Settings, task: Task | None) -> bytecode.Mirror:
+    """The read-only bytecode mirror every Python command of ``task`` looks in (see
+    :mod:`sealbench.bytecode`): the libraries of this interpreter and of the task's environment."""
+    environment = environment_of(settings, task) if task is not None else None
+    roots = bytecode.interpreter_roots()
+    if environment is not None:
+        roots += bytecode.environment_roots(environment)
+    return bytecode.mirror(roots)
+
+
 def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file: Path | None, *,
              oracle: bool = False) -> dict[str, str]:
     """The environment of a sandboxed command of ``task`` (its agent, oracle or visible tests).
@@ -217,6 +227,7 @@ def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file
         "LANG": "C.UTF-8",
         "PYTHONHASHSEED": str(seed),
         "PYTHONDONTWRITEBYTECODE": "1",
+        bytecode.PREFIX_ENV: str(bytecode_mirror(settings, task).prefix),
         "SEALBENCH_SEED": str(seed),
         "SEALBENCH_TASK_ID": task.task_id,
         "SEALBENCH_ATTEMPT": str(attempt),
@@ -245,6 +256,8 @@ def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: di
     quota = settings.workspace_quota
     environment = environment_of(settings, task) if task is not None else None
     links: tuple[tuple[str, str], ...] = ()
+    if task is not None:
+        readonly = [*readonly, *bytecode_mirror(settings, task).mounts]
     if environment is not None:
         from .environments import REPO_MOUNT
 
@@ -371,12 +384,13 @@ class OracleAhead:
 
 def _oracle_spec(settings: Settings, task: Task, grade_dir: Path, attempt: int, remaining: float) -> SandboxSpec:
     env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
-    spec = sandbox_spec(settings, task.record.oracle_cmd, grade_dir, env, remaining, task=task)
+    argv = bytecode.python_argv(task.record.oracle_cmd, bytecode_mirror(settings, task).prefix)
+    spec = sandbox_spec(settings, argv, grade_dir, env, remaining, task=task)
     if is_oracle_cmd(task.record.oracle_cmd):
         # The trusted function-level oracle: its package bound read-only (an editable install
         # lives outside the Python prefix), and run as the sandbox's pid 1, which nothing
         # the candidate starts can signal or rewrite (see sealbench.function_oracle).
-        spec = replace(spec, readonly_paths=(Path(__file__).resolve().parent,), as_pid_1=True)
+        spec = replace(spec, readonly_paths=(*spec.readonly_paths, Path(__file__).resolve().parent), as_pid_1=True)
     return spec
 
 
@@ -432,12 +446,16 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         forbidden += [p for p in module_shadows(changed, task.workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
                       if p not in forbidden]
     grade_dir = tw.root / f"grade-{attempt}"
+    # Without the pack's bytecode: Python would run a stale or planted .pyc as the pack's code.
     if ahead is None:
         remove_tree(grade_dir)
-        copy_tree(task.workspace, grade_dir)
+        copy_tree(task.workspace, grade_dir, ignore=bytecode.ignore_bytecode)
     else:  # prepare_oracle made it, empty
-        copy_tree(task.workspace, grade_dir, into=True)
+        copy_tree(task.workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
     applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
+    # Bytecode the patch carries (the copy holds none of the pack's) runs under the name it was
+    # compiled with: forbidden, whatever the contract lists.
+    forbidden += [p for p in changed if bytecode.is_bytecode(p) and p not in forbidden and exists_at(grade_dir, p)]
     result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
                               "no_forbidden_path": not forbidden, "tests_green": False}
     if apply_msg:
@@ -499,7 +517,8 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
     except ValueError as e:
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
     env = {**task_env(settings, task, grade_dir, attempt, None, oracle=True), **guarded.env}
-    res, facts = sandboxed(settings, cancel, guarded.argv, grade_dir, env, remaining, guarded.readonly,
+    argv = bytecode.python_argv(guarded.argv, bytecode_mirror(settings, task).prefix)
+    res, facts = sandboxed(settings, cancel, argv, grade_dir, env, remaining, guarded.readonly,
                            guarded.writable, task=task)
     rule = task.record.decided_by
     verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code, rule)
@@ -588,7 +607,8 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorks
     if not cmd:
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
     env = task_env(settings, task, tw.ws, attempt, None)
-    res, facts = sandboxed(settings, cancel, cmd, tw.ws, env, min(remaining, 60.0), task=task)
+    argv = bytecode.python_argv(cmd, bytecode_mirror(settings, task).prefix)
+    res, facts = sandboxed(settings, cancel, argv, tw.ws, env, min(remaining, 60.0), task=task)
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event

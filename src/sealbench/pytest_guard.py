@@ -39,7 +39,8 @@ against themselves; a record cut short or edited no longer authenticates.
 
 "Code under test" here is every frame whose file is not the pack's own (the hidden tests and
 the workspace files the patch left unchanged) and not the interpreter's or pytest's: files
-the patch added or changed, files written at run time, and code compiled from strings.
+the patch added or changed, files written at run time, code compiled from strings, and
+bytecode unmarshalled from bytes that are not a library's (whatever file name it carries).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import hmac
 import importlib.machinery
 import importlib.util
 import json
+import marshal
 import os
 import shlex
 import signal
@@ -73,7 +75,9 @@ CRASH_MARK: Final = "sealbench-pytest: the guard failed before any test ran"
 
 FLAGS: Final[dict[str, str]] = {
     "audit_hook": "an audit hook added by code under test",
-    "disguised_code": "code compiled by code under test under a file name of the interpreter, pytest or the pack",
+    "disguised_code": "code compiled by code under test under a file name of the interpreter, pytest or the pack, "
+                      "or bytecode not compiled from the file it names (a .pyc the code under test wrote, "
+                      "bytes it unmarshalled)",
     "exit_hook": "os._exit or atexit.register called by code under test (sys.exit only raises SystemExit, which "
                  "pytest records as an error of the test that raised it; one that ends the process before the "
                  "end of the session is session_cut_short)",
@@ -294,6 +298,7 @@ class _Watch:
         self.write = write
         self.owned = {_norm(os.path.join(self.rootdir, rel)) for rel in config.get("owned", [])}
         self.candidate_names: set[str] = set()  # names code under test compiled code under
+        self.candidate_files: set[str] = set()  # files whose name bytecode from untrusted bytes took
         # What each pack file was before any code under test ran: one that changes is no longer the pack's.
         self.owned_stat = {path: _stat_key(path) for path in self.owned}
         self.protected_names = frozenset({REPORT_NAME, RECORD_NAME, CONFIG_NAME, INI_NAME})
@@ -347,6 +352,8 @@ class _Watch:
                 return CANDIDATE
             filename = file
         path = _norm(filename)
+        if path in self.candidate_files:
+            return CANDIDATE
         if path in self.owned:
             if self.owned_stat.get(path) == _stat_key(path):
                 return OWNED
@@ -401,6 +408,12 @@ class _Watch:
                 self.flag("runner_patched", f"__code__ of {target} replaced from {self.where(caller)}")
         elif event in ("compile", "code.__new__"):
             self.on_compile(event, args, caller)
+        elif event == "marshal.loads":
+            self.on_unmarshal(args, caller)
+        elif event == "marshal.load":
+            # The harness's wrapper reports what it loaded; a caller around it is hiding it.
+            if caller is not None and caller.f_code not in self.trusted and self.candidate(caller):
+                self.flag("disguised_code", f"marshal.load around the harness's wrapper from {self.where(caller)}")
         elif event == "open":
             self.on_open(event, args, caller)
         elif event in _PATH_EVENTS:
@@ -441,6 +454,56 @@ class _Watch:
             return
         if self.classify_file(filename) != CANDIDATE and self.candidate(caller):
             self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
+
+    def trusted_bytecode(self, path: object) -> bool:
+        """Bytecode read from a library's file (the harness's mirror links to them), which the
+        sandbox binds read-only: compiled by its installer from the file it names."""
+        if isinstance(path, bytes):
+            path = path.decode("utf-8", "surrogateescape")
+        if not isinstance(path, str) or not path.startswith("/"):
+            return False
+        return self.classify_file(os.path.realpath(path)) == LIBRARY
+
+    def on_unmarshal(self, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
+        """Bytecode importlib (or zipimport) reads from a library's file is the library's; any
+        other is code under test, whatever file name it carries."""
+        source: object = None
+        if caller is not None and self.classify(caller) == LIBRARY:
+            local = caller.f_locals
+            origin = local.get("bytecode_path") or getattr(local.get("self"), "archive", None)
+            if self.trusted_bytecode(origin):
+                return
+            source = local.get("source_path")  # importlib names the code after its source
+        try:
+            loaded = marshal.loads(args[0])
+        except Exception:
+            return
+        self.on_loaded(loaded, caller, source)
+
+    def on_loaded(self, loaded: object, caller: types.FrameType | None, source: object = None) -> None:
+        """Make every file name the code objects in ``loaded`` carry a name of code under test."""
+        names: set[str] = {source} if isinstance(source, str) else set()
+        todo, seen = [loaded], 0
+        while todo and seen < 100_000:
+            item = todo.pop()
+            seen += 1
+            if isinstance(item, types.CodeType):
+                names.add(item.co_filename)
+                todo.extend(item.co_consts)
+            elif isinstance(item, (tuple, list, set, frozenset)):
+                todo.extend(item)
+            elif isinstance(item, dict):
+                todo.extend(item.values())
+        for name in sorted(names):
+            path = _norm(name) if name.startswith("/") else name
+            if self.classify_file(path) != CANDIDATE:
+                self.flag("disguised_code", f"bytecode not compiled from {path} runs under its name "
+                                            f"(loaded from {self.where(caller)})")
+            if name.startswith("/"):
+                self.candidate_files.add(path)
+                self.owned.discard(path)
+            else:
+                self.candidate_names.add(path)
 
     def on_open(self, event: str, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
         path = args[0]
@@ -507,7 +570,10 @@ class _Watch:
         if caller is None or caller.f_code not in self.trusted:
             self.flag("runner_hook", f"a {event} message from {self.where(caller)}")
             return
-        if kind in ("exit", "trace"):
+        if kind == "bytecode":
+            if not self.trusted_bytecode(args[2]):
+                self.on_loaded(args[0], args[1])
+        elif kind in ("exit", "trace"):
             frame = args[1]
             if os.getpid() == self.pid and self.candidate(frame):
                 self.flag("exit_hook" if kind == "exit" else "trace_function", f"{args[0]} from {self.where(frame)}")
@@ -833,6 +899,7 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
     installed where, for the integrity check at the end."""
     real_exit, real_register = os._exit, atexit.register
     real_settrace, real_setprofile = threading.settrace, threading.setprofile
+    real_load = marshal.load
     getframe = sys._getframe
 
     def _exit(status: int) -> NoReturn:
@@ -851,9 +918,15 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
         message(_MESSAGE + "trace", "threading.setprofile", getframe(1))
         real_setprofile(func)
 
+    def load(file: Any, /, *args: Any, **kwargs: Any) -> Any:
+        loaded = real_load(file, *args, **kwargs)
+        message(_MESSAGE + "bytecode", loaded, getframe(1), getattr(file, "name", None))
+        return loaded
+
     installed: dict[str, tuple[object, str, object]] = {}
     for owner, attr, fn in ((os, "_exit", _exit), (atexit, "register", register),
-                            (threading, "settrace", settrace), (threading, "setprofile", setprofile)):
+                            (threading, "settrace", settrace), (threading, "setprofile", setprofile),
+                            (marshal, "load", load)):
         setattr(owner, attr, fn)
         installed[f"{getattr(owner, '__name__', owner)}.{attr}"] = (owner, attr, fn)
     import unittest

@@ -12,6 +12,7 @@ from .derive import NO_SANDBOX, isolation_sentence, rate_bytes, seed_event
 from .errors import Refusal, VerificationFailed
 from .files import write_atomic
 from .formats import Outcome, Rate, Scorecard
+from .safe_text import inert
 from .score import score
 from .scoring_io import events_from
 
@@ -111,7 +112,8 @@ def rate_lines(rate: Rate) -> list[str]:
         f"{rate.sentence} ({rate.run_id}, locked {rate.locked_at})",
         f"  Wilson 95% interval [{lo:.3f}, {hi:.3f}]; {caps}",
         "  outcomes: " + ", ".join(f"{k} {v}" for k, v in rate.outcomes.items()),
-        f"  access: host {rate.access_class.host}, model {rate.access_class.model_access}; {rate.note}",
+        f"  access: host {inert(str(rate.access_class.host))}, model {inert(str(rate.access_class.model_access))}; "
+        f"{inert(rate.note)}",
     ]
 
 

@@ -30,7 +30,8 @@ from typing import Final
 TEMP_FILE: Final = re.compile(r"^\..+\.tmp-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 PARTIAL_BUNDLE: Final = re.compile(r"^\..+\.partial-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 IMPORTING_PACK: Final = re.compile(r"^\..+\.importing-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
-TEMP_DIR_KINDS: Final = ("validate", "smoke", "resolv", "gateway", "preflight", "agentcheck", "ray-node")
+TEMP_DIR_KINDS: Final = ("validate", "smoke", "resolv", "gateway", "preflight", "agentcheck", "ray-node", "pycache",
+                         "pycache-root")
 TEMP_DIR_SCRATCH: Final = re.compile(
     rf"^sealbench-(?:{'|'.join(re.escape(k) for k in TEMP_DIR_KINDS)})-(?P<pid>\d{{1,10}})-[A-Za-z0-9_]+$")
 

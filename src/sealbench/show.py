@@ -23,6 +23,7 @@ from . import conversation as cv
 from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
+from .safe_text import inert as inert
 from .usage import ENDPOINT_FAILED, unfinished, upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
@@ -31,17 +32,9 @@ where the error usually is."""
 FULL_CAP = 4 * 2**20
 """Bytes of a blob read at most, even with ``--full``."""
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
 RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
 """What reading a run directory checked (a bundle's reading verifies it whole)."""
-
-
-def inert(text: str) -> str:
-    """``text`` with every control character but newline and tab written as an escape, so that
-    output an agent wrote cannot move the cursor, recolour or retitle the reader's terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", text.replace("\r\n", "\n"))
 
 
 @dataclass(frozen=True)

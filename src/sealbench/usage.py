@@ -16,6 +16,7 @@ from typing import Final
 
 from . import events as ev
 from .formats import ModelEndpoint, ModelPrice, ModelUsage
+from .safe_text import inert
 
 ANTHROPIC_STYLES = frozenset({"anthropic-messages"})
 """Styles whose input tokens exclude the cached ones (the others include them)."""
@@ -73,7 +74,7 @@ def total(used: Iterable[ModelUsage]) -> Usage:
 
 def cost_words(cost: float | None, currency: str | None) -> str:
     """A cost as printed: four decimals and its currency, or "unknown"."""
-    return "unknown" if cost is None else f"{cost:.4f} {currency or ''}".rstrip()
+    return "unknown" if cost is None else f"{cost:.4f} {inert(currency or '')}".rstrip()
 
 
 def upstream_failed(call: ev.ModelCall) -> bool:

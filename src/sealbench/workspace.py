@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from .agentfs import TreeCaps, TreeRejected, is_link_at, remove_tree, reset_dir, snapshot
@@ -117,11 +117,13 @@ def git_capped(args: Sequence[str], cwd: Path, *, ceiling: Path, cap: int, timeo
     return b"".join(chunks)
 
 
-def copy_tree(src: Path, dst: Path, *, into: bool = False) -> None:
+def copy_tree(src: Path, dst: Path, *, into: bool = False,
+              ignore: Callable[[str, list[str]], Iterable[str]] | None = None) -> None:
     """Copy a tree keeping symlinks as symlinks; a missing ``src`` gives an empty ``dst``.
-    ``into``: ``dst`` is an empty directory already (made by the host, never by an agent)."""
+    ``into``: ``dst`` is an empty directory already (made by the host, never by an agent);
+    ``ignore``: as ``shutil.copytree``'s."""
     if src.is_dir():
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=into)
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=into, ignore=ignore)
     elif not into:
         dst.mkdir(parents=True)
 
@@ -366,7 +368,10 @@ def overlay(src: Path, dest_root: Path) -> None:
     Raises:
         HarnessError: a directory on the way is a symlink or not a directory.
     """
-    for dirpath, _dirs, files in os.walk(src):
+    for dirpath, dirs, files in os.walk(src):
+        # The pack's bytecode stays out of the grading copy (see sealbench.bytecode).
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        files = [f for f in files if not f.endswith((".pyc", ".pyo"))]
         rel_dir = Path(dirpath).relative_to(src)
         target_dir = dest_root
         for part in rel_dir.parts:

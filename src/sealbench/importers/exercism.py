@@ -7,7 +7,8 @@ it and ``instructions.append.md`` after it), ``.meta/config.json`` whose ``files
 * workspace: the exercise directory without ``.docs/``, ``.meta/``, dot-entries, caches and
   the test files: the stub and any helper file the student gets;
 * hidden: the test files, at their paths; the oracle runs the harness's pytest on them
-  (``sealbench-pytest``), and every test method found in them is a required test;
+  (``sealbench-pytest``, with ``-o pythonpath=`` naming the solution's folder when a test is
+  in another, such as ``tests/``), and every test method found in them is a required test;
 * solution: the example file(s), under the solution file names;
 * prompt.md: the exercise's documents, in the order Exercism shows them.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import posixpath
 import stat
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,15 @@ def _workspace(exercise: Path, tests: set[str]) -> Files:
     return files
 
 
+def _import_dirs(solution: list[str], tests: list[str]) -> list[str]:
+    """The solution's folders when a test is elsewhere (``tests/x_test.py``): pytest puts only a
+    test's own folder on ``sys.path`` (the harness's runs with ``-P``, not the working directory
+    first as ``python -m pytest`` did), so the stub would not import."""
+    folders = sorted({posixpath.dirname(rel) or "." for rel in solution})
+    beside = {posixpath.dirname(rel) or "." for rel in tests} <= set(folders)
+    return [] if beside else folders
+
+
 def _solution(exercise: Path, config: dict[str, list[str]]) -> Files:
     solution, example = config["solution"], config["example"]
     if len(solution) == 1 and len(example) == 1:
@@ -181,7 +192,8 @@ def _task(track: Path, exercise: Path, options: ImportOptions, title: str, licen
         _file(exercise, rel, "solution stub")
     record_id = exercise.relative_to(track).as_posix()
     record = make_record(
-        where, task_id=exercise.name, template_id=TEMPLATE_ID, oracle_cmd=pytest_oracle_cmd(tests),
+        where, task_id=exercise.name, template_id=TEMPLATE_ID,
+        oracle_cmd=pytest_oracle_cmd(tests, pythonpath=_import_dirs(config["solution"], tests)),
         max_attempts=options.max_attempts, wall_clock_s=wall_clock_s,
         provenance=provenance(title, directory_digest(exercise), license, record_id),
         required_tests=required,
