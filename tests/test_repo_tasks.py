@@ -165,8 +165,9 @@ def test_import_keeps_the_test_files_and_writes_an_environment(calc_pack: Pack) 
     assert (task.workspace / "tests" / "test_calc.py").read_text() == TESTS_BEFORE  # the pre-patch version
     assert (task.hidden / "tests" / "test_calc.py").read_text() == TESTS_AFTER
     spec = task.record.environment
-    assert spec is not None and spec.import_roots == ["src"] and spec.requirements == ["pytest"]
-    assert "requirements/tests.txt" in spec.source
+    assert spec is not None and spec.import_roots == ["src"] and not environments.spec_problems(spec)
+    assert any(r.startswith("pytest==") and "--hash=sha256:" in r for r in spec.requirements)
+    assert "requirements/tests.txt" in spec.source and "resolved with hashes at import" in spec.source
     assert task.record.oracle_cmd == ["sealbench-pytest", "-q", "-o", "pythonpath=src", "tests/test_calc.py"]
 
 
@@ -385,7 +386,13 @@ def test_pack_digest_changes_with_the_environment_spec(calc_repo: tuple[Path, Pa
     pinned = import_pack("swebench", data, tmp_path / "b", repos=[("example/calc", repo)], env_spec=override)
     assert plain.sealed_digest != pinned.sealed_digest
     spec = pinned.tasks["example__calc-1"].record.environment
-    assert spec is not None and spec.requirements == ["pytest", "iniconfig==2.0.0"] and "--env-spec" in spec.source
+    assert spec is not None and spec.requirements[-1] == "iniconfig==2.0.0" and "--env-spec" in spec.source
+    # a pin replaces the derived line of its package; without hashes, it drops the others'
+    assert [r for r in spec.requirements if r.startswith("iniconfig")] == ["iniconfig==2.0.0"]
+    assert not any("--hash=" in r for r in spec.requirements) and "hashes dropped" in spec.source
+    override.write_text(json.dumps({"example/calc": {"pins": ["iniconfig @ file:///tmp/iniconfig"]}}))
+    with pytest.raises(PackError, match="names 'iniconfig @ file:///tmp/iniconfig', which env build would refuse"):
+        import_pack("swebench", data, tmp_path / "c", repos=[("example/calc", repo)], env_spec=override)
 
 
 def test_validation_says_when_the_environment_cannot_run_the_tests(calc_repo: tuple[Path, Path], tmp_path: Path,
