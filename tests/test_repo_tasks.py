@@ -427,6 +427,54 @@ def test_repo_dir_finds_each_repository_clone_by_name(calc_repo: tuple[Path, Pat
         import_pack("swebench", data, tmp_path / "q", repo=tmp_path)
 
 
+def test_a_file_the_test_patch_deletes_is_deleted_in_the_grading_copy(tmp_path: Path, env_cache: Path) -> None:
+    """The fix removes legacy_add, and the test patch deletes the conftest.py that imported it:
+    grading removes that file too, so the reference passes. An agent's edit of a file the test
+    patch deletes (its legacy test) is discarded as an edit of the test patch's files is."""
+    repo = tmp_path / "calc"
+    (repo / "src" / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "requirements").mkdir()
+    (repo / "requirements" / "tests.txt").write_text("pytest\n")
+    (repo / "src" / "calc" / "__init__.py").write_text(BUGGY + "\n\ndef legacy_add(a, b):\n    return a - b\n")
+    (repo / "tests" / "test_calc.py").write_text(TESTS_BEFORE)
+    (repo / "tests" / "conftest.py").write_text("from calc import legacy_add  # noqa: F401\n")
+    (repo / "tests" / "test_legacy.py").write_text("from calc import legacy_add\n\n\ndef test_legacy():\n"
+                                                   "    assert legacy_add(2, 3) == -1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "calc" / "__init__.py").write_text(FIXED)
+    patch = git(repo, "diff", "--", "src")
+    (repo / "tests" / "test_calc.py").write_text(TESTS_AFTER)
+    (repo / "tests" / "conftest.py").unlink()
+    (repo / "tests" / "test_legacy.py").unlink()
+    test_patch = git(repo, "diff", "--", "tests")
+    git(repo, "checkout", "-q", "--", ".")
+    data = tmp_path / "instances.jsonl"
+    data.write_text(json.dumps({
+        "repo": "example/calc", "instance_id": "example__calc-2", "base_commit": base, "patch": patch,
+        "test_patch": test_patch, "problem_statement": "add() subtracts; drop legacy_add.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add_two_numbers_gives_their_sum"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_add_zero"])}) + "\n")
+    pack = import_pack("swebench", data, tmp_path / "pack", repos=[("example/calc", repo)])
+    task = pack.tasks["example__calc-2"]
+    assert task.record.deleted_test_files == ["tests/conftest.py", "tests/test_legacy.py"]
+    assert (task.workspace / "tests" / "conftest.py").is_file()  # the agent sees the tree before the patch
+    environments.build_all(pack, say=lambda _line: None)
+    (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
+    assert evidence.valid, evidence
+    pack = load_pack(pack.root)
+    agent = python_agent(f"""\
+        open("src/calc/__init__.py", "w").write({FIXED!r})
+        open("tests/test_legacy.py", "a").write("\\n\\ndef test_more():\\n    assert False\\n")
+    """)
+    assert [c["outcome"] for c in run_agent(pack, tmp_path, agent, "keeps")] == ["pass"], not_passed(tmp_path / "keeps")
+    (graded,) = graded_events(tmp_path / "keeps")
+    assert graded["forbidden"] == []
+
+
 # --- the real click instances ------------------------------------------------------------------
 
 

@@ -123,6 +123,11 @@ class TaskRecord(Model):
         "one of their paths fails. 'reset': the workspace holds the pre-patch versions of the files the hidden "
         "tests change (a repository's own tests), an attempt may edit them, and grading puts the hidden versions "
         "in their place, as SWE-bench resets the test patch's files before applying it.")
+    deleted_test_files: list[NonEmptyStr] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="Paths, relative to the workspace, of the files the test patch deletes (with test_files "
+        "'reset'): grading removes them from the grading copy, whatever the attempt left there, as applying "
+        "the test patch does. Absent: none.")
 
 
 class TaskDigests(Model):

@@ -423,7 +423,9 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
 def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
            changed: list[str], remaining: float, ahead: OracleAhead | None) -> dict[str, Any]:
     hidden_paths = task.hidden_paths()
-    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths,
+    # A file the test patch deletes is one of its files too: reset (removed) at grading.
+    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [],
+                               [*hidden_paths, *task.record.deleted_test_files],
                                reset=task.record.test_files == "reset")
     if not pytest_oracle.is_guarded(task.record.oracle_cmd) and not is_oracle_cmd(task.record.oracle_cmd):
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
@@ -446,6 +448,8 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         # The pack could change under a long run: grade only against the sealed tests.
         if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, settings.pack_root)):
             raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
+        for rel in task.record.deleted_test_files:
+            remove_entry(grade_dir, rel)  # never through a link the patch put on the way
         overlay(task.hidden, grade_dir)
         if pytest_oracle.is_guarded(task.record.oracle_cmd):
             green = grade_guarded(settings, cancel, task, tw, attempt, changed, grade_dir, remaining, result)

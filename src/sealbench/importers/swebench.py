@@ -480,11 +480,11 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     scratch.git(["cat-file", "-e", f"{commit}^{{commit}}"],
                 failure=f"{rec.where}: base_commit {commit} is not a commit of the clone")
     base = scratch.tree(commit, rec.where)
-    tests, _ = scratch.patched(base, get_str(rec, "test_patch"), rec.where, "test_patch")
-    fix, _ = scratch.patched(base, get_str(rec, "patch"), rec.where, "patch")
+    tests, deleted = scratch.patched(base, get_str(rec, "test_patch"), rec.where, "test_patch")
+    fix, fix_deleted = scratch.patched(base, get_str(rec, "patch"), rec.where, "patch")
     if not tests:
         raise PackError(f"{rec.where}: test_patch adds or changes no file")
-    both = sorted(set(tests) & set(fix))
+    both = sorted((set(tests) | set(deleted)) & (set(fix) | set(fix_deleted)))
     if both:
         # The hidden overlay would replace the agent's own change to these files.
         raise PackError(f"{rec.where}: patch and test_patch both change {', '.join(both)}")
@@ -493,7 +493,8 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     # (FAIL_TO_PASS and PASS_TO_PASS found by running more) has its file run too, or it could
     # never pass.
     named = {t.split("::", 1)[0] for t in ids if "::" in t and t.split("::", 1)[0].endswith(".py")}
-    targets = sorted({p for p in tests if p.endswith(".py")} | {p for p in named if p in base or p in tests})
+    targets = sorted({p for p in tests if p.endswith(".py")}
+                     | {p for p in named if (p in base or p in tests) and p not in deleted})
     if not targets:
         raise PackError(f"{rec.where}: test_patch touches no Python file for pytest to run")
     environment = _environment(scratch, rec, base, commit, options, overrides)
@@ -509,6 +510,7 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
         decided_by="required",
         environment=environment,
         test_files="reset",
+        deleted_test_files=sorted(deleted),
     )
     return TaskDraft(record=record, prompt=get_str(rec, "problem_statement").rstrip() + "\n",
                      workspace=dict(base), hidden=tests, solution=fix, origin=rec.where)
