@@ -475,6 +475,115 @@ def test_a_file_the_test_patch_deletes_is_deleted_in_the_grading_copy(tmp_path: 
     assert graded["forbidden"] == []
 
 
+PYPROJECT = textwrap.dedent("""\
+    [build-system]
+    requires = ["flit_core>=3.4,<4"]
+    build-backend = "flit_core.buildapi"
+
+    [project]
+    name = "calcpkg"
+    version = "1.2.3"
+    description = "A calculator that knows its version."
+
+    [project.scripts]
+    calc = "calcpkg:main"
+""")
+
+
+FIXED_CALCPKG = ('def version():\n    from importlib.metadata import version\n    return version("calcpkg")\n\n\n'
+                 'def main():\n    print(version())\n')
+
+
+def test_exploit_repository_installed_by_the_agent_s_own_build_backend_only_in_the_sandbox(
+        tmp_path: Path, env_cache: Path) -> None:
+    """The fix reads the package's version through importlib.metadata, and the tests look up its
+    entry point: both need the repository installed. Its flit backend (pinned in the spec at
+    import) installs each grading copy in the sandbox, and the reference grades green."""
+    repo = tmp_path / "calcpkg"
+    (repo / "src" / "calcpkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "requirements").mkdir()
+    (repo / "requirements" / "tests.txt").write_text("pytest\n")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / "src" / "calcpkg" / "__init__.py").write_text('def version():\n    return "unknown"\n\n\ndef main():\n'
+                                                          '    print(version())\n')
+    (repo / "tests" / "test_calc.py").write_text("import calcpkg\n\n\ndef test_main_exists():\n"
+                                                 "    assert callable(calcpkg.main)\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "calcpkg" / "__init__.py").write_text(FIXED_CALCPKG)
+    patch = git(repo, "diff", "--", "src")
+    (repo / "tests" / "test_calc.py").write_text(textwrap.dedent("""\
+        from importlib.metadata import entry_points
+
+        import calcpkg
+
+
+        def test_main_exists():
+            assert callable(calcpkg.main)
+
+
+        def test_version_is_the_installed_one():
+            assert calcpkg.version() == "1.2.3"
+            (script,) = entry_points(group="console_scripts", name="calc")
+            assert script.load() is calcpkg.main
+    """))
+    test_patch = git(repo, "diff", "--", "tests")
+    git(repo, "checkout", "-q", "--", ".")
+    data = tmp_path / "instances.jsonl"
+    data.write_text(json.dumps({
+        "repo": "example/calcpkg", "instance_id": "example__calcpkg-1", "base_commit": base, "patch": patch,
+        "test_patch": test_patch, "problem_statement": "version() does not say the installed version.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_version_is_the_installed_one"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_main_exists"])}) + "\n")
+    pack = import_pack("swebench", data, tmp_path / "pack", repos=[("example/calcpkg", repo)])
+    spec = pack.tasks["example__calcpkg-1"].record.environment
+    assert spec is not None and spec.install == "editable" and not environments.spec_problems(spec)
+    assert any(r.startswith("flit-core==") for r in spec.requirements), spec.requirements
+    environments.build_all(pack, say=lambda _line: None)
+    (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
+    assert evidence.valid, evidence
+    pack = load_pack(pack.root)
+    assert [c["outcome"] for c in run_agent(pack, tmp_path, "builtin:reference", "ref")] == ["pass"], \
+        not_passed(tmp_path / "ref")
+    (graded,) = graded_events(tmp_path / "ref")
+    assert graded["repo_install"]["exit_code"] == 0 and not graded.get("forging_flags"), graded
+
+    # A hostile agent makes the build backend its own code, which would write on the host and
+    # fake the metadata: it runs only in the sandbox, and the host file never appears.
+    marker = tmp_path / "host-marker"
+    backend = textwrap.dedent(f"""\
+        import os
+        print("backend ran as pid", os.getpid())
+        try:
+            open({str(marker)!r}, "w").write("ran on the host")
+        except OSError as e:
+            print("host write refused:", e)
+        def prepare_metadata_for_build_editable(directory, settings=None):
+            info = os.path.join(directory, "calcpkg-1.2.3.dist-info")
+            os.makedirs(info)
+            open(os.path.join(info, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: calcpkg\\nVersion: 1.2.3\\n")
+            return "calcpkg-1.2.3.dist-info"
+    """)
+    agent = python_agent(f"""\
+        open("sb_backend.py", "w").write({backend!r})
+        text = open("pyproject.toml").read().replace('build-backend = "flit_core.buildapi"',
+                                                     'build-backend = "sb_backend"\\nbackend-path = ["."]')
+        open("pyproject.toml", "w").write(text)
+        open("src/calcpkg/__init__.py", "w").write({FIXED_CALCPKG!r})
+    """)
+    cards = run_agent(pack, tmp_path, agent, "backend")
+    (graded,) = graded_events(tmp_path / "backend")
+    assert not marker.exists()
+    said = (tmp_path / "backend" / "blobs" / graded["repo_install"]["stdout"].removeprefix("sha256:")).read_text()
+    assert "backend ran as pid" in said, said  # it ran, and not on this host: the marker is not here
+    assert graded["repo_install"]["exit_code"] == 0, graded
+    # its own metadata names no entry point: the candidate's install is what the tests see
+    assert [c["outcome"] for c in cards] == ["fail"]
+
+
 # --- the real click instances ------------------------------------------------------------------
 
 

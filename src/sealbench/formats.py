@@ -73,6 +73,12 @@ class EnvironmentSpec(Model):
                                 "a commit and the dependency group read.")
     import_roots: list[NonEmptyStr] = Field(
         description="Directories of the repository, relative to its root, put on sys.path (e.g. src).")
+    install: Literal["none", "editable"] = Field(
+        "none", exclude_if=lambda v: v == "none",
+        description="'editable': each grading copy is installed into the environment as `pip install -e` does, by "
+        "the repository's own build backend (pinned among the requirements), in the sandbox before the oracle: "
+        "importlib.metadata knows it, its code is imported from the grading copy. 'none' (absent): the "
+        "repository is only put on sys.path.")
 
 
 class TaskRecord(Model):

@@ -31,8 +31,12 @@ dataset) and problem_statement. Each task becomes:
   ``--env-spec`` file overrides any of it per repository (``"owner/name"``) or repository and
   version (``"owner/name@version"``): a JSON object whose values hold any of ``name``,
   ``python``, ``requirements`` (replacing the derived ones), ``pins`` (lines added to them,
-  replacing a derived line of the same package), ``source`` and ``import_roots``; its
-  requirement lines must be pinned too;
+  replacing a derived line of the same package), ``source``, ``import_roots`` and ``install``
+  (``"none"`` keeps the repository off the environment); its requirement lines must be
+  pinned too. When the repository declares how it is installed (``[build-system]`` in its
+  pyproject.toml, or a setup.py), the spec's ``install`` is ``"editable"`` and the backend's
+  requirements are resolved at import (within the other pins) and added: each grading copy
+  is then installed by that backend, in the sandbox (:mod:`sealbench.repo_install`);
 * prompt.md: the problem statement.
 
 The clone of an instance's repository (its ``repo`` field, "owner/name") is ``--repo
@@ -268,7 +272,7 @@ _TEST_GROUPS = ("tests", "test", "testing")
 _REQUIREMENT_FILES = ("requirements/tests.txt", "requirements/test.txt", "requirements/testing.txt",
                       "requirements-tests.txt", "requirements-test.txt", "test-requirements.txt",
                       "tests/requirements.txt")
-_OVERRIDE_KEYS = frozenset({"name", "python", "requirements", "pins", "source", "import_roots"})
+_OVERRIDE_KEYS = frozenset({"name", "python", "requirements", "pins", "source", "import_roots", "install"})
 
 
 def _requirement_lines(text: str) -> list[str]:
@@ -324,7 +328,8 @@ def _uv_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
 
 
-def _resolve(requirements: Sequence[str], python: str, where: str, what: str) -> list[str]:
+def _resolve(requirements: Sequence[str], python: str, where: str, what: str,
+             constraints: Sequence[str] = ()) -> list[str]:
     """``requirements`` resolved against the package index: each package pinned, with its hashes.
 
     Wheels only (``--no-build``): resolving never builds, so no code of a package runs here.
@@ -337,6 +342,9 @@ def _resolve(requirements: Sequence[str], python: str, where: str, what: str) ->
     argv = [uv_binary(), "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--generate-hashes",
             "--no-build", "--python-version", python, "-"]
     with tempfile.TemporaryDirectory(prefix="sealbench-resolve-") as tmp:
+        if constraints:
+            (Path(tmp) / "constraints.txt").write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
+            argv[-1:] = ["-c", "constraints.txt", "-"]
         proc = subprocess.run(argv, cwd=tmp, input="".join(f"{r}\n" for r in requirements), capture_output=True,
                               text=True, env=_uv_env(), check=False)
     if proc.returncode != 0:
@@ -399,6 +407,23 @@ def _from_requirements(files: Mapping[str, FileEntry], python: str, where: str) 
     return None
 
 
+def _build_requirements(files: Mapping[str, FileEntry]) -> tuple[list[str], list[str]] | None:
+    """What the repository's build backend needs (``[build-system] requires``, or setuptools for
+    a bare setup.py, as pip reads them), split into plain requirements and lines left out; None
+    when nothing declares how the repository is installed."""
+    system: Any = None
+    if "pyproject.toml" in files:
+        try:
+            system = tomllib.loads(files["pyproject.toml"].data.decode("utf-8")).get("build-system")
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            system = None
+    if not isinstance(system, dict):
+        return (["setuptools>=40.8.0"], []) if "setup.py" in files else None
+    requires: list[Any] = system["requires"] if isinstance(system.get("requires"), list) else []
+    plain = [_plain_requirement(str(r)) for r in requires]
+    return [r for r in plain if r is not None], [str(r) for r, q in zip(requires, plain, strict=True) if q is None]
+
+
 def load_overrides(path: Path | None) -> dict[str, dict[str, Any]]:
     """The ``--env-spec`` file: overrides by "owner/name" or "owner/name@version".
 
@@ -443,10 +468,19 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
         pins = _pinned(list(override["pins"]), rec.where, "--env-spec's pins")
         named = {_name(p) for p in pins}
         requirements = [r for r in requirements if _name(r) not in named] + pins
-        if 0 < sum("--hash=" in r for r in requirements) < len(requirements):
-            # env build takes hashes on every line or on none: pins without them drop the others'
-            requirements = [r.split(" --hash=", 1)[0] for r in requirements]
-            source += ", hashes dropped (the pins carry none)"
+    install = str(override.get("install", "editable"))
+    build = _build_requirements(files) if install == "editable" else None
+    if build is None or build[1]:
+        install = "none"  # nothing declares the build, or its requirements are not all of the index
+    else:
+        named = {_name(r) for r in requirements}
+        constraints = [r.split(" --hash=", 1)[0] for r in requirements]
+        requirements += [r for r in _resolve(build[0], python, rec.where, "the build requirements", constraints)
+                         if _name(r) not in named]
+        source += "; the repository installed by its build backend, whose requirements were resolved at import"
+    if 0 < sum("--hash=" in r for r in requirements) < len(requirements):
+        requirements = [r.split(" --hash=", 1)[0] for r in requirements]  # all or none, as env build takes them
+        source += ", hashes dropped (some lines carry none)"
     if "requirements" in override or "pins" in override:
         source = str(override.get("source", f"{source}, overridden by --env-spec"))
     label = f"{repo or 'repository'}{'@' + version if version else ''} tests, Python {python}"
@@ -454,7 +488,7 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
         return EnvironmentSpec.model_validate({
             "name": override.get("name", label), "python": python,
             "requirements": requirements, "source": override.get("source", source),
-            "import_roots": override.get("import_roots", import_roots(base))})
+            "import_roots": override.get("import_roots", import_roots(base)), "install": install})
     except ValidationError as e:
         raise PackError(f"{rec.where}: its environment: {describe_validation_error(e)}") from None
 
