@@ -41,8 +41,10 @@ symlink to the command's own working directory: the workspace for the agent, the
 for the oracle. The agent's commands get the import roots under it on ``PYTHONPATH``; the
 oracle gets them from its sealed ``-o pythonpath=...`` (pytest adds them once the harness's
 guard watches), and never ``PYTHONPATH``. The code the tests import is therefore the code
-being graded. The repository is not installed as a distribution, so ``importlib.metadata``
-does not know it.
+being graded. A spec whose ``install`` is ``"editable"`` also has each grading copy installed
+by the repository's own build backend (pinned among the requirements), in the sandbox before
+the oracle (:mod:`sealbench.repo_install`): its metadata joins the import roots on the
+oracle's ``sys.path``, so ``importlib.metadata`` knows it as an editable install would.
 
 ``run``, ``pack validate`` and ``probe`` check every environment their tasks name before
 anything runs (:func:`require`): a missing one is refused (build it), and one whose tree no
