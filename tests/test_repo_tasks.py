@@ -651,3 +651,17 @@ def test_click_gold_patch_plus_an_extra_test_passes(click_pack: Pack, tmp_path: 
     """, str(gold))
     cards = run_agent(click_pack, tmp_path, agent, "goldplus", mounts=[str(gold)])
     assert [c["outcome"] for c in cards] == ["pass"] * 3, not_passed(tmp_path / "goldplus")
+
+
+def test_the_installed_metadata_joins_the_pack_s_pythonpath() -> None:
+    from sealbench.grading import with_pythonpath
+
+    site = "/grading/install-1/site"
+    assert with_pythonpath(["sealbench-pytest", "-q", "-o", "pythonpath=src", "tests/t.py"], site) == [
+        "sealbench-pytest", "-q", "-o", f"pythonpath=src {site}", "tests/t.py"]
+    assert with_pythonpath(["sealbench-pytest", "-opythonpath=a b", "-o", "pythonpath=src", "t.py"], site)[3] == \
+        f"pythonpath=src {site}"
+    assert with_pythonpath(["sealbench-pytest", "--override-ini=pythonpath=lib", "t.py"], site)[1] == \
+        f"--override-ini=pythonpath=lib {site}"
+    assert with_pythonpath(["sealbench-pytest", "-q", "t.py"], site) == [
+        "sealbench-pytest", "-o", f"pythonpath={site}", "-q", "t.py"]

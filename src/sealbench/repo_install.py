@@ -72,7 +72,6 @@ def main(argv: list[str]) -> int:
     site, scratch = os.path.join(out, "site"), os.path.join(out, "scratch")
     os.makedirs(site)
     os.makedirs(scratch)
-    sys.path.insert(0, os.getcwd())  # the backend imports the project as setup.py would find it
     backend = _backend()
     for hook, build in (("prepare_metadata_for_build_editable", "build_editable"),
                         ("prepare_metadata_for_build_wheel", "build_wheel")):
