@@ -1,15 +1,17 @@
 """Repository tasks: what grading in a mounted environment costs per task, on the click instances.
 
-The three click instances of the data folder beside this project, imported once. Two packs of
-them, sealed side by side: the import as it is (each task's environment, built by uv and bound
-read-only into the sandbox, its interpreter running the harness's pytest, the repository
-linked in), and the same tasks graded as before environments (no environment: the harness's
-own interpreter, with `-o pythonpath=src`; click's tests need nothing but pytest, so they run
-there too). Each run times `run` with builtin:reference over the three tasks in each pack,
-alternating which goes first, in the real bubblewrap sandbox at --jobs 1, the contracts
-written and locked before the clock starts. The figure is the difference per task, median and
-range over the runs. Also printed: the environment build, cold (an empty uv cache) and
-cached, and its size.
+The three click instances of the data folder beside this project, imported once. Three packs
+of them, sealed side by side: the import as it is (each task's environment, built by uv and
+bound read-only into the sandbox, each grading copy installed by click's own build backend in
+the sandbox before the oracle, its interpreter running the harness's pytest, the repository
+linked in); the same import with the install turned off (`--env-spec` install "none": the
+floor the install adds to); and the same tasks graded as before environments (no environment:
+the harness's own interpreter, with `-o pythonpath=src`; click's tests need nothing but pytest,
+so they run there too). Each run times `run` with builtin:reference over the three tasks in
+each pack, rotating which goes first, in the real bubblewrap sandbox at --jobs 1, the
+contracts written and locked before the clock starts. The figures are the differences per
+task and the installed run's ratio to the floor, median and range over the runs. Also
+printed: the environment build, cold (an empty uv cache) and cached, and its size.
 Not part of `make bench` (it needs the data folder).
 Run: .venv/bin/python benchmarks/env_grading.py [--runs R]
 """
@@ -57,10 +59,13 @@ def main() -> None:
         private_runs_index(root)
         os.environ["SEALBENCH_ENV_CACHE"] = str(root / "envs")
         subprocess.run(["git", "clone", "-q", str(DATA / "click.bundle"), str(root / "click")], check=True)
-        packs = {"environment": root / "env-pack", "no environment": root / "plain-pack"}
-        for pack in packs.values():
+        packs = {"environment": root / "env-pack", "not installed": root / "floor-pack",
+                 "no environment": root / "plain-pack"}
+        floor = root / "no-install.json"
+        floor.write_text(json.dumps({"pallets/click": {"install": "none"}}))
+        for name, pack in packs.items():
             sb("import", "swebench", str(DATA / "click-instances.jsonl"), "-o", str(pack),
-               "--repo", f"pallets/click={root / 'click'}")
+               "--repo", f"pallets/click={root / 'click'}", *(["--env-spec", str(floor)] if name == "not installed" else []))
         without_environment(packs["no environment"])
         started = time.perf_counter()
         sb("env", "build", str(packs["environment"]), env={**os.environ, "UV_CACHE_DIR": str(root / "uv-cache")})
@@ -71,11 +76,13 @@ def main() -> None:
             sb("env", "build", str(packs["environment"]))
             cached.append(time.perf_counter() - started)
         size = sum(f.stat().st_size for f in (root / "envs").rglob("*") if f.is_file() and not f.is_symlink())
+        sb("env", "build", str(packs["not installed"]))
         for pack in packs.values():
             sb("pack", "validate", str(pack), "--repeat", "1", "--no-progress")
         walls: dict[str, list[float]] = {name: [] for name in packs}
         for run in range(args.runs):
-            order = list(packs.items()) if run % 2 == 0 else list(reversed(packs.items()))
+            items = list(packs.items())
+            order = items[run % len(items):] + items[:run % len(items)]
             for name, pack in order:
                 contract = root / f"{name.replace(' ', '-')}-{run}.json"
                 sb("contract", "new", str(pack), "-o", str(contract), "--agent", "builtin:reference", "--agent-label",
@@ -88,9 +95,16 @@ def main() -> None:
         tasks = 3
         print(f"click instances ({tasks} tasks), builtin:reference at --jobs 1; {args.runs} runs")
         figure("run, graded in the tasks' environments", walls["environment"], seconds)
+        figure("run, in the environments, not installed (the floor)", walls["not installed"], seconds)
         figure("run, graded as before environments (the harness's Python)", walls["no environment"], seconds)
-        figure("per task, environment against none", [(e - p) / tasks * 1000 for e, p in
-                                                      zip(walls["environment"], walls["no environment"], strict=True)],
+        figure("per task, install by the backend against none", [(e - f) / tasks * 1000 for e, f in
+                                                                  zip(walls["environment"], walls["not installed"],
+                                                                      strict=True)], signed_ms)
+        figure("run installed / floor", [e / f for e, f in zip(walls["environment"], walls["not installed"],
+                                                                strict=True)], lambda v: f"{v:.2f}x")
+        figure("per task, environment (not installed) against none", [(f - p) / tasks * 1000 for f, p in
+                                                                     zip(walls["not installed"],
+                                                                         walls["no environment"], strict=True)],
                signed_ms)
         print(f"  env build, cold (empty uv cache; 2 environments)          {cold:.2f} s")
         figure("env build, cached", cached, seconds)

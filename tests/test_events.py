@@ -64,7 +64,10 @@ def test_the_blob_fields_are_those_the_bundles_have_always_copied() -> None:
     assert dict(events.BLOB_FIELDS) == {
         # Each kept file of the agent's trace folder (derivation version 3 on).
         events.AGENT_FINISHED: (("stdout",), ("stderr",), ("transcript_files[]", "blob")),
-        events.GRADED: (("oracle", "stdout"), ("oracle", "stderr")),
+        # The sandboxed install of a repository task's grading copy (a new field, absent from
+        # older journals, so their bundles copy what they always did).
+        events.GRADED: (("oracle", "stdout"), ("oracle", "stderr"), ("repo_install", "stdout"),
+                        ("repo_install", "stderr")),
         events.FEEDBACK: (("visible_tests", "stdout"), ("visible_tests", "stderr")),
         events.PATCH_CAPTURED: (("patch_sha256",),),
         events.TASK_FINISHED: (("patch_sha256",),),

@@ -182,8 +182,9 @@ def test_import_keeps_the_test_files_and_writes_an_environment(calc_pack: Pack) 
     assert (task.workspace / "tests" / "test_calc.py").read_text() == TESTS_BEFORE  # the pre-patch version
     assert (task.hidden / "tests" / "test_calc.py").read_text() == TESTS_AFTER
     spec = task.record.environment
-    assert spec is not None and spec.import_roots == ["src"] and spec.requirements == ["pytest"]
-    assert "requirements/tests.txt" in spec.source
+    assert spec is not None and spec.import_roots == ["src"] and not environments.spec_problems(spec)
+    assert any(r.startswith("pytest==") and "--hash=sha256:" in r for r in spec.requirements)
+    assert "requirements/tests.txt" in spec.source and "resolved with hashes at import" in spec.source
     assert task.record.oracle_cmd == ["sealbench-pytest", "-q", "-o", "pythonpath=src", "tests/test_calc.py"]
 
 
@@ -402,7 +403,13 @@ def test_pack_digest_changes_with_the_environment_spec(calc_repo: tuple[Path, Pa
     pinned = import_pack("swebench", data, tmp_path / "b", repos=[("example/calc", repo)], env_spec=override)
     assert plain.sealed_digest != pinned.sealed_digest
     spec = pinned.tasks["example__calc-1"].record.environment
-    assert spec is not None and spec.requirements == ["pytest", "iniconfig==2.0.0"] and "--env-spec" in spec.source
+    assert spec is not None and spec.requirements[-1] == "iniconfig==2.0.0" and "--env-spec" in spec.source
+    # a pin replaces the derived line of its package; without hashes, it drops the others'
+    assert [r for r in spec.requirements if r.startswith("iniconfig")] == ["iniconfig==2.0.0"]
+    assert not any("--hash=" in r for r in spec.requirements) and "hashes dropped" in spec.source
+    override.write_text(json.dumps({"example/calc": {"pins": ["iniconfig @ file:///tmp/iniconfig"]}}))
+    with pytest.raises(PackError, match="names 'iniconfig @ file:///tmp/iniconfig', which env build would refuse"):
+        import_pack("swebench", data, tmp_path / "c", repos=[("example/calc", repo)], env_spec=override)
 
 
 def test_validation_says_when_the_environment_cannot_run_the_tests(calc_repo: tuple[Path, Path], tmp_path: Path,
@@ -571,6 +578,161 @@ def test_an_older_pinned_pytest_grades_reference_empty_change_and_gold_patch(
     assert [c["outcome"] for c in cards] == ["pass"], not_passed(tmp_path / "gold")
     (graded,) = graded_events(tmp_path / "gold")
     assert not graded.get("forging_flags") and graded["junit"]["missing_required"] == [], graded
+def test_a_file_the_test_patch_deletes_is_deleted_in_the_grading_copy(tmp_path: Path, env_cache: Path) -> None:
+    """The fix removes legacy_add, and the test patch deletes the conftest.py that imported it:
+    grading removes that file too, so the reference passes. An agent's edit of a file the test
+    patch deletes (its legacy test) is discarded as an edit of the test patch's files is."""
+    repo = tmp_path / "calc"
+    (repo / "src" / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "requirements").mkdir()
+    (repo / "requirements" / "tests.txt").write_text("pytest\n")
+    (repo / "src" / "calc" / "__init__.py").write_text(BUGGY + "\n\ndef legacy_add(a, b):\n    return a - b\n")
+    (repo / "tests" / "test_calc.py").write_text(TESTS_BEFORE)
+    (repo / "tests" / "conftest.py").write_text("from calc import legacy_add  # noqa: F401\n")
+    (repo / "tests" / "test_legacy.py").write_text("from calc import legacy_add\n\n\ndef test_legacy():\n"
+                                                   "    assert legacy_add(2, 3) == -1\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "calc" / "__init__.py").write_text(FIXED)
+    patch = git(repo, "diff", "--", "src")
+    (repo / "tests" / "test_calc.py").write_text(TESTS_AFTER)
+    (repo / "tests" / "conftest.py").unlink()
+    (repo / "tests" / "test_legacy.py").unlink()
+    test_patch = git(repo, "diff", "--", "tests")
+    git(repo, "checkout", "-q", "--", ".")
+    data = tmp_path / "instances.jsonl"
+    data.write_text(json.dumps({
+        "repo": "example/calc", "instance_id": "example__calc-2", "base_commit": base, "patch": patch,
+        "test_patch": test_patch, "problem_statement": "add() subtracts; drop legacy_add.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add_two_numbers_gives_their_sum"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_add_zero"])}) + "\n")
+    pack = import_pack("swebench", data, tmp_path / "pack", repos=[("example/calc", repo)])
+    task = pack.tasks["example__calc-2"]
+    assert task.record.deleted_test_files == ["tests/conftest.py", "tests/test_legacy.py"]
+    assert (task.workspace / "tests" / "conftest.py").is_file()  # the agent sees the tree before the patch
+    environments.build_all(pack, say=lambda _line: None)
+    (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
+    assert evidence.valid, evidence
+    pack = load_pack(pack.root)
+    agent = python_agent(f"""\
+        open("src/calc/__init__.py", "w").write({FIXED!r})
+        open("tests/test_legacy.py", "a").write("\\n\\ndef test_more():\\n    assert False\\n")
+    """)
+    assert [c["outcome"] for c in run_agent(pack, tmp_path, agent, "keeps")] == ["pass"], not_passed(tmp_path / "keeps")
+    (graded,) = graded_events(tmp_path / "keeps")
+    assert graded["forbidden"] == []
+
+
+PYPROJECT = textwrap.dedent("""\
+    [build-system]
+    requires = ["flit_core>=3.4,<4"]
+    build-backend = "flit_core.buildapi"
+
+    [project]
+    name = "calcpkg"
+    version = "1.2.3"
+    description = "A calculator that knows its version."
+
+    [project.scripts]
+    calc = "calcpkg:main"
+""")
+
+
+FIXED_CALCPKG = ('def version():\n    from importlib.metadata import version\n    return version("calcpkg")\n\n\n'
+                 'def main():\n    print(version())\n')
+
+
+def test_exploit_repository_installed_by_the_agent_s_own_build_backend_only_in_the_sandbox(
+        tmp_path: Path, env_cache: Path) -> None:
+    """The fix reads the package's version through importlib.metadata, and the tests look up its
+    entry point: both need the repository installed. Its flit backend (pinned in the spec at
+    import) installs each grading copy in the sandbox, and the reference grades green."""
+    repo = tmp_path / "calcpkg"
+    (repo / "src" / "calcpkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "requirements").mkdir()
+    (repo / "requirements" / "tests.txt").write_text("pytest\n")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / "src" / "calcpkg" / "__init__.py").write_text('def version():\n    return "unknown"\n\n\ndef main():\n'
+                                                          '    print(version())\n')
+    (repo / "tests" / "test_calc.py").write_text("import calcpkg\n\n\ndef test_main_exists():\n"
+                                                 "    assert callable(calcpkg.main)\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "src" / "calcpkg" / "__init__.py").write_text(FIXED_CALCPKG)
+    patch = git(repo, "diff", "--", "src")
+    (repo / "tests" / "test_calc.py").write_text(textwrap.dedent("""\
+        from importlib.metadata import entry_points
+
+        import calcpkg
+
+
+        def test_main_exists():
+            assert callable(calcpkg.main)
+
+
+        def test_version_is_the_installed_one():
+            assert calcpkg.version() == "1.2.3"
+            (script,) = entry_points(group="console_scripts", name="calc")
+            assert script.load() is calcpkg.main
+    """))
+    test_patch = git(repo, "diff", "--", "tests")
+    git(repo, "checkout", "-q", "--", ".")
+    data = tmp_path / "instances.jsonl"
+    data.write_text(json.dumps({
+        "repo": "example/calcpkg", "instance_id": "example__calcpkg-1", "base_commit": base, "patch": patch,
+        "test_patch": test_patch, "problem_statement": "version() does not say the installed version.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_version_is_the_installed_one"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_main_exists"])}) + "\n")
+    pack = import_pack("swebench", data, tmp_path / "pack", repos=[("example/calcpkg", repo)])
+    spec = pack.tasks["example__calcpkg-1"].record.environment
+    assert spec is not None and spec.install == "editable" and not environments.spec_problems(spec)
+    assert any(r.startswith("flit-core==") for r in spec.requirements), spec.requirements
+    environments.build_all(pack, say=lambda _line: None)
+    (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
+    assert evidence.valid, evidence
+    pack = load_pack(pack.root)
+    assert [c["outcome"] for c in run_agent(pack, tmp_path, "builtin:reference", "ref")] == ["pass"], \
+        not_passed(tmp_path / "ref")
+    (graded,) = graded_events(tmp_path / "ref")
+    assert graded["repo_install"]["exit_code"] == 0 and not graded.get("forging_flags"), graded
+
+    # A hostile agent makes the build backend its own code, which would write on the host and
+    # fake the metadata: it runs only in the sandbox, and the host file never appears.
+    marker = tmp_path / "host-marker"
+    backend = textwrap.dedent(f"""\
+        import os
+        print("backend ran as pid", os.getpid())
+        try:
+            open({str(marker)!r}, "w").write("ran on the host")
+        except OSError as e:
+            print("host write refused:", e)
+        def prepare_metadata_for_build_editable(directory, settings=None):
+            info = os.path.join(directory, "calcpkg-1.2.3.dist-info")
+            os.makedirs(info)
+            open(os.path.join(info, "METADATA"), "w").write("Metadata-Version: 2.1\\nName: calcpkg\\nVersion: 1.2.3\\n")
+            return "calcpkg-1.2.3.dist-info"
+    """)
+    agent = python_agent(f"""\
+        open("sb_backend.py", "w").write({backend!r})
+        text = open("pyproject.toml").read().replace('build-backend = "flit_core.buildapi"',
+                                                     'build-backend = "sb_backend"\\nbackend-path = ["."]')
+        open("pyproject.toml", "w").write(text)
+        open("src/calcpkg/__init__.py", "w").write({FIXED_CALCPKG!r})
+    """)
+    cards = run_agent(pack, tmp_path, agent, "backend")
+    (graded,) = graded_events(tmp_path / "backend")
+    assert not marker.exists()
+    said = (tmp_path / "backend" / "blobs" / graded["repo_install"]["stdout"].removeprefix("sha256:")).read_text()
+    assert "backend ran as pid" in said, said  # it ran, and not on this host: the marker is not here
+    assert graded["repo_install"]["exit_code"] == 0, graded
+    # its own metadata names no entry point: the candidate's install is what the tests see
+    assert [c["outcome"] for c in cards] == ["fail"]
 
 
 # --- the real click instances ------------------------------------------------------------------
@@ -640,3 +802,17 @@ def test_click_gold_patch_plus_an_extra_test_passes(click_pack: Pack, tmp_path: 
     """, str(gold))
     cards = run_agent(click_pack, tmp_path, agent, "goldplus", mounts=[str(gold)])
     assert [c["outcome"] for c in cards] == ["pass"] * 3, not_passed(tmp_path / "goldplus")
+
+
+def test_the_installed_metadata_joins_the_pack_s_pythonpath() -> None:
+    from sealbench.grading import with_pythonpath
+
+    site = "/grading/install-1/site"
+    assert with_pythonpath(["sealbench-pytest", "-q", "-o", "pythonpath=src", "tests/t.py"], site) == [
+        "sealbench-pytest", "-q", "-o", f"pythonpath=src {site}", "tests/t.py"]
+    assert with_pythonpath(["sealbench-pytest", "-opythonpath=a b", "-o", "pythonpath=src", "t.py"], site)[3] == \
+        f"pythonpath=src {site}"
+    assert with_pythonpath(["sealbench-pytest", "--override-ini=pythonpath=lib", "t.py"], site)[1] == \
+        f"--override-ini=pythonpath=lib {site}"
+    assert with_pythonpath(["sealbench-pytest", "-q", "t.py"], site) == [
+        "sealbench-pytest", "-o", f"pythonpath={site}", "-q", "t.py"]

@@ -12,12 +12,23 @@ changed spec is a changed pack digest.
   ``$SEALBENCH_ENV_CACHE``, else ``$XDG_CACHE_HOME/sealbench/envs``, else
   ``~/.cache/sealbench/envs``), so tasks with the same spec share one environment and a
   second build of it is a cache hit;
+* what: only pinned packages of the package index, as wheels. Every requirement line must
+  be ``name==version`` (an environment marker allowed), with ``--hash=`` options on every
+  line or on none (:func:`pinned_requirement`); a URL or path (``name @ file:///...``),
+  ``-e``, any option (``--index-url``, ``-r``, ...), extras, a range or a wildcard is
+  refused before anything runs, and so is a ``python`` that is not a version number (uv
+  would run a path as an interpreter). The spec is the whole environment: its lines are
+  installed without their dependencies (``--no-deps``), and never built from source
+  (``--no-build``): a package with only a source distribution is refused by name, since a
+  build runs the package's own code;
 * how: ``uv venv`` on an interpreter of this machine (never one uv would download: what the
   sandbox runs must already be on this machine), then ``uv pip install`` of the requirements
-  (``--require-hashes`` when every line carries hashes), files copied out of uv's cache
-  rather than linked to it and compiled to checked-hash ``.pyc`` files (the sandbox cannot
-  write them, and a grade would otherwise compile pytest each time), and a ``sealbench-repo.pth`` naming each import root under
-  :data:`REPO_MOUNT`. This runs outside the sandbox, with network: it reads the package index;
+  (``--require-hashes`` when the lines carry hashes), files copied out of uv's cache rather
+  than linked to it, then compiled to checked-hash ``.pyc`` files (the sandbox cannot write
+  them, and a grade would otherwise compile pytest each time). Once a package is installed
+  the environment's interpreter is only ever started on the host with ``-S``: a wheel's
+  ``.pth`` file runs at an interpreter's start, and runs only in the sandbox. This runs
+  outside the sandbox, with network: it reads the package index;
 * record: ``built.json``, written last (a directory without one is an unfinished build,
   removed and built again), with the spec's digest, the environment's tree digest (every
   file, link and mode of it, and the interpreter binary it runs), the interpreter's version
@@ -30,8 +41,10 @@ symlink to the command's own working directory: the workspace for the agent, the
 for the oracle. The agent's commands get the import roots under it on ``PYTHONPATH``; the
 oracle gets them from its sealed ``-o pythonpath=...`` (pytest adds them once the harness's
 guard watches), and never ``PYTHONPATH``. The code the tests import is therefore the code
-being graded. The repository is not installed as a distribution, so ``importlib.metadata``
-does not know it.
+being graded. A spec whose ``install`` is ``"editable"`` also has each grading copy installed
+by the repository's own build backend (pinned among the requirements), in the sandbox before
+the oracle (:mod:`sealbench.repo_install`): its metadata joins the import roots on the
+oracle's ``sys.path``, so ``importlib.metadata`` knows it as an editable install would.
 
 ``run``, ``pack validate`` and ``probe`` check every environment their tasks name before
 anything runs (:func:`require`): a missing one is refused (build it), and one whose tree no
@@ -46,6 +59,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -69,6 +83,90 @@ BUILT_FILE: Final = "built.json"
 BUILT_FORMAT: Final = "sealbench-env-built/1"
 _TAIL: Final = 1500
 _SYSTEM_PREFIXES: Final = (Path("/usr"), Path("/bin"), Path("/lib"), Path("/lib64"))
+_PYTHON_REQUEST: Final = re.compile(r"[0-9]+(\.[0-9]+){0,2}")
+_HASH_OPTION: Final = re.compile(r"--hash=(sha256:[0-9a-f]{64}|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128})")
+_NO_WHEEL: Final = re.compile(r"Wheels are required for `([^`]+)`|attempted to build `([^`]+)`")
+
+
+def pinned_requirement(line: str) -> str:
+    """``line`` as ``env build`` writes it, when it pins one package of the index to one version.
+
+    Accepted: ``name==version``, an environment marker after ``;``, then ``--hash=ALGO:HEX``
+    options. The line written is rebuilt from what was parsed, so nothing unparsed reaches uv.
+
+    Raises:
+        ValueError: why the line is refused (a URL or path, ``-e``, an option, extras, no
+            exact version, a control character, anything that does not parse).
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in line):
+        raise ValueError("it holds a control character (a line break would start a line of its own)")
+    tokens = line.split()
+    hashes: list[str] = []
+    while tokens and tokens[-1].startswith("--hash="):
+        if not _HASH_OPTION.fullmatch(tokens[-1]):
+            raise ValueError(f"{tokens[-1][:80]!r} is not a sha256, sha384 or sha512 digest in hex")
+        hashes.insert(0, tokens.pop())
+    text = " ".join(tokens)
+    if not text:
+        raise ValueError("it names no package")
+    if text.startswith("-"):
+        raise ValueError(f"{tokens[0]!r} is an option or an editable install, not a pinned package of the index")
+    if any(t.startswith("-") for t in tokens) or "#" in text:
+        raise ValueError("it holds an option or a comment after the requirement")
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as e:
+        raise ValueError(f"it is not a requirement ({str(e).splitlines()[0]})") from None
+    if req.url is not None:
+        raise ValueError("it names a URL or a path: only packages of the index are installed")
+    if req.extras:
+        raise ValueError("it asks for extras, which would bring unpinned packages")
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version or "+" in specs[0].version:
+        raise ValueError("it does not pin one version (name==version)")
+    try:
+        Version(specs[0].version)
+    except InvalidVersion:
+        raise ValueError(f"{specs[0].version!r} is not a version") from None
+    written = str(req)
+    if re.search(r"[\s\"']-|\\", written):
+        raise ValueError("its marker holds what a requirements file would read as an option or a continuation")
+    return " ".join([written, *hashes])
+
+
+def spec_problems(spec: EnvironmentSpec) -> list[str]:
+    """Why ``env build`` refuses ``spec`` (empty: it does not): each refused line, by number."""
+    problems: list[str] = []
+    if not _PYTHON_REQUEST.fullmatch(spec.python):
+        problems.append(f"python {spec.python[:80]!r} is not a version number (e.g. 3.11): uv would take a path or "
+                        "a name for an interpreter to run")
+    hashed = 0
+    for n, line in enumerate(spec.requirements, 1):
+        try:
+            pinned_requirement(line)
+        except ValueError as e:
+            problems.append(f"requirement {n} {line[:200]!r}: {e}")
+        hashed += "--hash=" in line
+    if 0 < hashed < len(spec.requirements):
+        problems.append(f"{hashed} of {len(spec.requirements)} requirement lines carry hashes: all or none must")
+    return problems
+
+
+def refuse_unpinned_spec(spec: EnvironmentSpec) -> None:
+    """Refuse a spec ``env build`` would not install exactly as pinned (:func:`spec_problems`).
+
+    Raises:
+        EnvironmentRefused: naming the environment and every refused line.
+    """
+    problems = spec_problems(spec)
+    if problems:
+        raise EnvironmentRefused(
+            f"environment {label(spec)} is refused; nothing was installed or run:\n  " + "\n  ".join(problems) +
+            "\nenv build installs only pinned packages of the package index (name==version, as wheels). "
+            "Re-import the pack, or pin the requirements in its spec (--env-spec at import).")
 
 
 def cache_root() -> Path:
@@ -200,8 +298,8 @@ def uv_binary() -> str:
     return found
 
 
-def _run(argv: list[str], what: str, env: Mapping[str, str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(env), check=False)
+def _run(argv: list[str], what: str, env: Mapping[str, str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(env), cwd=cwd, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip() or proc.stdout.strip())[-_TAIL:]
         raise EnvironmentRefused(f"{what} failed (exit {proc.returncode}):\n{tail}")
@@ -226,6 +324,31 @@ def _no_python_message(spec: EnvironmentSpec, detail: str) -> str:
             f"Install Python {spec.python}, or override the spec's python at import (--env-spec). uv said: {detail}")
 
 
+def _site_packages(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("lib*/python*/site-packages") if p.is_dir() and not p.is_symlink())
+
+
+def installed_packages(root: Path) -> tuple[str, ...]:
+    """``name==version`` of every distribution in the environment, read from its files: its
+    interpreter is not started (a package's ``.pth`` file would run)."""
+    from importlib.metadata import distributions
+
+    found = {f"{d.metadata['Name']}=={d.version}" for d in distributions(path=[str(p) for p in _site_packages(root)])
+             if d.metadata["Name"]}
+    return tuple(sorted(found, key=str.lower))
+
+
+def _no_wheel_message(spec: EnvironmentSpec, said: str) -> str | None:
+    found = _NO_WHEEL.search(said)
+    if found is None:
+        return None
+    name = found.group(1) or found.group(2)
+    return (f"environment {label(spec)}: {name} has no wheel for this machine at the pinned version, only a source "
+            f"distribution. env build installs wheels only: building one runs the package's own code on this "
+            f"machine. Pin a version of {name} that has a wheel (--env-spec at import). uv said: "
+            f"{said.strip().splitlines()[-1]}")
+
+
 def build(spec: EnvironmentSpec, *, cache: Path | None = None) -> tuple[BuiltEnv, bool]:
     """Build ``spec``'s environment unless it is built; (the environment, whether it was cached).
 
@@ -233,9 +356,12 @@ def build(spec: EnvironmentSpec, *, cache: Path | None = None) -> tuple[BuiltEnv
     environment whose tree changed is refused, not rebuilt over.
 
     Raises:
-        EnvironmentRefused: uv is missing, no interpreter here satisfies the spec's Python, a
-            requirement cannot be installed (uv's message), or a cached build changed.
+        EnvironmentRefused: the spec is not pinned (:func:`refuse_unpinned_spec`, before
+            anything runs), uv is missing, no interpreter here satisfies the spec's Python,
+            a requirement cannot be installed (uv's message) or has no wheel, or a cached
+            build changed.
     """
+    refuse_unpinned_spec(spec)
     root = env_dir(spec, cache)
     with _locked(root.with_name(root.name + ".lock")):
         built = load(spec, cache)
@@ -247,37 +373,44 @@ def build(spec: EnvironmentSpec, *, cache: Path | None = None) -> tuple[BuiltEnv
         uv = uv_binary()
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
         env["UV_PYTHON_DOWNLOADS"] = "never"
+        # uv reads configuration from its working directory upwards: the cache's, never the caller's
+        # (which may be a pack).
+        where = root.parent
         try:
             _run([uv, "venv", "--quiet", "--no-project", "--python-preference", "only-system", "--python",
-                  spec.python, str(root)], f"uv venv for {label(spec)}", env)
+                  spec.python, str(root)], f"uv venv for {label(spec)}", env, where)
         except EnvironmentRefused as e:
             shutil.rmtree(root, ignore_errors=True)
             said = str(e)
             if any(m in said for m in ("No interpreter found", "not found", "Invalid version request")):
                 raise EnvironmentRefused(_no_python_message(spec, str(e).splitlines()[-1])) from None
             raise
+        python = str(root / "bin" / "python")
         try:
             requirements = root / "sealbench-requirements.txt"
-            requirements.write_text("".join(f"{line}\n" for line in spec.requirements), encoding="utf-8")
-            hashed = bool(spec.requirements) and all("--hash=" in line for line in spec.requirements)
-            if spec.requirements:
+            lines = [pinned_requirement(line) for line in spec.requirements]
+            requirements.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+            hashed = bool(lines) and all("--hash=" in line for line in lines)
+            if lines:
+                try:
+                    _run([uv, "pip", "install", "--quiet", "--python", python, "--link-mode", "copy", "--no-deps",
+                          "--no-build", *(["--require-hashes"] if hashed else []), "-r", str(requirements)],
+                         f"installing the requirements of {label(spec)}", env, where)
+                except EnvironmentRefused as e:
+                    raise EnvironmentRefused(_no_wheel_message(spec, str(e)) or str(e)) from None
                 # Compiled now: the sandbox binds it read-only, so every oracle would compile pytest
-                # again (about 1 s a grade). SOURCE_DATE_EPOCH makes the .pyc files checked-hash
-                # ones, the same bytes in every build of the spec.
-                _run([uv, "pip", "install", "--quiet", "--python", str(root / "bin" / "python"), "--link-mode", "copy",
-                      "--compile-bytecode", *(["--require-hashes"] if hashed else []), "-r", str(requirements)],
-                     f"installing the requirements of {label(spec)}", {**env, "SOURCE_DATE_EPOCH": "0"})
-            facts = json.loads(_run([str(root / "bin" / "python"), "-I", "-c",
+                # again (about 1 s a grade). Checked-hash .pyc files: the same bytes in every build.
+                # -S: no site, so no installed .pth file runs here.
+                _run([python, "-S", "-I", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "checked-hash",
+                      *map(str, _site_packages(root))], f"compiling the packages of {label(spec)}", env, where)
+            facts = json.loads(_run([python, "-S", "-I", "-c",
                                      "import json, sys; print(json.dumps({'version': sys.version.split()[0], "
                                      "'prefix': sys.base_prefix}))"],
-                                    f"starting the interpreter of {label(spec)}", env))
-            freeze = _run([uv, "pip", "freeze", "--python", str(root / "bin" / "python")],
-                          f"listing the packages of {label(spec)}", env)
+                                    f"starting the interpreter of {label(spec)}", env, where))
             digest, size = tree_sha256(root)
             built = BuiltEnv(spec_sha256=spec_digest(spec), root=root, tree_sha256=digest,
                              python_version=facts["version"], base_prefix=Path(facts["prefix"]),
-                             packages=tuple(line.strip() for line in freeze.splitlines() if line.strip()),
-                             build_s=time.monotonic() - started, size_bytes=size)
+                             packages=installed_packages(root), build_s=time.monotonic() - started, size_bytes=size)
             tmp = root / f".{BUILT_FILE}.tmp-{os.getpid()}"
             tmp.write_text(json.dumps(built.record(), indent=2) + "\n", encoding="utf-8")
             os.replace(tmp, root / BUILT_FILE)

@@ -299,6 +299,8 @@ class Graded(Event):
     apply_message: str | None = Field(None, description="What applying the patch said (capped).")
     oracle: ProcessFacts | None = Field(None, description="The oracle's process facts.")
     oracle_guard: str | None = Field(None, description="The guard the harness's pytest ran under.")
+    repo_install: ProcessFacts | None = Field(None, description="The sandboxed install of the grading copy "
+                                              "before the oracle (an environment with install 'editable').")
     oracle_timed_out: bool | None = Field(None, description="The oracle ran out of time.")
     junit: dict[str, Any] | None = Field(None, description="The JUnit verdict (ok, ran, failed, missing_required, why).")
     oracle_ignored: list[str] | None = Field(None, description="Files the guarded oracle ignored.")

@@ -73,6 +73,12 @@ class EnvironmentSpec(Model):
                                 "a commit and the dependency group read.")
     import_roots: list[NonEmptyStr] = Field(
         description="Directories of the repository, relative to its root, put on sys.path (e.g. src).")
+    install: Literal["none", "editable"] = Field(
+        "none", exclude_if=lambda v: v == "none",
+        description="'editable': each grading copy is installed into the environment as `pip install -e` does, by "
+        "the repository's own build backend (pinned among the requirements), in the sandbox before the oracle: "
+        "importlib.metadata knows it, its code is imported from the grading copy. 'none' (absent): the "
+        "repository is only put on sys.path.")
 
 
 class TaskRecord(Model):
@@ -123,6 +129,11 @@ class TaskRecord(Model):
         "one of their paths fails. 'reset': the workspace holds the pre-patch versions of the files the hidden "
         "tests change (a repository's own tests), an attempt may edit them, and grading puts the hidden versions "
         "in their place, as SWE-bench resets the test patch's files before applying it.")
+    deleted_test_files: list[NonEmptyStr] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="Paths, relative to the workspace, of the files the test patch deletes (with test_files "
+        "'reset'): grading removes them from the grading copy, whatever the attempt left there, as applying "
+        "the test patch does. Absent: none.")
 
 
 class TaskDigests(Model):

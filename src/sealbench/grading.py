@@ -437,7 +437,9 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
 def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
            changed: list[str], remaining: float, ahead: OracleAhead | None) -> dict[str, Any]:
     hidden_paths = task.hidden_paths()
-    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [], hidden_paths,
+    # A file the test patch deletes is one of its files too: reset (removed) at grading.
+    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [],
+                               [*hidden_paths, *task.record.deleted_test_files],
                                reset=task.record.test_files == "reset")
     if not pytest_oracle.is_guarded(task.record.oracle_cmd) and not is_oracle_cmd(task.record.oracle_cmd):
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
@@ -464,6 +466,8 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         # The pack could change under a long run: grade only against the sealed tests.
         if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, settings.pack_root)):
             raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
+        for rel in task.record.deleted_test_files:
+            remove_entry(grade_dir, rel)  # never through a link the patch put on the way
         overlay(task.hidden, grade_dir)
         if pytest_oracle.is_guarded(task.record.oracle_cmd):
             green = grade_guarded(settings, cancel, task, tw, attempt, changed, grade_dir, remaining, result)
@@ -502,23 +506,69 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         with contextlib.suppress(OSError):
             remove_tree(grade_dir)
             remove_tree(tw.root / f"oracle-{attempt}")
+            remove_tree(tw.root / f"install-{attempt}")
     return result
+
+
+INSTALL_FILE = Path(__file__).resolve().parent / "repo_install.py"
+
+
+def with_pythonpath(args: Sequence[str], extra: str) -> list[str]:
+    """A pytest command line whose ``pythonpath`` ini option also names ``extra`` (last): its
+    last ``-o pythonpath=`` extended, or one put first when it has none."""
+    out = list(args)
+    for i in range(len(out) - 1, -1, -1):
+        for prefix in ("-o", "--override-ini=", ""):
+            if out[i].startswith(prefix + "pythonpath=") and (prefix or (i > 0 and out[i - 1] in ("-o", "--override-ini"))):
+                out[i] = f"{out[i]} {extra}"
+                return out
+    return [out[0], "-o", f"pythonpath={extra}", *out[1:]]
+
+
+def install_repository(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+                       grade_dir: Path, remaining: float, result: dict[str, Any]) -> tuple[Path | None, float]:
+    """Install the grading copy by its own build backend, in the sandbox (see
+    :mod:`sealbench.repo_install`), when its environment says so: (the folder to bind read-only
+    for the oracle, whose ``site/`` holds the metadata; the time left). The folder is None when
+    there is nothing to install, and also when the install failed (``result`` says so: the
+    candidate's failure, since the backend and its build are the candidate's code).
+    """
+    spec = task.record.environment
+    if spec is None or spec.install != "editable":
+        return None, remaining
+    out = tw.root / f"install-{attempt}"
+    remove_tree(out)
+    out.mkdir()
+    env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
+    res, facts = sandboxed(settings, cancel, ["python", "-P", "-s", str(INSTALL_FILE), str(out)], grade_dir, env,
+                           remaining, (INSTALL_FILE,), (out,), task=task)
+    result["repo_install"] = facts
+    if res.exit_code != 0 or res.timed_out:
+        return None, 0.0
+    return out, max(0.0, remaining - res.elapsed_s)
 
 
 def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
                   changed: list[str], grade_dir: Path, remaining: float, result: dict[str, Any]) -> bool:
     """Run a ``sealbench-pytest`` oracle (see :mod:`sealbench.pytest_oracle`); fills ``result``
     with its facts, JUnit verdict and forging flags, and returns whether the tests are green."""
+    installed, remaining = install_repository(settings, cancel, task, tw, attempt, grade_dir, remaining, result)
+    if "repo_install" in result and installed is None:
+        return False
     private = tw.root / f"oracle-{attempt}"
     remove_tree(private)
     owned = (set(tw.base) - set(changed)) | set(task.hidden_paths())
+    # The installed metadata joins the import roots on sys.path through pytest, once the guard watches.
+    cmd = task.record.oracle_cmd if installed is None else with_pythonpath(task.record.oracle_cmd,
+                                                                            str(installed / "site"))
     try:
-        guarded = pytest_oracle.prepare(private, task.record.oracle_cmd, owned)
+        guarded = pytest_oracle.prepare(private, cmd, owned)
     except ValueError as e:
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
     env = {**task_env(settings, task, grade_dir, attempt, None, oracle=True), **guarded.env}
     argv = bytecode.python_argv(guarded.argv, bytecode_mirror(settings, task).prefix)
-    res, facts = sandboxed(settings, cancel, argv, grade_dir, env, remaining, guarded.readonly,
+    readonly = (*guarded.readonly, *((installed,) if installed is not None else ()))
+    res, facts = sandboxed(settings, cancel, argv, grade_dir, env, remaining, readonly,
                            guarded.writable, task=task)
     rule = task.record.decided_by
     verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code, rule)

@@ -145,6 +145,11 @@ def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = Non
         record.junit_xml.startswith("/") or ".." in Path(record.junit_xml).parts
     ):
         raise PackError(f"{task_json}: junit_xml: must be a relative path inside the workspace")
+    for rel in record.deleted_test_files:
+        parts = rel.split("/")
+        if record.test_files != "reset" or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise PackError(f"{task_json}: deleted_test_files: {rel!r}: must be a plain relative path inside the "
+                            "workspace, in a task whose test_files is 'reset'")
     prompt = read_text(task_dir / "prompt.md", PackError)
     cache = templates if templates is not None else {}
     template = cache.get(record.prompt_template_id)

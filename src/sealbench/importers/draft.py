@@ -166,6 +166,7 @@ def make_record(
     decided_by: Literal["all", "required"] = "all",
     environment: EnvironmentSpec | None = None,
     test_files: Literal["forbidden", "reset"] = "forbidden",
+    deleted_test_files: Sequence[str] = (),
 ) -> TaskRecord:
     """A task record with a placeholder hidden-tests digest (the writer fills it).
 
@@ -187,6 +188,7 @@ def make_record(
             provenance=provenance,
             environment=environment,
             test_files=test_files,
+            deleted_test_files=list(deleted_test_files),
         )
     except ValidationError as e:
         raise PackError(f"{where}: {describe_validation_error(e)}") from None

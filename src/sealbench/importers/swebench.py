@@ -21,13 +21,22 @@ dataset) and problem_statement. Each task becomes:
   requirements of the repository's ``uv.lock`` at the instance's ``environment_setup_commit``
   (else its base commit), exported with their hashes, with the first dependency group named
   tests, test or testing; else a requirements file of the tests (``requirements/tests.txt``
-  and the like) plus pytest; else pytest alone, said in the spec's ``source``. The repository
+  and the like) plus pytest; else pytest alone, said in the spec's ``source``. Every line
+  ends pinned (``name==version``, with hashes) as ``env build`` demands: a lock that names a
+  path, URL or editable project is refused; a requirements file's lines that are not plain
+  requirements of the index (``-e``, ``-r``, URLs, paths) are left out and named in the
+  source, and the rest resolved by ``uv pip compile`` to wheels (never building one). The repository
   is imported from the workspace or grading copy (its ``src/`` for a src/ layout; the oracle's
   ``-o pythonpath=src``, the agent's ``PYTHONPATH``). An
   ``--env-spec`` file overrides any of it per repository (``"owner/name"``) or repository and
   version (``"owner/name@version"``): a JSON object whose values hold any of ``name``,
-  ``python``, ``requirements`` (replacing the derived ones), ``pins`` (lines added to them),
-  ``source`` and ``import_roots``;
+  ``python``, ``requirements`` (replacing the derived ones), ``pins`` (lines added to them,
+  replacing a derived line of the same package), ``source``, ``import_roots`` and ``install``
+  (``"none"`` keeps the repository off the environment); its requirement lines must be
+  pinned too. When the repository declares how it is installed (``[build-system]`` in its
+  pyproject.toml, or a setup.py), the spec's ``install`` is ``"editable"`` and the backend's
+  requirements are resolved at import (within the other pins) and added: each grading copy
+  is then installed by that backend, in the sandbox (:mod:`sealbench.repo_install`);
 * prompt.md: the problem statement.
 
 The clone of an instance's repository (its ``repo`` field, "owner/name") is ``--repo
@@ -263,7 +272,7 @@ _TEST_GROUPS = ("tests", "test", "testing")
 _REQUIREMENT_FILES = ("requirements/tests.txt", "requirements/test.txt", "requirements/testing.txt",
                       "requirements-tests.txt", "requirements-test.txt", "test-requirements.txt",
                       "tests/requirements.txt")
-_OVERRIDE_KEYS = frozenset({"name", "python", "requirements", "pins", "source", "import_roots"})
+_OVERRIDE_KEYS = frozenset({"name", "python", "requirements", "pins", "source", "import_roots", "install"})
 
 
 def _requirement_lines(text: str) -> list[str]:
@@ -284,8 +293,74 @@ def _requirement_lines(text: str) -> list[str]:
     return out
 
 
+def _pinned(lines: Sequence[str], where: str, what: str) -> list[str]:
+    """``lines`` as ``env build`` installs them, each a pinned package of the index.
+
+    Raises:
+        PackError: a line is not (a URL, a path, ``-e``, an option, no exact version), naming it.
+    """
+    from ..environments import pinned_requirement
+
+    out: list[str] = []
+    for line in lines:
+        try:
+            out.append(pinned_requirement(line))
+        except ValueError as e:
+            raise PackError(f"{where}: {what} names {line[:200]!r}, which env build would refuse: {e}") from None
+    return out
+
+
+def _plain_requirement(line: str) -> str | None:
+    """A repository's requirement line rebuilt from its parse when it names a package of the index
+    by name, versions and markers only; None for anything else (``-e``, ``-r``, a URL or path)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if line.startswith("-") or any(ord(c) < 0x20 for c in line):
+        return None
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return None
+    return None if req.url is not None else str(req)
+
+
+def _uv_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
+
+
+def _resolve(requirements: Sequence[str], python: str, where: str, what: str,
+             constraints: Sequence[str] = ()) -> list[str]:
+    """``requirements`` resolved against the package index: each package pinned, with its hashes.
+
+    Wheels only (``--no-build``): resolving never builds, so no code of a package runs here.
+
+    Raises:
+        PackError: uv cannot resolve them (a package with no wheel, a conflict, no index).
+    """
+    from ..environments import uv_binary
+
+    argv = [uv_binary(), "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--generate-hashes",
+            "--no-build", "--python-version", python, "-"]
+    with tempfile.TemporaryDirectory(prefix="sealbench-resolve-") as tmp:
+        if constraints:
+            (Path(tmp) / "constraints.txt").write_text("".join(f"{c}\n" for c in constraints), encoding="utf-8")
+            argv[-1:] = ["-c", "constraints.txt", "-"]
+        proc = subprocess.run(argv, cwd=tmp, input="".join(f"{r}\n" for r in requirements), capture_output=True,
+                              text=True, env=_uv_env(), check=False)
+    if proc.returncode != 0:
+        said = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        raise PackError(f"{where}: uv cannot resolve {what} to pinned wheels of the package index: "
+                        f"{' '.join(said[-3:]) or 'no message'}")
+    return _pinned(_requirement_lines(proc.stdout), where, f"the resolution of {what}")
+
+
 def _from_lock(files: Mapping[str, FileEntry], where: str, commit: str) -> tuple[list[str], str] | None:
-    """The requirements ``uv export`` reads from the repository's uv.lock, or None without one."""
+    """The requirements ``uv export`` reads from the repository's uv.lock, or None without one.
+
+    Raises:
+        PackError: the lock cannot be exported, or names something other than pinned packages
+            of the index (a path, a URL, an editable project).
+    """
     if "uv.lock" not in files or "pyproject.toml" not in files:
         return None
     from ..environments import uv_binary
@@ -302,25 +377,51 @@ def _from_lock(files: Mapping[str, FileEntry], where: str, commit: str) -> tuple
         argv = [uv_binary(), "export", "--frozen", "--no-emit-project", "--no-default-groups",
                 *(["--group", group] if group else []), "--format", "requirements-txt", "--no-header",
                 "--no-annotate", "--quiet"]
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
-        proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, env=env, check=False)
+        proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, env=_uv_env(), check=False)
     if proc.returncode != 0:
         raise PackError(f"{where}: uv cannot export the requirements of uv.lock at {commit[:12]}: "
                         f"{_last_line(proc.stderr.encode())}")
     digest = sha256_bytes(files["uv.lock"].data).removeprefix("sha256:")[:12]
     source = f"uv.lock (sha256 {digest}...)" + (f", dependency group {group!r}" if group else ", no test group")
-    return _requirement_lines(proc.stdout), source
+    return _pinned(_requirement_lines(proc.stdout), where, f"uv.lock at {commit[:12]}"), source
 
 
-def _from_requirements(files: Mapping[str, FileEntry]) -> tuple[list[str], str] | None:
+def _from_requirements(files: Mapping[str, FileEntry], python: str, where: str) -> tuple[list[str], str] | None:
+    """A tests requirements file of the repository, plus pytest, resolved to pinned wheels.
+
+    Only lines naming packages of the index by name and versions are read; the rest (``-e``,
+    ``-r``, URLs, paths) are left out and named in the source.
+    """
     for rel in _REQUIREMENT_FILES:
         if rel in files:
-            lines = [line for line in _requirement_lines(files[rel].data.decode("utf-8", "replace"))
-                     if not line.startswith("-")]  # -r / -c / -e: other files, not read here
-            if not any(re.match(r"pytest\b", line) for line in lines):
+            lines: list[str] = []
+            left_out: list[str] = []
+            for line in _requirement_lines(files[rel].data.decode("utf-8", "replace")):
+                plain = _plain_requirement(line)
+                (lines if plain is not None else left_out).append(plain if plain is not None else line)
+            if not any(re.match(r"pytest\b", line, re.IGNORECASE) for line in lines):
                 lines.append("pytest")
-            return lines, f"{rel}, plus pytest when it does not name it"
+            skipped = f"; left out: {', '.join(repr(x[:80]) for x in left_out[:5])}" if left_out else ""
+            return (_resolve(lines, python, where, rel),
+                    f"{rel}, plus pytest when it does not name it, resolved with hashes at import{skipped}")
     return None
+
+
+def _build_requirements(files: Mapping[str, FileEntry]) -> tuple[list[str], list[str]] | None:
+    """What the repository's build backend needs (``[build-system] requires``, or setuptools for
+    a bare setup.py, as pip reads them), split into plain requirements and lines left out; None
+    when nothing declares how the repository is installed."""
+    system: Any = None
+    if "pyproject.toml" in files:
+        try:
+            system = tomllib.loads(files["pyproject.toml"].data.decode("utf-8")).get("build-system")
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            system = None
+    if not isinstance(system, dict):
+        return (["setuptools>=40.8.0"], []) if "setup.py" in files else None
+    requires: list[Any] = system["requires"] if isinstance(system.get("requires"), list) else []
+    plain = [_plain_requirement(str(r)) for r in requires]
+    return [r for r in plain if r is not None], [str(r) for r, q in zip(requires, plain, strict=True) if q is None]
 
 
 def load_overrides(path: Path | None) -> dict[str, dict[str, Any]]:
@@ -353,21 +454,49 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
     setup = rec.data.get("environment_setup_commit")
     commit = setup.strip() if isinstance(setup, str) and _COMMIT_RE.match(setup.strip()) else base_commit
     files = base if commit == base_commit else scratch.tree(commit, rec.where)
-    found = _from_lock(files, rec.where, commit) or _from_requirements(files)
-    requirements, source = found if found is not None else (["pytest"], "no uv.lock or test requirements file: pytest only")
     override = {**overrides.get(repo or "", {}), **(overrides.get(f"{repo}@{version}", {}) if version else {})}
-    requirements = list(override.get("requirements", requirements)) + list(override.get("pins", []))
+    python = str(override.get("python", options.python or f"{sys.version_info.major}.{sys.version_info.minor}"))
+    if "requirements" in override:
+        requirements = _pinned(list(override["requirements"]), rec.where, "--env-spec's requirements")
+        source = "--env-spec"
+    else:
+        found = _from_lock(files, rec.where, commit) or _from_requirements(files, python, rec.where)
+        requirements, source = found if found is not None else (
+            _resolve(["pytest"], python, rec.where, "pytest"),
+            "no uv.lock or test requirements file: pytest only, resolved with hashes at import")
+    if "pins" in override:
+        pins = _pinned(list(override["pins"]), rec.where, "--env-spec's pins")
+        named = {_name(p) for p in pins}
+        requirements = [r for r in requirements if _name(r) not in named] + pins
+    install = str(override.get("install", "editable"))
+    build = _build_requirements(files) if install == "editable" else None
+    if build is None or build[1]:
+        install = "none"  # nothing declares the build, or its requirements are not all of the index
+    else:
+        named = {_name(r) for r in requirements}
+        constraints = [r.split(" --hash=", 1)[0] for r in requirements]
+        requirements += [r for r in _resolve(build[0], python, rec.where, "the build requirements", constraints)
+                         if _name(r) not in named]
+        source += "; the repository installed by its build backend, whose requirements were resolved at import"
+    if 0 < sum("--hash=" in r for r in requirements) < len(requirements):
+        requirements = [r.split(" --hash=", 1)[0] for r in requirements]  # all or none, as env build takes them
+        source += ", hashes dropped (some lines carry none)"
     if "requirements" in override or "pins" in override:
         source = str(override.get("source", f"{source}, overridden by --env-spec"))
-    python = options.python or f"{sys.version_info.major}.{sys.version_info.minor}"
-    label = f"{repo or 'repository'}{'@' + version if version else ''} tests, Python {override.get('python', python)}"
+    label = f"{repo or 'repository'}{'@' + version if version else ''} tests, Python {python}"
     try:
         return EnvironmentSpec.model_validate({
-            "name": override.get("name", label), "python": override.get("python", python),
+            "name": override.get("name", label), "python": python,
             "requirements": requirements, "source": override.get("source", source),
-            "import_roots": override.get("import_roots", import_roots(base))})
+            "import_roots": override.get("import_roots", import_roots(base)), "install": install})
     except ValidationError as e:
         raise PackError(f"{rec.where}: its environment: {describe_validation_error(e)}") from None
+
+
+def _name(line: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(re.split(r"[=;\s\[]", line, maxsplit=1)[0])
 
 
 def _repo_name(rec: SourceRecord) -> str | None:
@@ -385,11 +514,11 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     scratch.git(["cat-file", "-e", f"{commit}^{{commit}}"],
                 failure=f"{rec.where}: base_commit {commit} is not a commit of the clone")
     base = scratch.tree(commit, rec.where)
-    tests, _ = scratch.patched(base, get_str(rec, "test_patch"), rec.where, "test_patch")
-    fix, _ = scratch.patched(base, get_str(rec, "patch"), rec.where, "patch")
+    tests, deleted = scratch.patched(base, get_str(rec, "test_patch"), rec.where, "test_patch")
+    fix, fix_deleted = scratch.patched(base, get_str(rec, "patch"), rec.where, "patch")
     if not tests:
         raise PackError(f"{rec.where}: test_patch adds or changes no file")
-    both = sorted(set(tests) & set(fix))
+    both = sorted((set(tests) | set(deleted)) & (set(fix) | set(fix_deleted)))
     if both:
         # The hidden overlay would replace the agent's own change to these files.
         raise PackError(f"{rec.where}: patch and test_patch both change {', '.join(both)}")
@@ -398,7 +527,8 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
     # (FAIL_TO_PASS and PASS_TO_PASS found by running more) has its file run too, or it could
     # never pass.
     named = {t.split("::", 1)[0] for t in ids if "::" in t and t.split("::", 1)[0].endswith(".py")}
-    targets = sorted({p for p in tests if p.endswith(".py")} | {p for p in named if p in base or p in tests})
+    targets = sorted({p for p in tests if p.endswith(".py")}
+                     | {p for p in named if (p in base or p in tests) and p not in deleted})
     if not targets:
         raise PackError(f"{rec.where}: test_patch touches no Python file for pytest to run")
     environment = _environment(scratch, rec, base, commit, options, overrides)
@@ -414,6 +544,7 @@ def _task(scratch: _Scratch, rec: SourceRecord, options: ImportOptions, title: s
         decided_by="required",
         environment=environment,
         test_files="reset",
+        deleted_test_files=sorted(deleted),
     )
     return TaskDraft(record=record, prompt=get_str(rec, "problem_statement").rstrip() + "\n",
                      workspace=dict(base), hidden=tests, solution=fix, origin=rec.where)
