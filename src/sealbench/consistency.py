@@ -21,13 +21,15 @@ The runner writes, for each task (``coordinator.Coordinator``)::
     [harness_error]           the harness failed; the task ends at once
     task_finished             nothing of the task comes after it
 
-and an attempt's result follows from its facts: a timed-out agent is a timeout; exit 0
-with an empty patch is an abstain and is never graded; otherwise the grading decides (pass
-only when the hidden tests went green, their JUnit report too where there is one, on a patch
-that applied clean and touched no forbidden path, and, when the test process was flagged,
-only if the contract counts such a pass). The task's outcome is its last attempt's result;
-a failed or interrupted last attempt ends the task as a fail once every attempt is used, and
-as a timeout when the time ran out first.
+and an attempt's result follows from its facts: a timed-out agent is a timeout; a workspace
+the capture refused (``patch_captured`` names why) is a fail, never graded, in the narration
+probe too; exit 0 with an empty patch is an abstain and is never graded; otherwise the
+grading decides (pass only when the hidden tests went green, their JUnit report too where
+there is one, on a patch that applied clean and touched no forbidden path, and, when the
+test process was flagged, only if the contract counts such a pass; green is exit 0, or exit 1
+with a report that is ok with failed tests in it, a task whose required tests alone decide).
+The task's outcome is its last attempt's result; a failed or interrupted last attempt ends
+the task as a fail once every attempt is used, and as a timeout when the time ran out first.
 
 An event that is not one of the runner's (an unknown kind or field, a wrong type) is named
 as such (:mod:`sealbench.events`); any other event names an attempt only once it started.
@@ -272,18 +274,21 @@ class _Reader:
     def attempt_result(self, tid: str, attempt: _Attempt, line: events.Line, event: events.AttemptFinished) -> None:
         """Whether an attempt's result is what its agent, patch and grading say."""
         result = event.result
-        allowed = _PROBE_RESULTS if self.probe else _RESULTS
+        patch_ev = attempt.steps.get(events.PATCH_CAPTURED)
+        patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
+            else events.PatchCaptured()
+        # A workspace the capture refused (too deep, a special file, over a cap) is the agent's
+        # failure, decided before any grading, in the narration probe too.
+        refused = isinstance(patch.rejected, str) and bool(patch.rejected) and patch.capture_timed_out is not True
+        allowed = (_PROBE_RESULTS | {"fail"} if refused else _PROBE_RESULTS) if self.probe else _RESULTS
         if not isinstance(result, str) or result not in allowed:
             self.say(tid, f"{_at(line)} has result {result!r}, which the runner never writes here "
                           f"(one of {', '.join(sorted(allowed))})")
             return
         agent_ev = attempt.steps.get(events.AGENT_FINISHED)
-        patch_ev = attempt.steps.get(events.PATCH_CAPTURED)
         graded_ev = attempt.steps.get(events.GRADED)
         agent = agent_ev.event if agent_ev is not None and isinstance(agent_ev.event, events.AgentFinished) \
             else events.AgentFinished()
-        patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
-            else events.PatchCaptured()
         abstained = agent.exit_code == 0 and patch.empty is True
         if (agent.timed_out is not True and not self.probe and self.wall_clock_s is not None
                 and isinstance(agent.elapsed_ms, int) and agent.elapsed_ms > (self.wall_clock_s + _TIME_SLACK_S) * 1000):
@@ -296,6 +301,13 @@ class _Reader:
             if graded_ev is not None:
                 self.say(tid, f"{_at(graded_ev)}: a timed-out attempt is never graded")
             return
+        if refused:
+            if result != "fail":
+                self.say(tid, f"{_at(line)} says {result!r}, but the capture refused the workspace "
+                              f"({_at(patch_ev or line)}): the result of a refused workspace is fail")
+            if graded_ev is not None:
+                self.say(tid, f"{_at(graded_ev)}: a refused workspace is never graded")
+            return
         if graded_ev is not None:
             self.graded(tid, graded_ev, result, abstained)
             return
@@ -303,7 +315,8 @@ class _Reader:
             self.say(tid, f"{_at(line)} says pass, but the attempt was never graded: only the hidden tests "
                           f"decide a pass")
         elif result == "fail":
-            self.say(tid, f"{_at(line)} says fail, but the attempt was never graded")
+            self.say(tid, f"{_at(line)} says fail, but the attempt was never graded and its workspace was "
+                          f"not refused")
         elif result == "abstain" and not abstained:
             self.say(tid, f"{_at(line)} says abstain, but the agent exited {agent.exit_code!r} with "
                           f"{'an empty' if patch.empty is True else 'a non-empty'} patch "
@@ -341,7 +354,11 @@ class _Reader:
                           f"({g.junit.get('why')!r}): the report decides too")
         if g.tests_green is True:
             oracle = g.oracle or events.ProcessFacts()
-            if oracle.exit_code != 0 or oracle.timed_out is not False:
+            # Under a task's "required" rule pytest exits 1 for a test that may fail, and the report
+            # decides: the only way a report with failed tests is ok.
+            decided_by_report = (oracle.exit_code == 1 and g.junit is not None and g.junit.get("ok") is True
+                                 and isinstance(g.junit.get("failed"), int) and g.junit.get("failed", 0) > 0)
+            if (oracle.exit_code != 0 and not decided_by_report) or oracle.timed_out is not False:
                 self.say(tid, f"{_at(graded_ev)} says tests_green, but the oracle exited "
                               f"{oracle.exit_code!r} (timed out: {oracle.timed_out!r})")
         expected = "pass" if task_pass else "timeout" if g.oracle_timed_out is True else "fail"
