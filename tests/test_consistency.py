@@ -398,6 +398,31 @@ def test_a_crash_on_the_last_attempt_ends_as_fail_or_timeout_after_resume() -> N
         assert journal_contradictions(s.events, contract(1)) == [], outcome
 
 
+@pytest.mark.parametrize(("version", "outcome", "consistent"), [
+    (4, "fail", True), (4, "timeout", True), (4, "infra_error", False),
+    (5, "infra_error", True), (5, "fail", False), (5, "timeout", False),
+])
+def test_a_crash_on_the_last_attempt_ends_as_its_version_says(version: int, outcome: str, consistent: bool) -> None:
+    # From derivation version 5 an interrupted last attempt is not the agent's end: infra_error.
+    # Journals of earlier versions keep their fail or timeout, and may not claim infra_error.
+    s = Story()
+    s.events[0]["payload"]["derivation_version"] = version
+    s.add("task_started", "a", max_attempts=1, wall_clock_s=60.0).add("attempt_started", "a", 1)
+    s.add("run_resumed", payload={"run_nonce": "n"}).add("attempt_interrupted", "a", 1, charged_s=60.0)
+    s.add("task_finished", "a", outcome=outcome, attempts_used=1, first_attempt_passed=False, patch_sha256=None)
+    s.task("b", ["pass"], cap=1)
+    problems = journal_contradictions(s.events, contract(1))
+    assert problems == [] if consistent else any(f"says outcome {outcome!r}" in p for p in problems), problems
+
+
+def test_a_version_5_task_whose_last_attempt_ended_is_never_an_infrastructure_error() -> None:
+    s = Story()
+    s.events[0]["payload"]["derivation_version"] = 5
+    s.task("a", ["fail"], outcome="infra_error", cap=1).task("b", ["pass"], cap=1)
+    problems = journal_contradictions(s.events, contract(1))
+    assert any("says outcome 'infra_error', but its last attempt (1) ended 'fail'" in p for p in problems), problems
+
+
 @pytest.mark.parametrize(("build", "named"), [
     (lambda s: s.add("attempt_started", "a", 1).add("run_resumed", payload={"run_nonce": "other"}),
      "run_resumed (seq 3): run_nonce 'other' differs from the run_started event's 'n'"),

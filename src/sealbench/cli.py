@@ -49,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _show_outcomes() -> tuple[str, ...]:
     # Kept here, not imported from .show: the parser is built on every start.
-    return ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
+    return ("pass", "fail", "abstain", "timeout", "harness_error", "infra_error", "unfinished")
 
 
 def _print_json(value: Any) -> None:

@@ -28,8 +28,10 @@ grading decides (pass only when the hidden tests went green, their JUnit report 
 there is one, on a patch that applied clean and touched no forbidden path, and, when the
 test process was flagged, only if the contract counts such a pass; green is exit 0, or exit 1
 with a report that is ok with failed tests in it, a task whose required tests alone decide).
-The task's outcome is its last attempt's result; a failed or interrupted last attempt ends
-the task as a fail once every attempt is used, and as a timeout when the time ran out first.
+The task's outcome is its last attempt's result; a failed last attempt ends the task as a fail
+once every attempt is used, and as a timeout when the time ran out first. An interrupted last
+attempt (a crash, a stop, a full disk, a lost node) ends it as ``infra_error`` from derivation
+version 5 on, and as a fail or a timeout, as the time it was charged decides, before it.
 
 An event that is not one of the runner's (an unknown kind or field, a wrong type) is named
 as such (:mod:`sealbench.events`); any other event names an attempt only once it started.
@@ -45,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events
+from .derive import INFRA_ERROR_FROM
 from .formats import Outcome, ScoringContract
 
 _ATTEMPT_STEPS = (events.AGENT_FINISHED, events.PATCH_CAPTURED, events.GRADED, events.ATTEMPT_FINISHED)
@@ -110,6 +113,8 @@ class _Reader:
     strangers: set[str] = field(default_factory=set)
     resumed: bool = False
     nonce: Any = _MISSING
+    version: int = 1
+    """The derivation version of the run_started event (1 when absent)."""
 
     def say(self, tid: str | None, text: str) -> None:
         self.problems.append(f"{self.source} task {tid}: {text}" if tid is not None else f"{self.source}: {text}")
@@ -124,6 +129,7 @@ class _Reader:
                                f"first event (a resume journals run_resumed)")
             elif self.nonce is _MISSING:
                 self.nonce = event.run_nonce
+                self.version = event.derivation()
         elif isinstance(event, events.RunResumed):
             self.resumed = True
             # Journals written before run nonces existed carry none in either event.
@@ -430,6 +436,9 @@ class _Reader:
         exhausted = self.cap is not None and used >= self.cap
         if result == "fail":
             return {Outcome.FAIL.value if exhausted else Outcome.TIMEOUT.value}
+        if last is not None and self.version >= INFRA_ERROR_FROM:
+            # Its last attempt was interrupted: not the agent's end, so not the agent's outcome.
+            return {Outcome.INFRA_ERROR.value}
         # The last attempt was interrupted by a crash (or none started): how its time is
         # charged on resume decides between the two once the attempts are used up.
         return {Outcome.FAIL.value, Outcome.TIMEOUT.value} if exhausted and used else {Outcome.TIMEOUT.value}

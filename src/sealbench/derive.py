@@ -38,7 +38,7 @@ from .formats import (
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
 
-DERIVATION_VERSION: Final = 4
+DERIVATION_VERSION: Final = 5
 """The version of the rules this release derives new runs with (see the module docstring).
 
 1: the rules of the first release that recorded one. 2: the same rules, over journals that may
@@ -51,7 +51,15 @@ journals whose ``agent_finished`` events may list the agent's trace folder
 traces hold those lines, so the task's trace digest covers the transcript. 4: the same rules,
 over journals whose ``agent_finished`` events may carry ``agent_ending`` (how the agent says
 it ended, from an agent preset's launcher); the scorecard of a task whose last attempt's agent
-said so carries it as ``agent_ending``."""
+said so carries it as ``agent_ending``. 5: the same rules, over journals whose ``task_finished``
+may say ``infra_error`` (from :data:`INFRA_ERROR_FROM`): a task whose last attempt something
+other than its agent ended (a crash, a stop, a full disk, a lost node) with no attempt or time
+left, which version 4 ended as ``fail`` or ``timeout``; its scorecard is not complete, and it
+refuses the rate."""
+
+INFRA_ERROR_FROM: Final = 5
+"""The first derivation version whose runs end a task as ``infra_error`` when its last attempt
+was interrupted; runs of earlier versions keep ``fail`` or ``timeout`` for it, through resume."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -120,7 +128,7 @@ def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpo
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
         and is_real_digest(card["hidden_tests_sha256"])
         and card["attempts_used"] <= card["max_attempts"]
-        and card["outcome"] != Outcome.HARNESS_ERROR.value
+        and card["outcome"] not in (Outcome.HARNESS_ERROR.value, Outcome.INFRA_ERROR.value)
     )
     return Scorecard.model_validate(card)
 
@@ -448,7 +456,7 @@ class Rules:
     readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
 
 
-RESUMABLE: Final = frozenset({1, 2, 3, 4})
+RESUMABLE: Final = frozenset({1, 2, 3, 4, 5})
 """The versions of the runs this release continues on resume: their rules are the ones it
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""
@@ -461,6 +469,7 @@ RULES: Final[Mapping[int, Rules]] = {
     2: _RULES_1,
     3: _RULES_1,
     4: _RULES_1,
+    5: _RULES_1,
 }
 
 
