@@ -13,7 +13,8 @@ delivery, or one for an attempt already journaled as interrupted) is journaled a
 ``duplicate_result`` and never counted. An attempt whose result does not come (a lost worker,
 or no answer within a grace after its budget or after a cancel) is journaled as
 ``attempt_interrupted``, charged the time measured until then, and stays used: the task goes
-on with its next attempt, as a resume would, never with a free retry.
+on with its next attempt, as a resume would, never with a free retry; with no attempt or time
+left it ends as ``infra_error`` (derivation version 5 on), since its agent did not end it.
 
 Who writes the journal: this thread; the run's heartbeat thread
 (:class:`sealbench.clock.Heartbeat`); and, when the contract declares model endpoints, the
