@@ -187,3 +187,27 @@ def rewrite_journal(journal: Path, events: list[dict[str, Any]]) -> None:
         ev["hash"] = prev = event_hash(ev)
     journal.write_bytes(b"".join(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
                                  for ev in events))
+
+
+def publishes(contract_file: Path, run_dir: Path, out: Path | None = None, options: Any = None) -> Path:
+    """Probe, score, bundle and verify a finished run as a publisher would, each of which must
+    succeed (what a hostile agent does must never make an honest run unpublishable); the probe
+    runs the same agent under the run's options. Returns the verified bundle."""
+    import dataclasses
+
+    from sealbench.bundle import make_bundle, verify_bundle
+    from sealbench.contract import load_contract
+    from sealbench.runner import RunOptions, execute
+    from sealbench.score import score
+    from sealbench.scoring_io import events_from
+
+    locked = load_contract(contract_file)
+    if locked.controls is not None and locked.controls.narration_probe is not None \
+            and not (run_dir / "narration_probe.json").is_file():
+        probe_options = dataclasses.replace(options or RunOptions(), progress=False, resume=False)
+        execute(contract_file, run_dir, probe_options, probe=True)
+    rate = score(locked, events_from(run_dir, locked))
+    assert rate.n == len(locked.task_ids)
+    bundle = make_bundle(run_dir, out or run_dir.parent / "bundles")
+    verify_bundle(bundle)
+    return bundle

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import SAMPLE, make_contract, needs_bwrap
-from sealbench.bundle import make_bundle, verify_bundle
+from sealbench.bundle import make_bundle, sums_bytes, verify_bundle
 from sealbench.contract import contract_digest
 from sealbench.derive import LIBRARY_CALL_NOTE, NOT_A_RANKING, commands_bytes
 from sealbench.errors import ContractError, NotABundle, ScoreRefusal, UsageError, VerificationFailed
@@ -528,3 +528,74 @@ def test_a_bundle_stripped_of_its_sums_is_still_tampering_not_a_run_directory(ma
     bundle = copy(made.noop_bundle, tmp_path)
     (bundle / "SHA256SUMS").unlink()
     assert named(problems_of(bundle), "SHA256SUMS")
+# --- a public bundle: the hidden tests' output withheld, sealed beside it --------------------
+
+HIDDEN_LINE = b"assert last_n([1, 2, 3, 4, 5], 2) == [4, 5]"  # a line of t_11's hidden test
+WRONG_WINDOW = "sh -c " + shlex.quote("printf 'def last_n(items, n):\\n    return []\\n' > window.py")
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """t_11 failed by a wrong answer: pytest's output quotes the hidden test's source."""
+    work = tmp_path_factory.mktemp("public")
+    pack = work / "pack"
+    shutil.copytree(SAMPLE, pack)
+    seal_pack(pack)
+    contract = work / "c.json"
+    make_contract(pack, contract, task_ids=("t_11_fix_off_by_one",), command=WRONG_WINDOW, run_id="public-run",
+                  max_attempts=1)
+    run_dir = work / "runs" / "public-run"
+    execute(contract, run_dir, RunOptions(progress=False))
+    execute(contract, run_dir, RunOptions(progress=False), probe=True)
+    return run_dir
+
+
+def _holds(root: Path, needle: bytes) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+@needs_bwrap
+def test_exploit_a_published_bundle_discloses_the_hidden_tests_through_their_output(failed_run: Path,
+                                                                                   tmp_path: Path) -> None:
+    # The oracle's output quotes failing assert lines and test source: a bundle published
+    # while the pack is in use hands the next agents its hidden tests.
+    plain = make_bundle(failed_run, tmp_path / "plain")
+    assert _holds(plain, HIDDEN_LINE), "the test would prove nothing: the plain bundle quotes no hidden line"
+    public = make_bundle(failed_run, tmp_path / "public", public=True)
+    assert _holds(public, HIDDEN_LINE) == []
+    sealed = public.with_name(public.name + ".sealed")
+    assert _holds(sealed, HIDDEN_LINE), "the withheld output is kept in the sealed part"
+    report = verify_bundle(public)
+    assert report.withheld and report.withheld > 0 and report.sealed_checked
+    assert (report.rate.n, report.rate.task_pass_count) == (1, 0)
+    assert any("withheld" in line and "matches the sealed part" in line for line in report.lines())
+    # Published alone, it still verifies: the withheld outputs are digests the journal names.
+    alone = tmp_path / "alone" / public.name
+    shutil.copytree(public, alone)
+    report = verify_bundle(alone)
+    assert report.withheld == len(list((sealed / "blobs").iterdir())) and not report.sealed_checked
+
+
+@needs_bwrap
+@pytest.mark.parametrize("edit", ["sealed-body-edited", "withheld-body-published", "public-list-cut"])
+def test_a_public_bundle_or_its_sealed_part_edited_is_refused(failed_run: Path, tmp_path: Path, edit: str) -> None:
+    public = make_bundle(failed_run, tmp_path / "out", public=True)
+    sealed = public.with_name(public.name + ".sealed")
+    withheld = sorted((sealed / "blobs").iterdir())
+    if edit == "sealed-body-edited":
+        withheld[0].write_bytes(withheld[0].read_bytes() + b"forged")
+        named = "sealed part blobs/"
+    else:
+        if edit == "withheld-body-published":
+            shutil.copy(withheld[0], public / "blobs" / withheld[0].name)
+            named = "not part of this bundle"
+        else:
+            doc = json.loads((public / "PUBLIC.json").read_text())
+            doc["withheld"] = doc["withheld"][1:]
+            (public / "PUBLIC.json").write_text(json.dumps(doc, indent=2) + "\n")
+            named = "PUBLIC.json: differs"
+        files = {p.relative_to(public).as_posix(): p.read_bytes() for p in public.rglob("*") if p.is_file()}
+        (public / "SHA256SUMS").write_bytes(sums_bytes(files))
+    with pytest.raises(VerificationFailed) as info:
+        verify_bundle(public)
+    assert any(named in p for p in info.value.problems), info.value.problems

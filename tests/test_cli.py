@@ -182,18 +182,3 @@ def test_a_typo_in_a_pack_or_bundle_path_names_the_nearest_folders(sealed_pack: 
     code, _, err = cli("verify", bundles / "zzz")
     assert code == 2 and "beside it: run-a, run-b" in err
 
-
-def test_the_examples_that_need_no_sandbox_run_as_written(cli: Cli, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # The rest of the flow's examples are the commands of the chain above.
-    import shlex
-
-    from sealbench.cli import EXAMPLES
-
-    monkeypatch.chdir(tmp_path)
-    for path in ("init", "pack check", "schema", "runs list", "agents list"):
-        if path == "pack check":
-            assert cli("pack", "seal", "mypack")[0] == 0  # what `init`'s pack needs first
-        for line in EXAMPLES[path]:
-            code, out, err = cli(*shlex.split(line)[1:])
-            assert code == 0, f"{line}: {err}"

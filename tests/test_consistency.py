@@ -398,6 +398,31 @@ def test_a_crash_on_the_last_attempt_ends_as_fail_or_timeout_after_resume() -> N
         assert journal_contradictions(s.events, contract(1)) == [], outcome
 
 
+@pytest.mark.parametrize(("version", "outcome", "consistent"), [
+    (4, "fail", True), (4, "timeout", True), (4, "infra_error", False),
+    (5, "infra_error", True), (5, "fail", False), (5, "timeout", False),
+])
+def test_a_crash_on_the_last_attempt_ends_as_its_version_says(version: int, outcome: str, consistent: bool) -> None:
+    # From derivation version 5 an interrupted last attempt is not the agent's end: infra_error.
+    # Journals of earlier versions keep their fail or timeout, and may not claim infra_error.
+    s = Story()
+    s.events[0]["payload"]["derivation_version"] = version
+    s.add("task_started", "a", max_attempts=1, wall_clock_s=60.0).add("attempt_started", "a", 1)
+    s.add("run_resumed", payload={"run_nonce": "n"}).add("attempt_interrupted", "a", 1, charged_s=60.0)
+    s.add("task_finished", "a", outcome=outcome, attempts_used=1, first_attempt_passed=False, patch_sha256=None)
+    s.task("b", ["pass"], cap=1)
+    problems = journal_contradictions(s.events, contract(1))
+    assert problems == [] if consistent else any(f"says outcome {outcome!r}" in p for p in problems), problems
+
+
+def test_a_version_5_task_whose_last_attempt_ended_is_never_an_infrastructure_error() -> None:
+    s = Story()
+    s.events[0]["payload"]["derivation_version"] = 5
+    s.task("a", ["fail"], outcome="infra_error", cap=1).task("b", ["pass"], cap=1)
+    problems = journal_contradictions(s.events, contract(1))
+    assert any("says outcome 'infra_error', but its last attempt (1) ended 'fail'" in p for p in problems), problems
+
+
 @pytest.mark.parametrize(("build", "named"), [
     (lambda s: s.add("attempt_started", "a", 1).add("run_resumed", payload={"run_nonce": "other"}),
      "run_resumed (seq 3): run_nonce 'other' differs from the run_started event's 'n'"),
@@ -424,12 +449,34 @@ def test_a_crash_on_the_last_attempt_ends_as_fail_or_timeout_after_resume() -> N
     (lambda s: s.add("attempt_started", "a", 1).add("agent_finished", "a", 1, exit_code=0, timed_out=False).add(
         "attempt_finished", "a", 1, result="timeout"), "attempt_finished 1 (seq 4) before the attempt's patch_captured"),
     (lambda s: s.add("heartbeat", "a", 4), "heartbeat 4 (seq 2) names attempt 4, which never started"),
+    (lambda s: s.add("attempt_started", "a", 1).add("agent_finished", "a", 1, exit_code=0, timed_out=False).add(
+        "patch_captured", "a", 1, empty=False, rejected="the workspace holds a fifo").add(
+        "graded", "a", 1, task_pass=True, tests_green=True, patch_applies_clean=True, no_forbidden_path=True,
+        oracle={"exit_code": 0, "timed_out": False}).add("attempt_finished", "a", 1, result="pass"),
+     "the result of a refused workspace is fail"),
+    (lambda s: s.add("attempt_started", "a", 1).add("agent_finished", "a", 1, exit_code=1, timed_out=False).add(
+        "patch_captured", "a", 1, empty=False).add("attempt_finished", "a", 1, result="fail"),
+     "says fail, but the attempt was never graded and its workspace was not refused"),
 ], ids=["nonce", "second-start", "interrupt-after-end", "feedback-after-pass", "harness-error", "numbering",
-        "overlap", "timeout", "abstain-graded", "abstain-exit", "order", "unknown-kind"])
+        "overlap", "timeout", "abstain-graded", "abstain-exit", "order", "unknown-kind", "refused-passed",
+        "fail-ungraded"])
 def test_each_rule_names_the_task_and_the_events(build: Callable[[Story], Story], named: str) -> None:
     s = build(Story().add("task_started", "a", max_attempts=3, wall_clock_s=60.0))
     problems = journal_contradictions(s.events, contract())
     assert any(named in p for p in problems), problems
+
+
+@pytest.mark.parametrize("probe", [False, True], ids=["run", "probe"])
+def test_a_workspace_the_capture_refused_is_a_fail_never_graded(probe: bool) -> None:
+    # What the runner writes for a workspace too deep, holding a fifo, or over a cap: the
+    # narration probe too writes fail, not probe_fail, for it.
+    s = Story().add("task_started", "a", max_attempts=1, wall_clock_s=60.0).add("attempt_started", "a", 1)
+    s.add("agent_finished", "a", 1, exit_code=0, timed_out=False)
+    s.add("patch_captured", "a", 1, empty=True, patch_sha256=None, rejected="the workspace holds a fifo at 'p'")
+    s.add("attempt_finished", "a", 1, result="fail")
+    s.add("task_finished", "a", outcome="fail", attempts_used=1, first_attempt_passed=False, patch_sha256=None)
+    s.task("b", ["probe_fail" if probe else "pass"], outcome="fail" if probe else "pass", cap=1)
+    assert journal_contradictions(s.events, contract(1), probe=probe) == []
 
 
 def test_a_journal_without_nonces_is_not_faulted_and_an_unknown_field_is_named() -> None:

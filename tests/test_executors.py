@@ -179,13 +179,16 @@ def test_a_lost_worker_is_charged_as_interrupted_and_never_a_free_retry(
     assert (card["outcome"], card["attempts_used"], card["first_attempt_passed"]) == ("pass", 2, False)
 
 
-def test_a_lost_worker_on_the_last_attempt_ends_the_task_as_a_fail(
+def test_a_lost_worker_on_the_last_attempt_ends_the_task_as_an_infrastructure_error(
         sealed_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reference passes, but its worker died: it was the agent's fail, and the rate printed.
     monkeypatch.setattr(coordinator, "LOST_GRACE_S", 0.5)  # nothing here may wait on it
     run_dir, events, fake = run_with(sealed_pack, tmp_path, {(TASK, 1): "lost"}, command="builtin:reference",
                                      max_attempts=1, wall_clock_s=10.0)
     card = cards_of(run_dir)[TASK]
-    assert (card["outcome"], card["attempts_used"]) == ("fail", 1)
+    assert (card["outcome"], card["attempts_used"], card["scorecard_complete"]) == ("infra_error", 1, False)
+    (ended,) = [e for e in events if e["kind"] == "task_finished"]
+    assert "attempt 1 was interrupted (the executor lost the attempt (the worker died))" in ended["payload"]["error"]
     assert fake.submitted == Counter({(TASK, 1): 1})
     assert not [e for e in events if e["kind"] == "attempt_started" and e["attempt"] == 2]
 
@@ -199,7 +202,7 @@ def test_a_result_that_never_comes_is_lost_and_its_late_delivery_is_never_counte
                                      max_attempts=1, wall_clock_s=2.0)
     assert fake.cancelled and not fake.held
     card = cards_of(run_dir)[TASK]
-    assert (card["outcome"], card["attempts_used"], card["passed"]) == ("fail", 1, False)
+    assert (card["outcome"], card["attempts_used"], card["passed"]) == ("infra_error", 1, False)
     (late,) = duplicates(events)
     assert (late["of_task"], late["of_attempt"], late["result"]) == (TASK, 1, "pass")
     (interrupted,) = [e for e in events if e["kind"] == "attempt_interrupted"]

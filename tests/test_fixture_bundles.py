@@ -9,8 +9,10 @@ rules, never edit these files.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +121,38 @@ def test_an_unknown_older_derivation_version_is_a_problem_not_a_pass(tmp_path: P
     with pytest.raises(VerificationFailed) as info:
         verify_bundle(bundle)
     assert any("derivation_version 0 is not one this release derives" in p for p in info.value.problems)
+
+
+# --- a run a crash interrupted, under the rules of its version -------------------------------
+
+CRASHED = Path(__file__).resolve().parent / "fixtures" / "interrupted" / "made-by-e86af19" / "crash-on-the-last-attempt"
+
+
+def test_a_version_4_bundle_whose_last_attempt_a_crash_ended_keeps_its_fail_and_its_rate() -> None:
+    # Derivation version 5 made such a task an infra_error, which refuses the rate; a bundle of
+    # version 4 keeps the verdict it was published with.
+    report = verify_bundle(CRASHED)
+    assert [c.outcome.value for c in report.scorecards] == ["fail"]
+    assert (report.rate.n, report.rate.task_pass_count) == (1, 0)
+    journal = [json.loads(line) for line in (CRASHED / "journal.jsonl").read_text().splitlines()]
+    assert journal[0]["payload"]["derivation_version"] == 4
+    assert [e["attempt"] for e in journal if e["kind"] == "attempt_interrupted"] == [1]
+
+
+def test_the_new_outcome_written_into_a_version_4_bundle_is_refused(tmp_path: Path) -> None:
+    from test_consistency import forge
+
+    bundle = tmp_path / "crash"
+    shutil.copytree(CRASHED, bundle)
+
+    def infra(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for e in events:
+            if e["kind"] == "task_finished":
+                e["payload"]["outcome"] = "infra_error"
+        return events
+
+    forge(bundle, infra)
+    with pytest.raises(VerificationFailed) as info:
+        verify_bundle(bundle)
+    assert any("says outcome 'infra_error'" in p and "'fail' or 'timeout'" in p for p in info.value.problems), \
+        info.value.problems

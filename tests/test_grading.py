@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LOCK_TIME, make_contract, needs_bwrap
+from conftest import LOCK_TIME, make_contract, needs_bwrap, publishes
 from sealbench.contract import lock_contract, new_contract
 from sealbench.errors import HarnessError
 from sealbench.files import model_json, write_atomic
@@ -35,10 +35,13 @@ FIX = "def last_n(items, n):\n    return items[-n:] if n > 0 else []\n"
 
 def run_contract(contract_file: Path, run_dir: Path, sandbox: str = "auto") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run a locked contract; (journal events, the single task's scorecard)."""
-    execute(contract_file, run_dir, RunOptions(progress=False, sandbox=sandbox))
+    options = RunOptions(progress=False, sandbox=sandbox)
+    execute(contract_file, run_dir, options)
     events = read_chain(run_dir / "journal.jsonl").events
     cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
     assert len(cards) == 1
+    if not any(e["kind"] == "harness_error" for e in events):
+        publishes(contract_file, run_dir, run_dir.parent / f"{run_dir.name}-bundles", options)
     return events, cards[0]
 
 

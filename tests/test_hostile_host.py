@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import make_contract, needs_bwrap
+from conftest import make_contract, needs_bwrap, publishes
 from sealbench.agentfs import (
     TreeCaps,
     TreeRejected,
@@ -42,15 +42,18 @@ def sh(script: str) -> str:
 
 
 def run(sealed_pack: Path, tmp_path: Path, command: str, *, options: RunOptions | None = None,
-        **kw: Any) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
+        publish: bool = True, **kw: Any) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
     contract_file = tmp_path / "contract.json"
     # One run per locked run_id: each run of a test locks its own.
     run_id = "hostile-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]
     make_contract(sealed_pack, contract_file, task_ids=(TASK,), command=command, run_id=run_id, **kw)
     run_dir = tmp_path / "run"
-    execute(contract_file, run_dir, options or RunOptions(progress=False))
+    options = options or RunOptions(progress=False)
+    execute(contract_file, run_dir, options)
     events = read_chain(run_dir / "journal.jsonl").events  # raises if the chain was broken
     cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+    if publish and not of_kind(events, "harness_error"):
+        publishes(contract_file, run_dir, tmp_path / "bundles", options)
     return run_dir, events, cards
 
 
@@ -130,6 +133,27 @@ def test_workspace_exploit_is_the_agents_failure(sealed_pack: Path, tmp_path: Pa
     assert cards[0]["outcome"] == "fail"
     assert not of_kind(events, "harness_error")
     assert reason in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize(("plant", "reason"), [
+    ("mkdir -p " + "/".join(["d"] * 70), "deeper than 64"),
+    ("mkfifo pipe", "fifo"),
+    # Each file within the sandbox's cap on one file, 1.25 GB in all past the 1 GiB of a workspace.
+    ("for i in 1 2 3 4 5; do truncate -s 250M huge$i.bin; done", "bytes of files"),
+], ids=["directory_chain_70_deep", "fifo", "huge_sparse_files"])
+def test_exploit_a_workspace_the_capture_refuses_leaves_the_run_publishable(sealed_pack: Path, tmp_path: Path,
+                                                                          plant: str, reason: str) -> None:
+    # The refused workspace is the agent's fail, never graded; score, bundle and verify then
+    # called that story tampering ("says fail, but the attempt was never graded"), so one
+    # mkdir -p by any agent kept an honest run from being published.
+    run_dir, events, cards = run(sealed_pack, tmp_path, sh(f"{WRONG}; {plant}"), max_attempts=1, publish=False)
+    assert cards[0]["outcome"] == "fail" and not of_kind(events, "graded")
+    assert reason in of_kind(events, "patch_captured")[0]["payload"]["rejected"]
+    assert not of_kind(events, "harness_error")
+    bundle = publishes(tmp_path / "contract.json", run_dir, tmp_path / "bundles")
+    published = [json.loads(line) for line in (bundle / "scorecards.jsonl").read_text().splitlines()]
+    assert [c["outcome"] for c in published] == ["fail"]
 
 
 @needs_bwrap

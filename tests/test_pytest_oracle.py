@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SAMPLE, make_contract, needs_bwrap
+from conftest import SAMPLE, make_contract, needs_bwrap, publishes
 from sealbench import pytest_guard, pytest_oracle
 from sealbench.contract import DEFAULT_FORBIDDEN, contract_digest, lock_contract, new_contract
 from sealbench.digest import digest_json
@@ -108,6 +108,8 @@ def run(tmp_path: Path, files: dict[str, str], *, name: str, old_form: bool = Fa
     run_dir = tmp_path / name
     execute(contract_file, run_dir, RunOptions(progress=False))
     events = read_chain(run_dir / "journal.jsonl").events
+    if not any(e["kind"] == "harness_error" for e in events):
+        publishes(contract_file, run_dir, tmp_path / f"{name}-bundles")
     graded = [e["payload"] for e in events if e["kind"] == "graded"]
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
     return (graded[0] if graded else {}), card, [e for e in events if e["task_id"] == task]

@@ -197,3 +197,73 @@ def test_a_run_records_its_derivation_version_and_resumes_only_under_it(sealed_p
     with pytest.raises(RunRefusal, match=f"rules version {DERIVATION_VERSION + 1}.*derives under version "
                                          f"{DERIVATION_VERSION}"):
         execute(a, run_dir, RunOptions(progress=False, resume=True))
+
+
+def stop_during_the_last_attempt(contract_file: Path, run_dir: Path, *, settle_s: float = 1.5) -> None:
+    """Start ``sealbench run`` and SIGKILL it while its one task's last attempt runs (after the
+    agent had ``settle_s`` to write its answer)."""
+    proc = subprocess.Popen([sealbench_exe(), "run", str(contract_file), "--out", str(run_dir), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = run_dir / "journal.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (journal.is_file() and b'"submitted"' in journal.read_bytes()):
+        time.sleep(0.05)
+    time.sleep(settle_s)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+# Writes the right answer at once, then waits far longer than a test: only a kill ends it.
+RIGHT_THEN_WAITS = "sh -c 'printf " + json.dumps(FIX).replace("'", "") + " > window.py; sleep 60'"
+
+
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_kill_9_during_the_last_attempt_is_an_infrastructure_error_after_resume(
+        sealed_pack: Path, tmp_path: Path, cli: Any) -> None:
+    # The agent had written the right answer when the runner was killed; after resume the task
+    # was its fail "(after 1 of 1 attempts)" and score printed a rate. The attempt stays used.
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=IDS[1:], command=RIGHT_THEN_WAITS, run_id="kill-last",
+                  max_attempts=1, wall_clock_s=120)
+    run_dir = tmp_path / "run"
+    stop_during_the_last_attempt(contract_file, run_dir)
+    execute(contract_file, run_dir, RunOptions(progress=False, resume=True))
+    events = check_run(run_dir, max_attempts=1, ids=IDS[1:])
+    assert [e["attempt"] for e in events if e["kind"] == "attempt_started"] == [1]  # no free retry
+    (ended,) = [e["payload"] for e in events if e["kind"] == "task_finished"]
+    assert ended["outcome"] == "infra_error" and ended["attempts_used"] == 1
+    assert "attempt 1 was interrupted (the runner stopped mid-attempt)" in ended["error"]
+    code, out, err = cli("score", contract_file, run_dir)
+    assert code == 3 and "infrastructure errors in 1 task(s)" in err and "no rate emitted" in err, (out, err)
+    assert "not decided by the agent: attempt 1 of 1 was interrupted (the runner stopped mid-attempt)" in out
+    code, out, _ = cli("show", run_dir)
+    assert code == 0 and "not decided by the agent" in out, out
+    code, out, err = cli("report", run_dir, "--out", tmp_path / "report")
+    assert code == 0, err
+    assert "not decided by the agent" in (tmp_path / "report" / "report.md").read_text()
+    code, _, err = cli("bundle", run_dir, "--out", tmp_path / "bundles")
+    assert code == 3 and "infrastructure errors" in err, err
+
+
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_kill_9_during_the_last_attempt_of_a_version_4_run_keeps_that_version_s_fail(
+        sealed_pack: Path, tmp_path: Path) -> None:
+    # A run started by a release of derivation version 4 and resumed by this one keeps the rules
+    # it started under: the task ends as a fail, as it always did, and its bundle verifies.
+    from sealbench.bundle import make_bundle, verify_bundle
+
+    contract_file = tmp_path / "c.json"
+    make_contract(sealed_pack, contract_file, task_ids=IDS[1:], command=RIGHT_THEN_WAITS, run_id="kill-last-v4",
+                  max_attempts=1, wall_clock_s=120, narration_probe=False)
+    run_dir = tmp_path / "run"
+    stop_during_the_last_attempt(contract_file, run_dir)
+    journal = run_dir / "journal.jsonl"
+    events = read_chain(journal).events
+    events[0]["payload"]["derivation_version"] = 4
+    rewrite_journal(journal, events)
+    execute(contract_file, run_dir, RunOptions(progress=False, resume=True))
+    check_run(run_dir, max_attempts=1, ids=IDS[1:])
+    card = json.loads((run_dir / "scorecards.jsonl").read_text())
+    assert (card["outcome"], card["attempts_used"]) == ("fail", 1)
+    report = verify_bundle(make_bundle(run_dir, tmp_path / "bundles"))
+    assert (report.rate.n, report.rate.task_pass_count) == (1, 0)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import make_contract, needs_bwrap
+from conftest import make_contract, needs_bwrap, publishes
 from sealbench.errors import RunRefusal
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
@@ -35,9 +35,12 @@ def run(sealed_pack: Path, tmp_path: Path, command: str, *, task_ids: tuple[str,
     contract_file = tmp_path / f"{name}.contract.json"
     make_contract(sealed_pack, contract_file, task_ids=task_ids, command=command, run_id=name, **kw)
     run_dir = tmp_path / name
-    execute(contract_file, run_dir, options or RunOptions(progress=False))
+    options = options or RunOptions(progress=False)
+    execute(contract_file, run_dir, options)
     events = read_chain(run_dir / "journal.jsonl").events
     cards = [json.loads(line) for line in (run_dir / "scorecards.jsonl").read_text().splitlines()]
+    if not any(e["kind"] == "harness_error" for e in events):
+        publishes(contract_file, run_dir, tmp_path / f"{name}-bundles", options)
     return run_dir, events, cards
 
 

@@ -11,8 +11,11 @@ seeded time, some far past the task's wall-clock cap, and passes or fails by a s
 After the last resume the test checks, from the journal, the CLI and the stamps: no task
 started more attempts than its cap, none twice; no task's agents ran longer in total than its
 wall-clock cap plus the second the README allows for killing an agent past its deadline, no
-task was charged more than its cap, and none was charged less than its agents ran; ``score``, ``bundle`` and ``verify`` agree with the journal, whose
-chain verifies; no process carrying the test's marker is left, nor any scratch.
+task was charged more than its cap, and none was charged less than its agents ran; a task is
+an ``infra_error`` exactly when a kill ended its last attempt; ``score``, ``bundle`` and
+``verify`` agree with the journal, whose chain verifies (a rate and a verified bundle, or a
+refusal naming the infrastructure errors); no process carrying the test's marker is left, nor
+any scratch.
 
 Run with ``make test-soak`` (minutes; not part of ``make test``).
 """
@@ -259,20 +262,32 @@ def test_whole_group_killed_30_times_at_jobs_4_no_attempt_over_its_cap_nothing_l
         assert capped or stamps.ran(t) <= cards[t]["elapsed_ms"] / 1000 + 0.001, (t, stamps.ran(t), cards[t])
     longest = max(s[-1] - s[0] for s in stamps.by_attempt.values())
 
-    # score, bundle and verify agree with the journal.
+    # A task is an infrastructure error exactly when a kill ended its last attempt.
+    last = {e["task_id"]: e["attempt"] for e in events if e["kind"] == "attempt_started"}
+    killed_last = {e["task_id"] for e in events if e["kind"] == "attempt_interrupted"
+                   and e["attempt"] == last[e["task_id"]]}
+    infra = {t for t, c in cards.items() if c["outcome"] == "infra_error"}
+    assert infra == killed_last, (infra, killed_last)
+
+    # score, bundle and verify agree with the journal: a rate and a verified bundle, or, with
+    # infrastructure errors in it, a refusal of both that names them.
     score = cli("score", str(contract), str(run_dir), "--json")
-    assert score.returncode == 0, score.stderr
-    rate = json.loads(score.stdout)
     passed = sum(1 for c in cards.values() if c["passed"])
-    assert (rate["task_pass_count"], rate["n"]) == (passed, TASKS), (rate, passed)
     bundled = cli("bundle", str(run_dir), "--out", str(tmp_path / "bundles"))
-    assert bundled.returncode == 0, bundled.stderr
-    bundle = tmp_path / "bundles" / f"soak-{seed}"
-    assert (bundle / "scorecards.jsonl").read_bytes() == (run_dir / "scorecards.jsonl").read_bytes()
-    assert (bundle / "journal.jsonl").read_bytes() == (run_dir / "journal.jsonl").read_bytes()
-    verified = cli("verify", str(bundle))
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert read_chain(bundle / "journal.jsonl").problems == []
+    if infra:
+        assert score.returncode == 3 and f"infrastructure errors in {len(infra)} task(s)" in score.stderr, score.stderr
+        assert bundled.returncode == 3 and "infrastructure errors" in bundled.stderr, bundled.stderr
+    else:
+        assert score.returncode == 0, score.stderr
+        rate = json.loads(score.stdout)
+        assert (rate["task_pass_count"], rate["n"]) == (passed, TASKS), (rate, passed)
+        assert bundled.returncode == 0, bundled.stderr
+        bundle = tmp_path / "bundles" / f"soak-{seed}"
+        assert (bundle / "scorecards.jsonl").read_bytes() == (run_dir / "scorecards.jsonl").read_bytes()
+        assert (bundle / "journal.jsonl").read_bytes() == (run_dir / "journal.jsonl").read_bytes()
+        verified = cli("verify", str(bundle))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert read_chain(bundle / "journal.jsonl").problems == []
 
     # Nothing left: no process, no workspace, no scratch.
     wait_for_no_process(marker, "at the end")
@@ -285,7 +300,7 @@ def test_whole_group_killed_30_times_at_jobs_4_no_attempt_over_its_cap_nothing_l
     timeouts = sum(1 for c in cards.values() if c["outcome"] == "timeout")
     print(f"\nsoak seed {seed}: {kills} kills, {segments} segments, {len(events)} events, "
           f"{kinds['attempt_started']} attempts ({kinds['attempt_interrupted']} interrupted), "
-          f"{kinds['run_resumed']} resumes, {kinds['time_charged']} charges, {passed} of {TASKS} passed, {timeouts} timeouts, {seconds:.0f} s; "
+          f"{kinds['run_resumed']} resumes, {kinds['time_charged']} charges, {passed} of {TASKS} passed, {timeouts} timeouts, {len(infra)} infra_error, {seconds:.0f} s; "
           f"longest attempt {longest:.2f} s; most agent time of a task {stamps.ran(worst_task):.2f} s "
           f"({worst_task}, {overruns[worst_task]:+.2f} s against its {CAP_S} s cap); longest elapsed "
           f"{max(c['elapsed_ms'] for c in cards.values())} ms")

@@ -123,8 +123,17 @@ def test_disk_filled_during_a_run_pauses_it_and_resume_reaches_a_rate(sealed_pac
     assert stopped, "the attempt under way when the disk filled is recorded as interrupted (and used)"
     scored = subprocess.run([sealbench_exe(), "score", str(contract), str(run_dir), "--json"],
                             capture_output=True, text=True)
-    assert scored.returncode == 0, scored.stderr
-    assert json.loads(scored.stdout)["n"] == len(IDS)
+    # A task whose last attempt the full disk stopped has no result of its agent's: an
+    # infrastructure error, which refuses the rate; an earlier attempt stopped costs only itself.
+    last = {e["task_id"]: e["attempt"] for e in events if e["kind"] == "attempt_started"}
+    stopped_last = {e["task_id"] for e in stopped if e["attempt"] == last[e["task_id"]]}
+    ends = {e["task_id"]: e["payload"]["outcome"] for e in events if e["kind"] == "task_finished"}
+    assert {t for t, outcome in ends.items() if outcome == "infra_error"} == stopped_last, (ends, stopped)
+    if stopped_last:
+        assert scored.returncode == 3 and "infrastructure errors" in scored.stderr, scored.stderr
+    else:
+        assert scored.returncode == 0, scored.stderr
+        assert json.loads(scored.stdout)["n"] == len(IDS)
 
 
 @needs_bwrap
@@ -211,3 +220,39 @@ def test_every_command_refuses_with_exit_3_on_a_full_disk(sealed_pack: Path, tmp
     leftovers = [p.name for p in disk.path.rglob(".*") if any(w in p.name for w in (".tmp", ".partial", ".importing"))]
     assert leftovers == []
     seal_pack(sealed_pack)  # the pack outside the disk is untouched
+
+
+RIGHT_THEN_WAITS = "sh -c 'printf \"def last_n(items, n):\\n    return items[-n:] if n > 0 else []\\n\" > window.py; sleep 3'"
+
+
+@needs_bwrap
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_disk_filled_during_the_last_attempt_is_an_infrastructure_error_after_resume(
+        sealed_pack: Path, tmp_path: Path, disk: Disk, cli: Callable[..., tuple[int, str, str]]) -> None:
+    # The run stopped "no task was decided by it"; after the disk was grown and the run resumed,
+    # the task whose agent wrote the right answer was its fail and score printed a rate.
+    task = "t_11_fix_off_by_one"
+    contract = tmp_path / "c.json"
+    make_contract(sealed_pack, contract, task_ids=(task,), command=RIGHT_THEN_WAITS, run_id="full-disk-last",
+                  max_attempts=1, wall_clock_s=120)
+    run_dir = disk.path / "run"
+    proc = subprocess.Popen([sealbench_exe(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for("the attempt handed on", lambda: b'"submitted"' in (run_dir / "journal.jsonl").read_bytes()
+             if (run_dir / "journal.jsonl").exists() else False)
+    disk.fill()
+    _out, err = proc.communicate(timeout=120)
+    # Stopped by the attempt's storage check (exit 3) or by the heartbeat's failed write (exit 1).
+    assert proc.returncode in (1, 3) and ("no task was decided by it" in err or "writable again" in err), err
+    disk.free()
+    resumed = subprocess.run([sealbench_exe(), "run", str(contract), "--resume", str(run_dir), "--no-progress"],
+                             capture_output=True, text=True, timeout=300)
+    events = check_run(run_dir, max_attempts=1, ids=(task,))
+    assert [e["attempt"] for e in events if e["kind"] == "attempt_started"] == [1]  # used, never given back
+    (ended,) = [e["payload"] for e in events if e["kind"] == "task_finished"]
+    assert ended["outcome"] == "infra_error", ended
+    assert "attempt 1 was interrupted" in ended["error"], ended
+    assert resumed.returncode == 3 and "infrastructure errors in 1 task(s)" in resumed.stderr, resumed.stderr
+    assert "not decided by the agent: attempt 1 of 1 was interrupted" in resumed.stdout, resumed.stdout
+    code, out, err = cli("score", contract, run_dir)
+    assert code == 3 and "no rate emitted" in err and "infra_error" in out, (out, err)

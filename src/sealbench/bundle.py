@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -90,6 +91,11 @@ from .signing import check_private_key, fingerprint, read_key, sign, signature_v
 
 SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.sig"
+PUBLIC = "PUBLIC.json"
+"""Present in a public bundle only (``bundle --public``): the blobs it withholds."""
+SEALED_SUFFIX = ".sealed"
+"""A public bundle's sealed part is the directory ``<bundle>.sealed`` beside it."""
+_ORACLE_OUTPUT = frozenset({"oracle.stdout", "oracle.stderr"})
 SIGNED_BY = "SHA256SUMS signed by key"
 UNSIGNED_CAVEAT = (
     "without a checked signature this proves internal consistency only: whoever holds a run can rewrite "
@@ -133,6 +139,40 @@ def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, s
                 continue
             refs.setdefault(value.removeprefix("sha256:"), _where(source, line))
     return refs, problems
+
+
+def withheld_blobs(events: Iterable[Any], probe_events: Iterable[Any] | None = None) -> list[str]:
+    """The blobs a public bundle withholds: what the hidden tests printed (each graded event's
+    oracle stdout and stderr, which quote failing asserts and test source), unless another field
+    of either journal names the same bytes. Sorted hex names."""
+    oracle: set[str] = set()
+    other: set[str] = set()
+    for source, lines in ((JOURNAL, events), (PROBE_JOURNAL, probe_events or ())):
+        for line in typed_lines(lines, source):
+            for name, value in ev.blob_fields(line.event):
+                if DIGEST_RE.match(value):
+                    hexname = value.removeprefix("sha256:")
+                    graded = isinstance(line.event, ev.Graded) and name in _ORACLE_OUTPUT
+                    (oracle if graded else other).add(hexname)
+    return sorted(oracle - other)
+
+
+def public_bytes(withheld: Sequence[str]) -> bytes:
+    """``PUBLIC.json``: which blobs a public bundle withholds (the journal names each by digest)."""
+    return (json.dumps({"public_version": 1, "withheld": list(withheld),
+                        "what": "the hidden tests' output (graded oracle stdout and stderr), kept as digests; "
+                                "the bodies are in the sealed part beside the bundle"}, indent=2) + "\n").encode()
+
+
+def make_public(files: Mapping[str, bytes], events: Sequence[Any],
+                probe_events: Sequence[Any] | None) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """A bundle's files made public, and its sealed part (``blobs/<hex>`` of each withheld blob)."""
+    withheld = withheld_blobs(events, probe_events)
+    public = {rel: data for rel, data in files.items() if rel.removeprefix("blobs/") not in withheld}
+    sealed = {f"blobs/{h}": files[f"blobs/{h}"] for h in withheld if f"blobs/{h}" in files}
+    public[PUBLIC] = public_bytes(withheld)
+    public[SUMS] = sums_bytes(public)
+    return public, sealed
 
 
 def run_pins(contract: ScoringContract, events: Sequence[Any], source: str, *, probe: bool) -> list[str]:
@@ -180,10 +220,12 @@ def rederive(
     events: Sequence[Any],
     probe_events: Sequence[Any] | None,
     blobs: Mapping[str, bytes],
+    withheld: Iterable[str] = (),
 ) -> Rederived:
     """Recompute every derived file from the journals' events, never raising for bad input.
 
-    ``blobs`` maps a blob's hex name to its bytes. What cannot be derived (a referenced blob
+    ``blobs`` maps a blob's hex name to its bytes; ``withheld`` names those a public bundle
+    leaves out (no derived file is made of them). What cannot be derived (a referenced blob
     missing or not matching its name, a journal that breaks the derivation) is listed in
     ``problems``; a refusal by ``score`` is kept in ``refusal`` and leaves ``rate`` None.
     """
@@ -200,8 +242,11 @@ def rederive(
         probe_refs, bad = blob_refs(probe_events, PROBE_JOURNAL)
         problems += bad
     all_refs = {**probe_refs, **refs}
+    left_out = frozenset(withheld)
     for hexname, where in sorted(all_refs.items()):
         data = blobs.get(hexname)
+        if data is None and hexname in left_out:
+            continue
         if data is None:
             problems.append(f"blobs/{hexname}: missing; {where} references it")
         elif hashlib.sha256(data).hexdigest() != hexname:
@@ -470,6 +515,10 @@ class VerifyReport:
     """The random nonce of the run's first event; None in journals made before nonces."""
     replay_of: dict[str, Any] | None = None
     """The run this one replayed (``run --replay``), or None for a measured run."""
+    withheld: int | None = None
+    """Oracle outputs a public bundle withholds (``bundle --public``); None when not public."""
+    sealed_checked: bool = False
+    """Whether the withheld outputs were checked against the sealed part."""
 
     @property
     def signed(self) -> bool:
@@ -491,6 +540,9 @@ class VerifyReport:
             *([f"  a replay of run {self.replay_of.get('run_id')} (nonce {self.replay_of.get('run_nonce')}): "
                "every model reply came from that run's record; a reproduction, not a measurement"]
               if self.replay_of else []),
+            *([f"  public: {self.withheld} output(s) of the hidden tests withheld, kept as digests; "
+               + ("each matches the sealed part" if self.sealed_checked else "their bodies were not checked "
+                  "(the sealed part is not at hand)")] if self.withheld is not None else []),
         ]
 
 
@@ -508,6 +560,9 @@ class BundleFacts:
     isolation: str
     run_nonce: str | None
     replay_of: dict[str, Any] | None = None
+    withheld: int | None = None
+    """Oracle outputs a public bundle withholds; None for a bundle that is not public."""
+    sealed_checked: bool = False
 
 
 def _check_signature(files: Mapping[str, bytes], public_pem: bytes | None) -> tuple[list[str], str]:
@@ -557,11 +612,13 @@ def check_bundle(
     *,
     public_pem: bytes | None = None,
     pack: PackFinding | None = None,
+    sealed: Mapping[str, bytes] | None = None,
 ) -> tuple[list[str], BundleFacts | None]:
     """Every discrepancy in a bundle's files, and its facts when there is none.
 
     ``files`` maps each regular file's bundle-relative path to its bytes; ``chain`` and
-    ``probe_chain`` are :func:`journal.read_chain` of its journals (None when absent).
+    ``probe_chain`` are :func:`journal.read_chain` of its journals (None when absent);
+    ``sealed``, a public bundle's sealed part (``blobs/<hex>`` to bytes) when it is at hand.
 
     Raises:
         UsageError: ``public_pem`` is not a PEM Ed25519 public key.
@@ -607,7 +664,9 @@ def check_bundle(
         problems += journal_contradictions(probe_events, contract, source=PROBE_JOURNAL, probe=True)
     blobs = {rel.removeprefix("blobs/"): data for rel, data in files.items()
              if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
-    r = rederive(contract, events, probe_events, blobs)
+    withheld = withheld_blobs(events, probe_events) if PUBLIC in files else []
+    problems += _public_problems(files, withheld, sealed)
+    r = rederive(contract, events, probe_events, blobs, withheld)
     problems += r.problems
     if r.refusal is not None:
         problems.append(f"{RATE}: score refuses the journal's events: {r.refusal}")
@@ -623,7 +682,10 @@ def check_bundle(
             problems.append(describe_difference(rel, expected, actual, source))
     # rate.json and narration_probe.json belong even when they cannot be derived: the refusal
     # or derivation problem above already names them.
-    expected_names = {CONTRACT, JOURNAL, SUMS, SIGNATURE, RATE, *r.files, *(f"blobs/{h}" for h in r.blob_refs)}
+    expected_names = {CONTRACT, JOURNAL, SUMS, SIGNATURE, RATE, *r.files,
+                      *(f"blobs/{h}" for h in r.blob_refs if h not in withheld)}
+    if PUBLIC in files:
+        expected_names.add(PUBLIC)
     if probe_chain is not None:
         expected_names |= {PROBE_JOURNAL, PROBE_SUMMARY}
     for rel in sorted(set(files) - expected_names):
@@ -637,8 +699,30 @@ def check_bundle(
                    probe_sentence=r.probe.get("sentence") if r.probe else None,
                    started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
                    isolation=isolation_of(headers), run_nonce=nonce,
-                   replay_of=headers[0].replay_of if headers and first.event is headers[0] else None)
+                   replay_of=headers[0].replay_of if headers and first.event is headers[0] else None,
+                   withheld=len(withheld) if PUBLIC in files else None, sealed_checked=sealed is not None)
     return [], facts
+
+
+def _public_problems(files: Mapping[str, bytes], withheld: Sequence[str],
+                     sealed: Mapping[str, bytes] | None) -> list[str]:
+    """What is wrong with a public bundle's PUBLIC.json and, when at hand, its sealed part."""
+    problems: list[str] = []
+    if PUBLIC in files and files[PUBLIC] != public_bytes(withheld):
+        problems.append(f"{PUBLIC}: differs from what the journals withhold ({len(withheld)} oracle output(s))")
+    if sealed is None:
+        return problems
+    if PUBLIC not in files:
+        return [*problems, f"the sealed part belongs to no public bundle (this bundle has no {PUBLIC})"]
+    for rel, data in sorted(sealed.items()):
+        hexname = rel.removeprefix("blobs/")
+        if hexname not in withheld:
+            problems.append(f"sealed part {rel}: not an oracle output this bundle withholds")
+        elif hashlib.sha256(data).hexdigest() != hexname:
+            problems.append(f"sealed part {rel}: content does not match its name (sha256 {sha256_bytes(data)})")
+    problems += [f"sealed part blobs/{h}: missing; the journal names it as an oracle output" for h in withheld
+                 if f"blobs/{h}" not in sealed]
+    return problems
 
 
 # --------------------------------------------------------------------------- shells
@@ -709,7 +793,8 @@ def is_run_directory(directory: Path) -> bool:
             and not (directory / SUMS).exists())
 
 
-def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None) -> VerifyReport:
+def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None,
+                  sealed: Path | None = None) -> VerifyReport:
     """Check a bundle end to end and report every discrepancy at once.
 
     Checks SHA256SUMS (every listed file, and no unlisted one), the signature when ``pubkey``
@@ -719,7 +804,8 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     traces/, patches/, rate.json, narration_probe.json, commands.txt and README.md from the
     journals, byte for byte, and checks that each task's events agree with its outcome
     (:func:`consistency.journal_contradictions`). Without ``pubkey`` this proves internal
-    consistency only.
+    consistency only. A public bundle's withheld oracle outputs are checked against its sealed
+    part (``sealed``, by default ``<bundle>.sealed`` beside it) when that is present.
 
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
@@ -744,7 +830,12 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     chain = read_chain(bundle / JOURNAL) if JOURNAL in files else None
     probe_chain = read_chain(bundle / PROBE_JOURNAL) if PROBE_JOURNAL in files else None
     finding = _check_pack(pack) if pack is not None else None
-    found, facts = check_bundle(files, chain, probe_chain, public_pem=public_pem, pack=finding)
+    sealed_dir = sealed if sealed is not None else bundle.with_name(bundle.name + SEALED_SUFFIX)
+    sealed_files: dict[str, bytes] | None = None
+    if sealed is not None or sealed_dir.is_dir():
+        sealed_files, sealed_problems = _read_sealed(sealed_dir)
+        problems += sealed_problems
+    found, facts = check_bundle(files, chain, probe_chain, public_pem=public_pem, pack=finding, sealed=sealed_files)
     problems += found
     if problems or facts is None:
         raise VerificationFailed(problems or ["the bundle does not verify"])
@@ -754,7 +845,26 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
         signature=facts.signature, pack=facts.pack, contract=facts.contract, rate=facts.rate,
         scorecards=facts.scorecards, probe_sentence=facts.probe_sentence, started_at=facts.started_at,
         isolation=facts.isolation, run_nonce=facts.run_nonce, replay_of=facts.replay_of,
+        withheld=facts.withheld, sealed_checked=facts.sealed_checked,
     )
+
+
+def _read_sealed(root: Path) -> tuple[dict[str, bytes], list[str]]:
+    """A sealed part's ``blobs/<hex>`` files, read without following a link; anything else is a problem."""
+    blobs = root / "blobs"
+    if root.is_symlink() or not root.is_dir() or blobs.is_symlink() or not blobs.is_dir():
+        return {}, [f"{root}: not a sealed part (a directory holding blobs/)"]
+    files: dict[str, bytes] = {}
+    problems: list[str] = []
+    for entry in sorted(os.scandir(blobs), key=lambda e: e.name):
+        rel = f"blobs/{entry.name}"
+        if not _HEX_RE.match(entry.name) or not entry.is_file(follow_symlinks=False):
+            problems.append(f"sealed part {rel}: not a blob (a regular file named by its sha256)")
+        elif entry.stat(follow_symlinks=False).st_size > BUNDLE_FILE_CAP:
+            problems.append(f"sealed part {rel}: larger than {BUNDLE_FILE_CAP} bytes, not read")
+        else:
+            files[rel] = Path(entry.path).read_bytes()
+    return files, problems
 
 
 def _pack_pins(pack: PackFinding, lines: Sequence[ev.Line], source: str) -> list[str]:
@@ -809,7 +919,7 @@ def _stale(run_dir: Path, files: Mapping[str, bytes], derived: Iterable[str]) ->
     return problems
 
 
-def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) -> Path:
+def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None, public: bool = False) -> Path:
     """Write the bundle of a finished run to ``out_root/<run_id>/`` and return its path.
 
     The bundle is built in a temporary sibling directory and renamed into place, so there
@@ -818,10 +928,12 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
     writing it is refused, and none can start meanwhile. Derived files are recomputed from the journals (see the
     module docstring); the run directory's own copies of them must agree, or nothing is
     written. With ``sign_key`` (a PEM Ed25519 private key from :func:`signing.keygen`) the
-    bundle gets SHA256SUMS.sig.
+    bundle gets SHA256SUMS.sig. With ``public`` the hidden tests' output is withheld
+    (:func:`make_public`): the bundle holds PUBLIC.json instead, and its bodies go to the
+    sealed part ``out_root/<run_id>.sealed/``, to keep until the pack is retired.
 
     Raises:
-        UsageError: the target exists, or ``sign_key`` is not a usable key.
+        UsageError: the target (or its sealed part) exists, or ``sign_key`` is not a usable key.
         ContractError: no contract in ``run_dir``, or it is unlocked or edited after lock.
         ScoreRefusal: no journal, what ``score`` refuses (harness errors, unfinished tasks,
             ...), a narration probe the contract declares that has not run on every task, or
@@ -836,10 +948,10 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None) 
             reader = hold_reader(directory, "bundle")
             if reader is not None:
                 readers.enter_context(reader)
-        return _make_bundle(run_dir, out_root, sign_key)
+        return _make_bundle(run_dir, out_root, sign_key, public)
 
 
-def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None) -> Path:
+def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None, public: bool) -> Path:
     contract_path = run_dir / CONTRACT
     try:
         contract_bytes = contract_path.read_bytes()
@@ -849,8 +961,10 @@ def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None) -> Path:
     require_locked(contract)
     assert contract.run_id is not None
     target = out_root / contract.run_id
-    if target.exists() or target.is_symlink():
-        raise UsageError(f"{target} exists; a bundle is never overwritten (choose another --out)")
+    sealed_target = out_root / (contract.run_id + SEALED_SUFFIX)
+    for path in (target, sealed_target) if public else (target,):
+        if path.exists() or path.is_symlink():
+            raise UsageError(f"{path} exists; a bundle is never overwritten (choose another --out)")
     private_pem = read_key(sign_key) if sign_key is not None else None
     if private_pem is not None:
         check_private_key(private_pem, str(sign_key))
@@ -870,7 +984,10 @@ def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None) -> Path:
             _write(tmp / PROBE_JOURNAL, probe_journal)
             probe = (probe_journal, _read_journal(tmp / PROBE_JOURNAL, PROBE_JOURNAL).lines)
         files = bundle_files(contract_bytes, journal_bytes, events, probe, _run_blobs(run_dir, events, probe))
-        derived = [rel for rel in files if rel not in (CONTRACT, JOURNAL, PROBE_JOURNAL, SUMS, COMMANDS, README)
+        sealed: dict[str, bytes] = {}
+        if public:
+            files, sealed = make_public(files, events, probe[1] if probe is not None else None)
+        derived = [rel for rel in files if rel not in (CONTRACT, JOURNAL, PROBE_JOURNAL, SUMS, COMMANDS, README, PUBLIC)
                    and not rel.startswith("blobs/")]
         stale = _stale(run_dir, files, derived)
         if stale:
@@ -889,12 +1006,37 @@ def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None) -> Path:
         tmp.chmod(0o755)
         if target.exists() or target.is_symlink():
             raise UsageError(f"{target} exists; a bundle is never overwritten (choose another --out)")
-        os.rename(tmp, target)
+        if public:
+            # Written first: a public bundle in place always has its sealed part beside it.
+            _write_sealed(out_root, sealed_target, sealed, contract.run_id)
+        try:
+            os.rename(tmp, target)
+        except BaseException:
+            if public:
+                shutil.rmtree(sealed_target, ignore_errors=True)
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_dir(out_root)
     return target
+
+
+def _write_sealed(out_root: Path, target: Path, sealed: Mapping[str, bytes], run_id: str) -> None:
+    """The sealed part, built beside ``target`` and renamed into place (private: mode 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}{SEALED_SUFFIX}.{tag('partial')}", dir=out_root))
+    try:
+        (tmp / "blobs").mkdir()
+        for rel, data in sealed.items():
+            _write(tmp / rel, data)
+        fsync_dir(tmp / "blobs")
+        fsync_dir(tmp)
+        if target.exists() or target.is_symlink():
+            raise UsageError(f"{target} exists; a bundle is never overwritten (choose another --out)")
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _run_blobs(run_dir: Path, events: Sequence[Any], probe: tuple[bytes, Sequence[Any]] | None) -> dict[str, bytes]:

@@ -49,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _show_outcomes() -> tuple[str, ...]:
     # Kept here, not imported from .show: the parser is built on every start.
-    return ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
+    return ("pass", "fail", "abstain", "timeout", "harness_error", "infra_error", "unfinished")
 
 
 def _print_json(value: Any) -> None:
@@ -495,9 +495,11 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from .runs_index import record_bundle
 
     sign_key = Path(args.sign) if args.sign else None
-    out = make_bundle(Path(args.run_dir), Path(args.out), sign_key=sign_key)
+    out = make_bundle(Path(args.run_dir), Path(args.out), sign_key=sign_key, public=args.public)
     record_bundle(out, "made here, not verified yet (sealbench verify BUNDLE)")
     print(f"wrote bundle {out}" + (" (signed: SHA256SUMS.sig)" if sign_key else ""))
+    if args.public:
+        print(f"wrote its sealed part {out}.sealed: the hidden tests' output; keep it private while the pack is in use")
     return EXIT_OK
 
 
@@ -509,7 +511,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     bundle = Path(args.bundle)
     try:
         report = verify_bundle(bundle, pubkey=Path(args.pubkey) if args.pubkey else None,
-                               pack=Path(args.pack) if args.pack else None)
+                               pack=Path(args.pack) if args.pack else None,
+                               sealed=Path(args.sealed) if args.sealed else None)
     except VerificationFailed as e:
         record_bundle(bundle, f"does not verify: {len(e.problems)} problem(s); first: {e.problems[0]}")
         raise
@@ -837,12 +840,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a finished run directory (run --out)")
     p.add_argument("--out", default="runs", help="where the bundle directory is created (default: runs/)")
     p.add_argument("--sign", metavar="KEY", help="Ed25519 private key (sealbench keygen): also write SHA256SUMS.sig")
+    p.add_argument("--public", action="store_true",
+                   help="withhold the hidden tests' output (kept as digests): its bodies go to OUT/<run_id>.sealed/, "
+                        "to keep private while the pack is in use")
     p.set_defaults(func=cmd_bundle)
 
     p = sub.add_parser("verify", help="check a bundle: sums, signature, journal chain, lock; re-derive everything")
     p.add_argument("bundle", help="a bundle directory (runs/<run_id>/)")
     p.add_argument("--pubkey", metavar="KEY", help="public key that must have signed SHA256SUMS")
     p.add_argument("--pack", help="the sealed pack: check its digest against the contract too")
+    p.add_argument("--sealed", metavar="DIR", help="a public bundle's sealed part: check the withheld outputs "
+                   "against it (default: BUNDLE.sealed beside the bundle, when present)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("report", help="write report.md and a self-contained report.html for a bundle or run directory")

@@ -21,13 +21,17 @@ The runner writes, for each task (``coordinator.Coordinator``)::
     [harness_error]           the harness failed; the task ends at once
     task_finished             nothing of the task comes after it
 
-and an attempt's result follows from its facts: a timed-out agent is a timeout; exit 0
-with an empty patch is an abstain and is never graded; otherwise the grading decides (pass
-only when the hidden tests went green, their JUnit report too where there is one, on a patch
-that applied clean and touched no forbidden path, and, when the test process was flagged,
-only if the contract counts such a pass). The task's outcome is its last attempt's result;
-a failed or interrupted last attempt ends the task as a fail once every attempt is used, and
-as a timeout when the time ran out first.
+and an attempt's result follows from its facts: a timed-out agent is a timeout; a workspace
+the capture refused (``patch_captured`` names why) is a fail, never graded, in the narration
+probe too; exit 0 with an empty patch is an abstain and is never graded; otherwise the
+grading decides (pass only when the hidden tests went green, their JUnit report too where
+there is one, on a patch that applied clean and touched no forbidden path, and, when the
+test process was flagged, only if the contract counts such a pass; green is exit 0, or exit 1
+with a report that is ok with failed tests in it, a task whose required tests alone decide).
+The task's outcome is its last attempt's result; a failed last attempt ends the task as a fail
+once every attempt is used, and as a timeout when the time ran out first. An interrupted last
+attempt (a crash, a stop, a full disk, a lost node) ends it as ``infra_error`` from derivation
+version 5 on, and as a fail or a timeout, as the time it was charged decides, before it.
 
 An event that is not one of the runner's (an unknown kind or field, a wrong type) is named
 as such (:mod:`sealbench.events`); any other event names an attempt only once it started.
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events
+from .derive import INFRA_ERROR_FROM
 from .formats import Outcome, ScoringContract
 
 _ATTEMPT_STEPS = (events.AGENT_FINISHED, events.PATCH_CAPTURED, events.GRADED, events.ATTEMPT_FINISHED)
@@ -108,6 +113,8 @@ class _Reader:
     strangers: set[str] = field(default_factory=set)
     resumed: bool = False
     nonce: Any = _MISSING
+    version: int = 1
+    """The derivation version of the run_started event (1 when absent)."""
 
     def say(self, tid: str | None, text: str) -> None:
         self.problems.append(f"{self.source} task {tid}: {text}" if tid is not None else f"{self.source}: {text}")
@@ -122,6 +129,7 @@ class _Reader:
                                f"first event (a resume journals run_resumed)")
             elif self.nonce is _MISSING:
                 self.nonce = event.run_nonce
+                self.version = event.derivation()
         elif isinstance(event, events.RunResumed):
             self.resumed = True
             # Journals written before run nonces existed carry none in either event.
@@ -272,18 +280,21 @@ class _Reader:
     def attempt_result(self, tid: str, attempt: _Attempt, line: events.Line, event: events.AttemptFinished) -> None:
         """Whether an attempt's result is what its agent, patch and grading say."""
         result = event.result
-        allowed = _PROBE_RESULTS if self.probe else _RESULTS
+        patch_ev = attempt.steps.get(events.PATCH_CAPTURED)
+        patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
+            else events.PatchCaptured()
+        # A workspace the capture refused (too deep, a special file, over a cap) is the agent's
+        # failure, decided before any grading, in the narration probe too.
+        refused = isinstance(patch.rejected, str) and bool(patch.rejected) and patch.capture_timed_out is not True
+        allowed = (_PROBE_RESULTS | {"fail"} if refused else _PROBE_RESULTS) if self.probe else _RESULTS
         if not isinstance(result, str) or result not in allowed:
             self.say(tid, f"{_at(line)} has result {result!r}, which the runner never writes here "
                           f"(one of {', '.join(sorted(allowed))})")
             return
         agent_ev = attempt.steps.get(events.AGENT_FINISHED)
-        patch_ev = attempt.steps.get(events.PATCH_CAPTURED)
         graded_ev = attempt.steps.get(events.GRADED)
         agent = agent_ev.event if agent_ev is not None and isinstance(agent_ev.event, events.AgentFinished) \
             else events.AgentFinished()
-        patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
-            else events.PatchCaptured()
         abstained = agent.exit_code == 0 and patch.empty is True
         if (agent.timed_out is not True and not self.probe and self.wall_clock_s is not None
                 and isinstance(agent.elapsed_ms, int) and agent.elapsed_ms > (self.wall_clock_s + _TIME_SLACK_S) * 1000):
@@ -296,6 +307,13 @@ class _Reader:
             if graded_ev is not None:
                 self.say(tid, f"{_at(graded_ev)}: a timed-out attempt is never graded")
             return
+        if refused:
+            if result != "fail":
+                self.say(tid, f"{_at(line)} says {result!r}, but the capture refused the workspace "
+                              f"({_at(patch_ev or line)}): the result of a refused workspace is fail")
+            if graded_ev is not None:
+                self.say(tid, f"{_at(graded_ev)}: a refused workspace is never graded")
+            return
         if graded_ev is not None:
             self.graded(tid, graded_ev, result, abstained)
             return
@@ -303,7 +321,8 @@ class _Reader:
             self.say(tid, f"{_at(line)} says pass, but the attempt was never graded: only the hidden tests "
                           f"decide a pass")
         elif result == "fail":
-            self.say(tid, f"{_at(line)} says fail, but the attempt was never graded")
+            self.say(tid, f"{_at(line)} says fail, but the attempt was never graded and its workspace was "
+                          f"not refused")
         elif result == "abstain" and not abstained:
             self.say(tid, f"{_at(line)} says abstain, but the agent exited {agent.exit_code!r} with "
                           f"{'an empty' if patch.empty is True else 'a non-empty'} patch "
@@ -341,7 +360,11 @@ class _Reader:
                           f"({g.junit.get('why')!r}): the report decides too")
         if g.tests_green is True:
             oracle = g.oracle or events.ProcessFacts()
-            if oracle.exit_code != 0 or oracle.timed_out is not False:
+            # Under a task's "required" rule pytest exits 1 for a test that may fail, and the report
+            # decides: the only way a report with failed tests is ok.
+            decided_by_report = (oracle.exit_code == 1 and g.junit is not None and g.junit.get("ok") is True
+                                 and isinstance(g.junit.get("failed"), int) and g.junit.get("failed", 0) > 0)
+            if (oracle.exit_code != 0 and not decided_by_report) or oracle.timed_out is not False:
                 self.say(tid, f"{_at(graded_ev)} says tests_green, but the oracle exited "
                               f"{oracle.exit_code!r} (timed out: {oracle.timed_out!r})")
         expected = "pass" if task_pass else "timeout" if g.oracle_timed_out is True else "fail"
@@ -413,6 +436,9 @@ class _Reader:
         exhausted = self.cap is not None and used >= self.cap
         if result == "fail":
             return {Outcome.FAIL.value if exhausted else Outcome.TIMEOUT.value}
+        if last is not None and self.version >= INFRA_ERROR_FROM:
+            # Its last attempt was interrupted: not the agent's end, so not the agent's outcome.
+            return {Outcome.INFRA_ERROR.value}
         # The last attempt was interrupted by a crash (or none started): how its time is
         # charged on resume decides between the two once the attempts are used up.
         return {Outcome.FAIL.value, Outcome.TIMEOUT.value} if exhausted and used else {Outcome.TIMEOUT.value}

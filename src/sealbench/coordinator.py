@@ -13,7 +13,8 @@ delivery, or one for an attempt already journaled as interrupted) is journaled a
 ``duplicate_result`` and never counted. An attempt whose result does not come (a lost worker,
 or no answer within a grace after its budget or after a cancel) is journaled as
 ``attempt_interrupted``, charged the time measured until then, and stays used: the task goes
-on with its next attempt, as a resume would, never with a free retry.
+on with its next attempt, as a resume would, never with a free retry; with no attempt or time
+left it ends as ``infra_error`` (derivation version 5 on), since its agent did not end it.
 
 Who writes the journal: this thread; the run's heartbeat thread
 (:class:`sealbench.clock.Heartbeat`); and, when the contract declares model endpoints, the
@@ -41,7 +42,7 @@ from typing import Any
 from . import events as ev
 from . import pytest_oracle
 from .attempt import PROBE_PASS, AttemptFacts, AttemptSpec, final_outcome, storage_failed
-from .derive import DERIVATION_VERSION
+from .derive import DERIVATION_VERSION, INFRA_ERROR_FROM
 from .errors import HarnessError, StorageError, Terminated
 from .executors import AHEAD_BEYOND_JOBS, Delivery, Executor, Handle
 from .files import write_atomic
@@ -56,6 +57,8 @@ LOST_GRACE_S = 120.0
 CANCEL_GRACE_S = 30.0
 """How long after a cancel the result of a cancelled attempt is waited for."""
 INTERRUPTED = "interrupted"
+STOPPED_MID_ATTEMPT = "the runner stopped mid-attempt"
+"""Why a resume journals an attempt the previous process left open (killed, crashed, its machine down)."""
 
 
 class JournalStopped(Exception):
@@ -79,6 +82,8 @@ class Prior:
     last_result: str | None = None
     open_attempt: int | None = None
     harness_error: str | None = None
+    interrupted: str | None = None
+    """Why the task's last attempt was interrupted, when it was (it then has no result)."""
 
     def runs_attempts(self, max_attempts: int) -> bool:
         """Whether the task may run an attempt at all (what is set up ahead for it)."""
@@ -110,6 +115,8 @@ class _TaskRun:
     fresh: bool = True
     open: _Open | None = None
     handles: list[Handle] = field(default_factory=list)
+    interrupted: str | None = None
+    """Why the last attempt was interrupted, when it was: its end was not the agent's."""
 
 
 @dataclass
@@ -160,6 +167,7 @@ class Coordinator:
         self.now = clock
         # A run started under version 1 (resumed by this release) gets no line its release cannot read.
         self._new_vocabulary = derivation_version >= 2
+        self._infra_outcome = derivation_version >= INFRA_ERROR_FROM
         self.outcomes: dict[str, str] = {}
         self.storage_failed: list[str] = []
         """What failed, when the run's own storage did (first failure first)."""
@@ -406,7 +414,7 @@ class Coordinator:
         t0 = self.now()
         run = _TaskRun(task=task, prior=prior, t0=t0, deadline=t0 + settings.budget.wall_clock_s - prior.consumed_s,
                        first=prior.first_attempt_passed, attempts_used=prior.attempts_started,
-                       patch_digest=prior.last_patch)
+                       patch_digest=prior.last_patch, interrupted=prior.interrupted)
         self._running[tid] = run
         if prior.harness_error is not None:
             # A harness error journaled before the run stopped stands: it is the harness's
@@ -425,24 +433,37 @@ class Coordinator:
         tid = run.task.task_id
         attempt = run.attempts_used + 1
         if attempt > self.settings.max_attempts:
-            self._finish(run, Outcome.FAIL)
+            self._used_up(run, Outcome.FAIL)
             return
         if self._stopping:
             self._end_interrupted(run)
             return
         remaining = run.deadline - self.now()
         if remaining <= 0:
-            self._finish(run, Outcome.TIMEOUT)
+            self._used_up(run, Outcome.TIMEOUT)
             return
         # Durable (this turn's commit) before the executor has the attempt: it is used from here on.
         self._write(ev.AttemptStarted(task_id=tid, attempt=attempt, budget_s=round(remaining, 3)))
         run.attempts_used = attempt
+        run.interrupted = None
         started = self.now()
         spec = self._spec(run.task, attempt, remaining, fresh=run.fresh, feedback=run.feedback)
         if self._new_vocabulary:
             self._write(ev.Submitted(task_id=tid, attempt=attempt, **ev.present(node=self.executor.node_of(spec))))
         run.fresh = False
         self._to_submit.append((run, spec, started))
+
+    def _used_up(self, run: _TaskRun, outcome: Outcome) -> None:
+        """End a task whose attempts or time are used up: ``outcome``, unless its last attempt
+        was interrupted. The agent did not end that one, so nothing it did decided the task:
+        an infrastructure outcome, which refuses the rate (the attempt stays used)."""
+        if run.interrupted is None or not self._infra_outcome:
+            self._finish(run, outcome)
+            return
+        why = "no attempt" if outcome is Outcome.FAIL else "no time"
+        self._finish(run, Outcome.INFRA_ERROR,
+                     error=f"attempt {run.attempts_used} was interrupted ({run.interrupted}), not ended by the "
+                           f"agent, and {why} remained")
 
     def _end_interrupted(self, run: _TaskRun) -> None:
         tid = run.task.task_id
@@ -520,9 +541,9 @@ class Coordinator:
     def _interrupted(self, run: _TaskRun, opened: _Open, reason: str, *, lost: bool) -> None:
         """Journal the attempt as interrupted, charged what was measured; it stays used."""
         tid = run.task.task_id
+        run.interrupted = self.abort_reasons[0] if self.abort_reasons and not lost else reason
         try:
-            self._write(ev.AttemptInterrupted(task_id=tid, attempt=opened.handle.attempt,
-                                         reason=self.abort_reasons[0] if self.abort_reasons and not lost else reason,
+            self._write(ev.AttemptInterrupted(task_id=tid, attempt=opened.handle.attempt, reason=run.interrupted,
                                          charged_s=round(self.now() - opened.started, 3),
                                          charged_basis="measured by the runner until it stopped the attempt"))
         except JournalStopped:

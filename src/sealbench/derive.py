@@ -57,7 +57,14 @@ events that record a body's digest apart from its blob (``request_sha256``,
 ``response_sha256``, ``request_truncated``, ``bodies_missing``) or stand for many refused
 requests (``refused_count``, each counted in ``model_usage``); a call started whose
 ``model_call`` never came (the runner died) counts in ``model_usage`` as a call whose use is
-unknown."""
+unknown. Their ``task_finished`` may say ``infra_error`` (from :data:`INFRA_ERROR_FROM`): a
+task whose last attempt something other than its agent ended (a crash, a stop, a full disk, a
+lost node) with no attempt or time left, which version 4 ended as ``fail`` or ``timeout``; its
+scorecard is not complete, and it refuses the rate."""
+
+INFRA_ERROR_FROM: Final = 5
+"""The first derivation version whose runs end a task as ``infra_error`` when its last attempt
+was interrupted; runs of earlier versions keep ``fail`` or ``timeout`` for it, through resume."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -126,7 +133,7 @@ def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpo
         all(card.get(k) is not None for k in REQUIRED_SCORE_KEYS)
         and is_real_digest(card["hidden_tests_sha256"])
         and card["attempts_used"] <= card["max_attempts"]
-        and card["outcome"] != Outcome.HARNESS_ERROR.value
+        and card["outcome"] not in (Outcome.HARNESS_ERROR.value, Outcome.INFRA_ERROR.value)
     )
     return Scorecard.model_validate(card)
 

@@ -251,6 +251,7 @@ figcaption { color: var(--muted); font-size: 13px; }
 .m-pass { color: #00734f; font-weight: 600; } .m-fail { color: #b34700; font-weight: 600; }
 .m-abstain { color: #555; font-weight: 600; } .m-timeout { color: #8a5a00; font-weight: 600; }
 .m-harness_error { color: #a3447f; font-weight: 600; } .m-unfinished { color: #1f6f9f; font-weight: 600; }
+.m-infra_error { color: #005a8c; font-weight: 600; }
 footer { margin-top: 32px; padding-top: 8px; border-top: 1px solid var(--line); color: var(--muted); font-size: 13px; }
 """
 

@@ -355,13 +355,14 @@ class TaskFinished(Event):
     """The task's outcome; nothing of the task follows."""
 
     kind: Literal["task_finished"] = TASK_FINISHED
-    outcome: str | None = Field(None, description="pass, fail, abstain, timeout or harness_error.")
+    outcome: str | None = Field(None, description="pass, fail, abstain, timeout, harness_error or infra_error.")
     attempts_used: int | None = Field(None, description="Attempts started.")
     elapsed_ms: int | None = Field(None, description="The task's wall time, charges included.")
     first_attempt_passed: bool | None = Field(None, description="Attempt 1 passed.")
     patch_sha256: Blob = Field(None, description="Blob of the final patch; null when empty.")
     probe_passed: bool | None = Field(None, description="Narration probe: the patch was empty.")
-    error: str | None = Field(None, description="The harness error, for outcome harness_error.")
+    error: str | None = Field(None, description="The harness error, for outcome harness_error; what ended the "
+                              "last attempt, for outcome infra_error.")
 
 
 class ModelCall(Event):

@@ -425,13 +425,16 @@ class ScoringContract(Model):
 
 
 class Outcome(StrEnum):
-    """How a task ended. harness_error is the harness's failure, not the agent's."""
+    """How a task ended. harness_error is the harness's failure, not the agent's; infra_error
+    says the agent did not end the task's last attempt (a crash, a stop, a full disk, a lost
+    node ended it, and no attempt or time remained), derivation version 5 on. Both refuse the rate."""
 
     PASS = "pass"
     FAIL = "fail"
     ABSTAIN = "abstain"
     TIMEOUT = "timeout"
     HARNESS_ERROR = "harness_error"
+    INFRA_ERROR = "infra_error"
 
 
 # Outcomes arrive as strings from JSON and from Python dicts alike.
@@ -446,7 +449,7 @@ class SeedEvent(Model):
     abstain: bool = Field(False, description="Exit 0 with an empty patch; cannot pass.")
     wall_seconds: float | None = Field(None, description="Elapsed wall time of the task.")
     excluded_after_lock: bool = Field(False, description="True is refused: a post-lock exclusion.")
-    outcome: LooseOutcome | None = Field(None, description="pass, fail, abstain, timeout or harness_error.")
+    outcome: LooseOutcome | None = Field(None, description="pass, fail, abstain, timeout, harness_error or infra_error.")
     attempts_used: int | None = Field(None, description="Attempts the task consumed.")
 
 
@@ -501,7 +504,7 @@ class Scorecard(Model):
     hidden_tests_sha256: str = Field(description="Digest of the hidden tests graded against.")
     tool_trace_sha256: str = Field(description="sha256 of traces/<task_id>.json's bytes.")
     scorecard_complete: bool = Field(description="True only when every control is present and within its cap.")
-    outcome: LooseOutcome = Field(description="pass, fail, abstain, timeout or harness_error.")
+    outcome: LooseOutcome = Field(description="pass, fail, abstain, timeout, harness_error or infra_error.")
     first_attempt_passed: bool = Field(description="First-pass yield, beside the within-cap result.")
     patch_sha256: str | None = Field(description="Digest of the final patch; null when empty.")
     schema_version: Literal[1] = Field(1, description="Format version of the scorecard.")

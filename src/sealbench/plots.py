@@ -31,6 +31,7 @@ COLOURS: dict[str, str] = {
     "abstain": "#7F7F7F",
     "timeout": "#E69F00",
     "harness_error": "#CC79A7",
+    "infra_error": "#0072B2",
     "unfinished": "#56B4E9",
 }
 _INK = "#444444"

@@ -170,10 +170,11 @@ def attempt_curve(cards: Iterable[Scorecard], n: int, max_attempts: int) -> list
 
 
 def outcome_counts(view: RunView) -> dict[str, int]:
-    """Every outcome with its count, zeros included, plus unfinished tasks when there are any."""
-    counts = {o.value: 0 for o in Outcome}
+    """Every outcome with its count, zeros included, plus infrastructure errors and unfinished
+    tasks when there are any."""
+    counts = {o.value: 0 for o in Outcome if o is not Outcome.INFRA_ERROR}
     for c in view.cards:
-        counts[c.outcome.value] += 1
+        counts[c.outcome.value] = counts.get(c.outcome.value, 0) + 1
     missing = view.n - len(view.cards)
     if missing:
         counts[UNFINISHED] = missing

@@ -31,7 +31,7 @@ from .attempt import render_prompt
 from .charge import Charge, time_used
 from .clock import HEARTBEAT_MS, Clock, Heartbeat, lease_for
 from .contract import load_contract, pack_path, require_locked
-from .coordinator import Coordinator, JournalStopped, Prior, Requests
+from .coordinator import STOPPED_MID_ATTEMPT, Coordinator, JournalStopped, Prior, Requests
 from .derive import DERIVATION_VERSION, RESUMABLE, derive_iter, isolation_of, probe_bytes, probe_summary
 from .errors import RunRefusal, StorageError, describe_storage_failure, storage_failure
 from .executors import Executor, LocalExecutor
@@ -200,6 +200,7 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
         elif isinstance(event, ev.AttemptStarted):
             p.attempts_started = max(p.attempts_started, event.attempt or 0)
             p.open_attempt = event.attempt
+            p.interrupted = None
         elif isinstance(event, ev.AttemptFinished):
             p.open_attempt = None
             p.last_result = event.result
@@ -208,6 +209,7 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
         elif isinstance(event, ev.AttemptInterrupted):
             p.open_attempt = None
             p.last_result = None
+            p.interrupted = event.reason or STOPPED_MID_ATTEMPT
             if event.attempt == 1:
                 p.first_attempt_passed = False
         elif isinstance(event, ev.PatchCaptured):
@@ -219,6 +221,8 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
     for p in out.values():
         if p.open_attempt == 1:
             p.first_attempt_passed = False
+        if p.open_attempt is not None:
+            p.interrupted = STOPPED_MID_ATTEMPT  # journaled so by the resume
     used = time_used(events, boot_id=boot_id, cap_s=budget.wall_clock_s,
                      feedback_runs_code=budget.feedback == "visible_tests")
     for tid, seconds in used.used_s.items():
@@ -623,8 +627,7 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
             for tid, p in prior.items():
                 # Every attempt that had started is used; none is given back.
                 if p.open_attempt is not None and not p.finished:
-                    j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt,
-                                            reason="the runner stopped mid-attempt"))
+                    j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
             for charge in charges:
                 # Decided once, here, and journaled: later resumes read the charge, never redo it.
                 j(charge.event())

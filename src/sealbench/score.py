@@ -70,7 +70,7 @@ def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
         ContractError: unlocked or edited contract.
         ScoreRefusal: assumed quota or permanence, duplicate task_ids, an event outside the
             slice, a post-lock exclusion, a silent rerun, denominator drift, an abstain that
-            passes, harness errors.
+            passes, harness errors, infrastructure errors.
     """
     require_locked(contract)
     access = contract.access_class
@@ -110,9 +110,19 @@ def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
             f"harness errors in {len(harness)} task(s) {harness[:5]}: "
             "rerun under a new run_id; no rate emitted"
         )
+    infra = sorted(t for t, ev in by_id.items() if ev.outcome is Outcome.INFRA_ERROR)
+    if infra:
+        # The last attempt's end was not the agent's (a crash, a stop, a full disk, a lost node),
+        # and the attempt stays used: the task has no result to count either way.
+        raise ScoreRefusal(
+            f"infrastructure errors in {len(infra)} task(s) {infra[:5]}: their last attempt was ended by "
+            "something other than the agent (a crash, a stop, a full disk, a lost node); rerun under a new "
+            "run_id; no rate emitted"
+        )
     n = len(allowed)
     passed = sum(1 for ev in by_id.values() if ev.task_pass)
-    outcomes = {o.value: 0 for o in Outcome}
+    # infra_error never reaches a rate, and rate.json keeps the keys it always had.
+    outcomes = {o.value: 0 for o in Outcome if o is not Outcome.INFRA_ERROR}
     for ev in by_id.values():
         if ev.outcome is not None:
             outcomes[ev.outcome.value] += 1

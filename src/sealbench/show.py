@@ -32,7 +32,7 @@ where the error usually is."""
 FULL_CAP = 4 * 2**20
 """Bytes of a blob read at most, even with ``--full``."""
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
-_OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
+_OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "infra_error", "unfinished")
 RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
 """What reading a run directory checked (a bundle's reading verifies it whole)."""
 
@@ -318,6 +318,13 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
             return (f"the declared model endpoint failed, not the agent: {inert(error)} (recorded as a harness "
                     "error, which refuses the rate: check the endpoint, then rerun under a new run_id)")
         return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
+    if outcome == "infra_error":
+        reason = last.interrupted.reason if last is not None and last.interrupted is not None else None
+        of = f" of {cap}" if cap else ""
+        said = f"attempt {last.number}{of} was interrupted ({inert(reason or 'no reason recorded')})" \
+            if last is not None else inert((task.finished.error if task.finished is not None else None) or "")
+        return (f"not decided by the agent: {said}, and no attempt or time remained; the attempt stays used "
+                "(an infrastructure error, which refuses the rate: rerun under a new run_id)")
     if outcome == "unfinished":
         if last is not None and last.interrupted is not None:
             return f"not finished: attempt {last.number} was interrupted ({inert(last.interrupted.reason or '')})"
