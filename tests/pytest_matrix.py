@@ -12,6 +12,7 @@ pluggy 0.13.1 is the newest pluggy pytest 5.4 and 6.2 accept, and has no new-sty
 
 from __future__ import annotations
 
+import functools
 import os
 from importlib import metadata
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Final
 from sealbench import environments
 from sealbench.environments import BuiltEnv
 from sealbench.formats import EnvironmentSpec
+from sealbench.importers.swebench import resolve_requirements
 
 CACHE: Final = Path(__file__).resolve().parents[1] / ".cache" / "envs"
 
@@ -38,8 +40,11 @@ PLAIN_ASSERTS: Final = frozenset({"5.4"})
 ENDS: Final = (OLDEST, NEWEST)
 
 
+@functools.cache
 def spec(version: str) -> EnvironmentSpec:
-    return EnvironmentSpec(name=f"pytest matrix {version}", python="3.11", requirements=list(MATRIX[version]),
+    # env build installs exactly the lines it is given: the pins and all they need, resolved.
+    lines = resolve_requirements(MATRIX[version], "3.11", "the pytest matrix", f"pytest {version}")
+    return EnvironmentSpec(name=f"pytest matrix {version}", python="3.11", requirements=lines,
                            source="sealbench's tests: the pytest versions the guard runs on", import_roots=[])
 
 

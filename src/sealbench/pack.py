@@ -392,7 +392,7 @@ def seal_pack(root: Path, *, update: bool = False, drop_validity: bool = False,
         digests[tid] = task_digests(task, pack.root, record)
     seal = Seal(pack_sha256=pack_digest(pack.manifest.name, digests), tasks=digests)
     validity = pack.manifest.validity
-    if validity is not None and validity.pack_sha256 != seal.pack_sha256 and not drop_validity:
+    if update and validity is not None and validity.pack_sha256 != seal.pack_sha256 and not drop_validity:
         # The evidence describes the pack as validated; it never silently describes another one.
         raise PackError(f"{pack.root}: the pack was validated, and --update would change what was validated; "
                         f"drop the old evidence and validate again: `sealbench pack seal --update --drop-validity "

@@ -328,7 +328,7 @@ def _uv_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
 
 
-def _resolve(requirements: Sequence[str], python: str, where: str, what: str,
+def resolve_requirements(requirements: Sequence[str], python: str, where: str, what: str,
              constraints: Sequence[str] = ()) -> list[str]:
     """``requirements`` resolved against the package index: each package pinned, with its hashes.
 
@@ -402,7 +402,7 @@ def _from_requirements(files: Mapping[str, FileEntry], python: str, where: str) 
             if not any(re.match(r"pytest\b", line, re.IGNORECASE) for line in lines):
                 lines.append("pytest")
             skipped = f"; left out: {', '.join(repr(x[:80]) for x in left_out[:5])}" if left_out else ""
-            return (_resolve(lines, python, where, rel),
+            return (resolve_requirements(lines, python, where, rel),
                     f"{rel}, plus pytest when it does not name it, resolved with hashes at import{skipped}")
     return None
 
@@ -457,12 +457,15 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
     override = {**overrides.get(repo or "", {}), **(overrides.get(f"{repo}@{version}", {}) if version else {})}
     python = str(override.get("python", options.python or f"{sys.version_info.major}.{sys.version_info.minor}"))
     if "requirements" in override:
-        requirements = _pinned(list(override["requirements"]), rec.where, "--env-spec's requirements")
-        source = "--env-spec"
+        # Pinned as given, and with everything they need: env build installs exactly these lines.
+        given = _pinned(list(override["requirements"]), rec.where, "--env-spec's requirements")
+        requirements = resolve_requirements([r.split(" --hash=", 1)[0] for r in given], python, rec.where,
+                                            "--env-spec's requirements")
+        source = "--env-spec, with what its requirements need resolved at import"
     else:
         found = _from_lock(files, rec.where, commit) or _from_requirements(files, python, rec.where)
         requirements, source = found if found is not None else (
-            _resolve(["pytest"], python, rec.where, "pytest"),
+            resolve_requirements(["pytest"], python, rec.where, "pytest"),
             "no uv.lock or test requirements file: pytest only, resolved with hashes at import")
     if "pins" in override:
         pins = _pinned(list(override["pins"]), rec.where, "--env-spec's pins")
@@ -475,7 +478,7 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
     else:
         named = {_name(r) for r in requirements}
         constraints = [r.split(" --hash=", 1)[0] for r in requirements]
-        requirements += [r for r in _resolve(build[0], python, rec.where, "the build requirements", constraints)
+        requirements += [r for r in resolve_requirements(build[0], python, rec.where, "the build requirements", constraints)
                          if _name(r) not in named]
         source += "; the repository installed by its build backend, whose requirements were resolved at import"
     if 0 < sum("--hash=" in r for r in requirements) < len(requirements):
