@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_bwrap
-from sealbench.contract import lock_contract, new_contract
+from sealbench.contract import GRADING_HEADROOM, headroom_warnings, lock_contract, new_contract
 from sealbench.errors import ContractError
 from sealbench.files import model_json
 from sealbench.formats import AgentSpec, ValidityEvidence
@@ -58,6 +58,13 @@ def test_sample_pack_oracles_are_valid_and_evidence_is_recorded(sealed_pack: Pat
                                       agent=AgentSpec(label="a", command="builtin:noop"))
     assert left_out == {}
     assert lock_contract(contract, "r", datetime.now(UTC), pack).contract_sha256
+    # The sample pack's caps (the tour's and the demo's) leave room for grading on a busy machine.
+    times = {t: ev.reference_grading_s for t, ev in validity.tasks.items()}
+    assert all(s is not None and s > 0 for s in times.values()), times
+    short = {t: (pack.tasks[t].record.wall_clock_s, s) for t, s in times.items()
+             if s is not None and pack.tasks[t].record.wall_clock_s < GRADING_HEADROOM * s}
+    assert short == {}
+    assert headroom_warnings(contract, pack) == []
 
 
 def test_broken_oracles_are_caught_before_lock(raw_pack: Path) -> None:
