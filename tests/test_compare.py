@@ -200,7 +200,7 @@ def test_mismatched_task_ids_are_refused(bundles: Bundles) -> None:
 
 @needs_runs
 def test_mismatched_budget_is_refused(bundles: Bundles) -> None:
-    with pytest.raises(ScoreRefusal, match=r"budget policy differs .* max_attempts 2, wall_clock_s 60 and max_attempts 3"):
+    with pytest.raises(ScoreRefusal, match=r"budget policy differs .* max_attempts 2, wall_clock_s 180 and max_attempts 3"):
         compare([bundles.reference, bundles.noop_three_attempts])
 
 

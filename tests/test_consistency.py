@@ -214,7 +214,7 @@ def test_exploit_a_task_s_hidden_test_digest_rewritten_is_refused_by_verify_with
                                                    f"elapsed_ms 1, but attempt "),
     (payload("agent_finished", GOOD, 2, elapsed_ms=300_000),
      f"journal.jsonl task {GOOD}: agent_finished 2 (seq {{}}) says the agent ran 300000 ms and did not time out, "
-     f"but the task's wall-clock cap is 60 s"),
+     f"but the task's wall-clock cap is 180 s"),
 ], ids=["task-time-cut", "agent-past-the-cap"])
 def test_exploit_a_time_rewritten_is_refused_by_verify(made: Made, tmp_path: Path, cli: Any, edit: Edit,
                                                        named: str) -> None:

@@ -166,7 +166,7 @@ def test_report_states_the_locked_facts_in_both_files(mixed: Reported) -> None:
         "1 of 4 task_pass",
         f"[{first_low:.3f}, {first_high:.3f}]",
         "run-report", str(contract.locked_at), contract.contract_sha256, contract.pack.sha256,
-        "max_attempts", "wall_clock_s", "60 per task", "feedback policy",
+        "max_attempts", "wall_clock_s", "180 per task", "feedback policy",
         "operator-supplied free server option", "operator-supplied free model access", "2026-10-12",
         "quota_assumed", "permanence_assumed", "terms_read_on",
         "test agent", "python:scripted test agent", "bubblewrap",

@@ -262,7 +262,7 @@ def test_runs_list_is_by_start_time_and_show_has_caps_access_rate_and_verify_sta
     assert code == 0 and "oldest first (by start time; not a ranking)" in out
     assert out.index("zz-started-first") < out.index("aa-started-second"), "never by name nor by rate"
     code, out, _ = cli("runs", "show", "zz-started-first")
-    for fact in ("caps: max_attempts 2, wall_clock_s 60, feedback none",
+    for fact in ("caps: max_attempts 2, wall_clock_s 180, feedback none",
                  "access class: host operator-supplied free server option; model access",
                  "terms read on 2026-10-01",
                  "rate: 0 of 1 task_pass on this locked run_id; Wilson 95% [0.000, 0.793]",

@@ -35,6 +35,8 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "5 of 5 task_pass" in out  # the example agent passes every task on its second attempt
+    # The sample pack's caps leave 3x the grading time pack validate measured here: no warning.
+    assert "leaves less than 3x" not in out, out
     # The probe's lines never call a task a fail: it asks only for a summary.
     probe = proc.stderr.split("sealbench probe", 1)[1].split("sealbench score", 1)[0]
     assert "changed the workspace" in probe and ": fail (" not in probe

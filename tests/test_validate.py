@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -12,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_bwrap
-from sealbench.contract import lock_contract, new_contract
+from sealbench.contract import GRADING_HEADROOM, headroom_warnings, lock_contract, new_contract
 from sealbench.errors import ContractError
-from sealbench.formats import AgentSpec
+from sealbench.files import model_json
+from sealbench.formats import AgentSpec, ValidityEvidence
 from sealbench.pack import load_pack, seal_pack
 from sealbench.validate import validate_pack, verdict
 
@@ -56,6 +58,13 @@ def test_sample_pack_oracles_are_valid_and_evidence_is_recorded(sealed_pack: Pat
                                       agent=AgentSpec(label="a", command="builtin:noop"))
     assert left_out == {}
     assert lock_contract(contract, "r", datetime.now(UTC), pack).contract_sha256
+    # The sample pack's caps (the tour's and the demo's) leave room for grading on a busy machine.
+    times = {t: ev.reference_grading_s for t, ev in validity.tasks.items()}
+    assert all(s is not None and s > 0 for s in times.values()), times
+    short = {t: (pack.tasks[t].record.wall_clock_s, s) for t, s in times.items()
+             if s is not None and pack.tasks[t].record.wall_clock_s < GRADING_HEADROOM * s}
+    assert short == {}
+    assert headroom_warnings(contract, pack) == []
 
 
 def test_broken_oracles_are_caught_before_lock(raw_pack: Path) -> None:
@@ -161,3 +170,47 @@ def test_validate_exits_non_zero_when_no_task_is_valid_and_says_why(
     assert code == 3 and "0 of 5 task oracles valid" in out
     assert "invalid: t_11_fix_off_by_one: reference fails (JUnit: " in out
     assert "no task of" in err and "has a valid oracle" in err
+
+
+def slow_reference_pack(raw_pack: Path, seconds: float) -> Path:
+    """The sample pack cut to one task whose hidden tests take ``seconds`` to run, sealed."""
+    for tdir in (raw_pack / "tasks").iterdir():
+        if tdir.name != TASK:
+            shutil.rmtree(tdir)
+    hidden = raw_pack / "tasks" / TASK / "hidden" / "test_oracle_window.py"
+    hidden.write_text(f"import time\n\ntime.sleep({seconds})\n" + hidden.read_text())
+    seal_pack(raw_pack)
+    return raw_pack
+
+
+def test_validate_records_the_slowest_grading_of_the_reference(raw_pack: Path) -> None:
+    pack_dir = slow_reference_pack(raw_pack, 1.5)
+    validity = validate_pack(pack_dir, repeat=2, progress=False)
+    ev = validity.tasks[TASK]
+    assert ev.valid and ev.reference_grading_s is not None and ev.reference_grading_s >= 1.5, ev
+    manifest = json.loads((pack_dir / "pack.json").read_text())
+    assert manifest["validity"]["tasks"][TASK]["reference_grading_s"] == ev.reference_grading_s
+    # Evidence from before the measurement keeps its bytes: the field is absent, not null.
+    old = ValidityEvidence(valid=True, reference_passes=[True], empty_change_passes=[False])
+    assert "reference_grading_s" not in model_json(old)
+
+
+def test_contract_new_and_lock_warn_when_the_cap_leaves_little_room_for_grading(
+        raw_pack: Path, tmp_path: Path, cli: Callable[..., tuple[int, str, str]]) -> None:
+    pack_dir = slow_reference_pack(raw_pack, 1.0)
+    assert cli("pack", "validate", pack_dir, "--repeat", "1", "--no-progress")[0] == 0
+    measured = load_pack(pack_dir).manifest.validity.tasks[TASK].reference_grading_s  # type: ignore[union-attr]
+    assert measured is not None and measured >= 1.0
+    tight = str(round(measured * 2, 1))
+    new = ["contract", "new", pack_dir, "--host", "h", "--agent-label", "a", "--agent", "builtin:noop"]
+    code, out, err = cli(*new, "-o", tmp_path / "tight.json", "--wall-clock-s", tight)
+    warning = f"warning: {TASK}: the wall-clock cap {float(tight):g} s leaves less than 3x the reference's grading"
+    assert code == 0 and warning in out and f"({measured:g} s)" in out, out + err
+    assert f"a cap of {math.ceil(round(measured * 3, 6))} s would leave 3x" in out
+    code, out, err = cli("contract", "lock", tmp_path / "tight.json", "--run-id", "tight")
+    assert code == 0 and warning in out and "locked tight" in out, out + err
+    # A cap with room: no warning from either.
+    code, out, err = cli(*new, "-o", tmp_path / "roomy.json", "--wall-clock-s", str(math.ceil(measured * 3) + 1))
+    assert code == 0 and "warning" not in out + err, out + err
+    code, out, err = cli("contract", "lock", tmp_path / "roomy.json", "--run-id", "roomy")
+    assert code == 0 and "warning" not in out + err, out + err

@@ -157,7 +157,7 @@ def cmd_env_build(args: argparse.Namespace) -> int:
 
 
 def cmd_contract_new(args: argparse.Namespace) -> int:
-    from .contract import new_contract
+    from .contract import headroom_warnings, new_contract
     from .errors import UsageError
     from .files import model_json, write_atomic
     from .formats import AgentSpec
@@ -220,6 +220,8 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
               f"check model_endpoints (base_url, key_env, prices) in {out} before the lock")
     for tid, why in left_out.items():
         print(f"left out before lock: {tid}: {why}")
+    for line in headroom_warnings(contract, pack):
+        print(line)
     if agent is not None and not agent.command.startswith("builtin:"):
         _warn_if_agent_cannot_start(agent)
     from .pytest_oracle import runs_pytest_unguarded
@@ -289,7 +291,7 @@ def cmd_agents_install(args: argparse.Namespace) -> int:
 def cmd_contract_lock(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from .contract import load_contract, lock_contract, pack_path
+    from .contract import headroom_warnings, load_contract, lock_contract, pack_path
     from .files import model_json, write_atomic
     from .pack import check_pack
     from .scratch import sweep_temp_files
@@ -302,6 +304,8 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
     locked = lock_contract(contract, args.run_id, datetime.now(UTC), pack)
     sweep_temp_files(path.parent)
     write_atomic(path, model_json(locked))
+    for line in headroom_warnings(locked, pack) if pack is not None else ():
+        print(line)
     print(f"locked {locked.run_id} at {locked.locked_at}: {locked.contract_sha256}")
     return EXIT_OK
 

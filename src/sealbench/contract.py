@@ -7,6 +7,7 @@ reads and writes the files.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -335,6 +336,40 @@ def _check_against_pack(contract: ScoringContract, pack: Pack) -> None:
                    if validity and not validity.tasks[t].valid}
         if invalid:
             raise ContractError(f"tasks whose oracle failed validation: {invalid}")
+
+
+GRADING_HEADROOM = 3
+"""How many times the reference's measured grading time a wall-clock cap should leave: grading
+counts against the cap, and a loaded machine grades slower than the one that validated."""
+_SHOWN = 10
+
+
+def headroom_warnings(contract: ScoringContract, pack: Pack) -> list[str]:
+    """A warning for each task whose wall-clock cap leaves less than :data:`GRADING_HEADROOM`
+    times its reference's grading time as ``pack validate`` measured it (none when unmeasured).
+    Only a warning: the cap is the contract's to choose."""
+    validity, budget = pack.manifest.validity, contract.budget
+    if validity is None or budget is None or validity.pack_sha256 != pack.sealed_digest:
+        return []
+    cap = budget.wall_clock_s
+    tight = {t: s for t in contract.task_ids
+             if (ev := validity.tasks.get(t)) is not None and (s := ev.reference_grading_s) is not None
+             and cap < GRADING_HEADROOM * s}
+    lines = [f"warning: {t}: the wall-clock cap {cap:g} s leaves less than {GRADING_HEADROOM}x the reference's "
+             f"grading time measured by `pack validate` ({s:g} s), and grading counts against the cap; "
+             f"a cap of {_whole(GRADING_HEADROOM * s)} s would leave {GRADING_HEADROOM}x"
+             for t, s in list(tight.items())[:_SHOWN]]
+    if len(tight) > _SHOWN:
+        lines.append(f"warning: and {len(tight) - _SHOWN} more task(s) like these")
+    if len(tight) > 1:
+        lines.append(f"warning: a cap of {_whole(GRADING_HEADROOM * max(tight.values()))} s (--wall-clock-s) would "
+                     f"leave {GRADING_HEADROOM}x for every task")
+    return lines
+
+
+def _whole(seconds: float) -> int:
+    """Seconds rounded up to a whole second, so the cap it names really leaves the headroom."""
+    return math.ceil(round(seconds, 6))
 
 
 def require_locked(contract: ScoringContract) -> None:

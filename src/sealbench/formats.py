@@ -173,6 +173,11 @@ class ValidityEvidence(Model):
         description="Why the reference failed, from its first failing grade: the tests that failed or the "
         "JUnit report's verdict, or the oracle's last line of output; absent otherwise.",
     )
+    reference_grading_s: float | None = Field(
+        None, ge=0, exclude_if=lambda v: v is None,
+        description="The slowest grade of the reference solution, in seconds: applying its patch and running the "
+        "oracle, the time a run's grading takes from wall_clock_s; absent when not measured.",
+    )
 
 
 class Validity(Model):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -175,7 +176,13 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
         reference.builtin(task, tw.ws, 1)
         changed = tw.changes()
         patch = tw.capture_patch() if changed else b""
-        ref_grades = [ctx.grade(task, tw, i, patch, changed) for i in range(1, repeat + 1)]
+        ref_grades: list[dict[str, Any]] = []
+        slowest = 0.0
+        for i in range(1, repeat + 1):
+            # The whole grade (copy, patch, oracle) is what a run's wall clock pays for grading.
+            start = time.monotonic()
+            ref_grades.append(ctx.grade(task, tw, i, patch, changed))
+            slowest = max(slowest, time.monotonic() - start)
         ref = [bool(g["task_pass"]) for g in ref_grades]
         empty = [bool(ctx.grade(task, tw, repeat + i, b"", [])["task_pass"]) for i in range(1, repeat + 1)]
         # A task already invalid gains nothing from more grades.
@@ -196,7 +203,7 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
     failing = next((g for g, ok in zip(ref_grades, ref, strict=True) if not ok), None)
     why = _why_reference_failed(ctx, failing) if failing is not None else None
     return ValidityEvidence(valid=valid, reason=reason, reference_passes=ref, empty_change_passes=empty,
-                            trivial_passes=trivial, why=why)
+                            trivial_passes=trivial, why=why, reference_grading_s=round(slowest, 3))
 
 
 class Validator:
