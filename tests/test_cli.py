@@ -164,3 +164,100 @@ def test_help_lists_every_exit_code() -> None:
     out = build_parser().format_help()
     for exit_code in ("0", "1", "2", "3", "4", "130", "141", "143"):
         assert re.search(rf"^  {exit_code} +\S", out, re.M), exit_code
+
+
+def _commands(parser: argparse.ArgumentParser, path: str = "") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every parser of the tree by its full name ("" the top, "contract new", ...), aliases once."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                yield from _commands(action.choices[choice.dest], f"{path} {choice.dest}".strip())
+
+
+def _runs_something(parser: argparse.ArgumentParser) -> bool:
+    return not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+
+
+def test_help_groups_every_command_by_workflow_from_one_table() -> None:
+    from sealbench.cli import COMMAND_GROUPS, build_parser
+
+    parser = build_parser()
+    commands = {path for path, sub in _commands(parser) if path and _runs_something(sub)}
+    table = [name for _, names in COMMAND_GROUPS for name in names]
+    assert sorted(commands - set(table)) == [], "commands missing from COMMAND_GROUPS"
+    assert sorted(set(table) - commands) == [], "COMMAND_GROUPS names commands the parser does not define"
+    assert len(table) == len(set(table)), "a command in two groups"
+    listing = parser.format_help().split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+    assert [line.strip(" :") for line in listing.splitlines() if not line.startswith("    ")] == [
+        "set up", "run", "inspect", "publish", "admin"]
+    listed = [line.split()[0] if line.split()[0] not in ("pack", "contract", "agents", "runs", "env")
+              else " ".join(line.split()[:2]) for line in listing.splitlines() if re.match(r"    \S", line)]
+    assert listed == table, "the help lists the commands in the table's order, each once"
+
+
+def test_every_command_help_ends_with_examples_that_parse() -> None:
+    import shlex
+
+    from sealbench.cli import EXAMPLES, build_parser
+
+    parser = build_parser()
+    paths = {path for path, _ in _commands(parser)}
+    assert sorted(set(EXAMPLES) - paths) == [], "examples of commands that do not exist"
+    for path, sub in _commands(parser):
+        text = sub.format_help()
+        assert "\nexamples:\n" in text, f"sealbench {path} --help has no examples"
+        lines = text.split("\nexamples:\n", 1)[1].replace(" \\\n", " ").splitlines()
+        assert lines, path
+        for line in lines:
+            argv = shlex.split(line)
+            assert argv[0] == "sealbench", line
+            command = " ".join(argv[1:]).replace("agent check", "agents check")
+            assert command.startswith(path), f"an example of `sealbench {path}` runs another command: {line}"
+            try:
+                parser.parse_args(argv[1:])
+            except SystemExit as e:  # pragma: no cover - the message says which
+                raise AssertionError(f"example does not parse: {line}") from e
+
+
+def test_contract_new_options_come_in_groups() -> None:
+    from sealbench.cli import build_parser
+
+    new = dict(_commands(build_parser()))["contract new"]
+    groups = {g.title: [(a.option_strings or [a.dest])[-1] for a in g._group_actions] for g in new._action_groups}
+    assert groups.pop("options") == ["--help"], "an option of contract new outside its groups"
+    assert groups.pop("positional arguments") == ["pack"]
+    assert set(groups) >= {"the agent", "the model endpoint (with --agent preset:NAME)",
+                           "the budget and caps (per task)", "the access class", "controls and the tie rule",
+                           "output"}
+    assert all(groups.values()), groups
+
+
+def _command_groups() -> list[str]:
+    from sealbench.cli import build_parser
+
+    return [path for path, sub in _commands(build_parser()) if path and not _runs_something(sub)]
+
+
+@pytest.mark.parametrize("group", _command_groups())
+def test_a_command_group_without_its_command_names_the_choices(cli: Cli, group: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from sealbench.cli import build_parser
+
+    names = [p.split()[-1] for p, _ in _commands(build_parser()) if p.startswith(f"{group} ")]
+    for argv, said in ((group.split(), f"`sealbench {group}` needs a command"),
+                       ([*group.split(), "nope"], "unknown command 'nope'")):
+        with pytest.raises(SystemExit) as info:
+            cli(*argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 2
+        assert f"sealbench: error: {said}: choose one of: {', '.join(names)} " in err, err
+        assert "_command" not in err
+
+
+def test_an_unknown_command_names_the_commands(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli("nope")
+    err = capsys.readouterr().err
+    assert "unknown command 'nope': choose one of: schema, pack," in err and "argument" not in err
+
