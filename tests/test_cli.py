@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEED_IDS, write_json
+from conftest import SEED_IDS, needs_bwrap, write_json
 
 Cli = Callable[..., tuple[int, str, str]]
 
@@ -261,3 +261,60 @@ def test_an_unknown_command_names_the_commands(cli: Cli, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert "unknown command 'nope': choose one of: schema, pack," in err and "argument" not in err
 
+
+def _next_command(out: str) -> list[str]:
+    import shlex
+
+    found = re.findall(r"^next: `(sealbench [^`]*)`", out, re.MULTILINE)
+    assert len(found) == 1, out
+    return shlex.split(found[0])[1:]
+
+
+@needs_bwrap
+def test_each_step_of_the_flow_names_the_next_and_the_named_command_works(
+        cli: Cli, raw_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two tasks keep it short; the commands are run as printed, placeholders filled in.
+    for task in (raw_pack / "tasks").iterdir():
+        if task.name not in SEED_IDS[:2]:
+            shutil.rmtree(task)
+    monkeypatch.chdir(tmp_path)
+    filled = {"CMD": "builtin:reference", "LABEL": "reference", "HOST": "this machine", "RUN_ID": "flow-1"}
+    code, out, err = cli("pack", "seal", raw_pack)
+    named = []
+    while True:
+        assert code == 0, out + err
+        if "next: " not in out:
+            break
+        argv = [filled.get(word, word) for word in _next_command(out)]
+        named.append(" ".join(argv[:2]) if argv[0] in ("pack", "contract") else argv[0])
+        if argv[:2] == ["pack", "validate"]:
+            argv += ["--repeat", "1", "--no-progress"]
+        if argv[0] == "run":
+            argv.append("--no-progress")
+        code, out, err = cli(*argv)
+    assert named == ["pack validate", "contract new", "contract lock", "run", "probe", "bundle", "verify", "report"]
+    assert out.startswith("wrote ") and "report.html" in out
+
+    # A run where tasks did not pass names show first.
+    contract = tmp_path / "noop.contract.json"
+    assert cli("contract", "new", raw_pack, "-o", contract, "--agent", "builtin:noop", "--agent-label", "noop",
+               "--host", "this machine")[0] == 0
+    assert cli("contract", "lock", contract, "--run-id", "flow-noop")[0] == 0
+    code, out, err = cli("run", contract, "--out", tmp_path / "noop-run", "--no-progress")
+    assert code == 0, out + err
+    assert _next_command(out) == ["show", str(tmp_path / "noop-run")]
+    assert f"then `sealbench probe {contract} --out {tmp_path / 'noop-run'}`" in out
+
+
+
+def test_a_contract_without_a_host_names_the_command_that_adds_it(cli: Cli, sealed_pack: Path,
+                                                                    tmp_path: Path) -> None:
+    # `contract lock` refuses a contract without a host: the next step is to give one, not the lock.
+    contract = tmp_path / "c.json"
+    code, out, err = cli("contract", "new", sealed_pack, "-o", contract, "--agent", "builtin:reference",
+                         "--agent-label", "ref", "--oracle-validity-unavailable")
+    assert code == 0, err
+    argv = [{"HOST": "this machine"}.get(w, w) for w in _next_command(out)]
+    assert argv[:2] == ["contract", "new"] and "--force" in argv
+    assert cli(*argv)[0] == 0
+    assert _next_command(cli(*argv)[1])[:3] == ["contract", "lock", str(contract)]

@@ -195,6 +195,15 @@ def _show_outcomes() -> tuple[str, ...]:
     return ("pass", "fail", "abstain", "timeout", "harness_error", "unfinished")
 
 
+def _next(args: argparse.Namespace, *words: str | Path, why: str = "") -> None:
+    """After a success, the usual next command: ``next: `sealbench WORDS` (why)``."""
+    if getattr(args, "next_hints", True):  # eval runs the next commands itself
+        import shlex
+
+        command = " ".join(["sealbench", *map(shlex.quote, map(str, words))])
+        print(f"next: `{command}`" + (f" ({why})" if why else ""))
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
@@ -229,7 +238,7 @@ def cmd_pack_seal(args: argparse.Namespace) -> int:
             print(f"  {line}")
     print(f"sealed {len(pack.tasks)} task(s) in {pack.root.name}: {pack.sealed_digest}")
     if pack.manifest.validity is None:
-        print(f"next: `sealbench pack validate {args.pack}` (a contract needs a validated pack)")
+        _next(args, "pack", "validate", args.pack, why="a contract needs a validated pack")
     return EXIT_OK
 
 
@@ -256,6 +265,8 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
         print(f"sealbench: refused: no task of {args.pack} has a valid oracle, so no contract can measure it; "
               "fix the oracles (the reasons above), seal and validate again", file=sys.stderr)
         return EXIT_REFUSED
+    _next(args, "contract", "new", args.pack, "-o", f"{Path(args.pack).name}.contract.json", "--agent", "CMD",
+          "--agent-label", "LABEL", "--host", "HOST", why="the agent's command, its name and where it runs")
     return EXIT_OK
 
 
@@ -372,6 +383,14 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         print(f"note: {len(unguarded)} task(s) run pytest unguarded (an oracle_cmd from before sealbench-pytest, "
               f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
               "to guard them")
+    from .contract import UNSPECIFIED
+
+    if contract.access_class is None or contract.access_class.host in UNSPECIFIED:  # lock refuses it: say so now
+        _next(args, *(str(w) for w in args.command_line[1:]), *(() if args.force else ("--force",)), "--host", "HOST",
+              why="where the run happens: the lock needs it")
+    else:
+        _next(args, "contract", "lock", out, "--run-id", "RUN_ID",
+              why="a new id; check the contract first: nothing in it changes after the lock")
     return EXIT_OK
 
 
@@ -423,9 +442,9 @@ def cmd_agents_install(args: argparse.Namespace) -> int:
     version = args.install_version or preset.install.version
     print(f"installing {args.name} ({preset.install.registry} {preset.install.package} {version}) ...", flush=True)
     done = install(args.name, version)
-    print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s); "
-          f"use it with: sealbench contract new PACK -o CONTRACT --agent preset:{done.name} --model MODEL"
-          + ("" if version == preset.install.version else f" --agent-version {version}"))
+    print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s)")
+    _next(args, "contract", "new", "PACK", "-o", "CONTRACT", "--agent", f"preset:{done.name}", "--model", "MODEL",
+          *(() if version == preset.install.version else ("--agent-version", version)))
     return EXIT_OK
 
 
@@ -446,6 +465,7 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
     sweep_temp_files(path.parent)
     write_atomic(path, model_json(locked))
     print(f"locked {locked.run_id} at {locked.locked_at}: {locked.contract_sha256}")
+    _next(args, "run", path, "--out", f"runs/{locked.run_id}")
     return EXIT_OK
 
 
@@ -567,7 +587,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"interrupted; continue with: {resume}", file=sys.stderr)
         return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
-    return print_run_summary(Path(args.contract), run_dir, result)
+    code = print_run_summary(Path(args.contract), run_dir, result)
+    if code == EXIT_OK:
+        _next_after_run(args, run_dir)
+    return code
+
+
+def _next_after_run(args: argparse.Namespace, run_dir: Path) -> None:
+    """Why tasks did not pass, when some did not; else the declared probe, else the bundle."""
+    import shlex
+
+    from .bundle import probe_declared
+    from .contract import load_contract
+
+    then: tuple[str | Path, ...] = ("bundle", run_dir, "--out", "bundles")
+    why = "what a stranger needs to verify the run"
+    if probe_declared(load_contract(Path(args.contract))) and not (run_dir / "narration_probe.json").is_file():
+        then = ("probe", args.contract, "--out", run_dir)
+        why = "the contract declares the narration probe; a bundle needs it"
+    rate = json.loads((run_dir / "rate.json").read_text(encoding="utf-8"))
+    missed = rate["n"] - rate["task_pass_count"]
+    if missed:
+        _next(args, "show", run_dir, why=f"why {missed} task(s) did not pass; then "
+              f"`sealbench {' '.join(shlex.quote(str(w)) for w in then)}`")
+    else:
+        _next(args, *then, why=why)
 
 
 def _execute_resumable(resume: str, contract: Path, run_dir: Path, opts: Any, **kwargs: Any) -> Any:
@@ -602,6 +646,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
           f"asks (a control beside the rate, never part of it)")
     for tid in summary["failed"]:
         print(f"  changed the workspace although asked only to summarise: {tid}")
+    _next(args, "bundle", run_dir, "--out", "bundles", why="what a stranger needs to verify the run")
     return EXIT_OK
 
 
@@ -611,8 +656,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     folder = Path(args.pack)
     for path in init_pack(folder):
         print(f"wrote {path}")
-    print(f"next: `sealbench eval {folder} --agent \"python3 {folder}/agent.py {{prompt_file}}\" "
-          f"--run-id {folder.name}-1` (see {folder}/README.md)")
+    _next(args, "eval", folder, "--agent", f"python3 {folder}/agent.py {{prompt_file}}", "--run-id",
+          f"{folder.name}-1", why=f"see {folder}/README.md")
     return EXIT_OK
 
 
@@ -620,7 +665,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .first_run import run_eval
 
     return run_eval(Path(args.pack), args.agent, args.run_id, label=args.agent_label, host=args.host,
-                    out=Path(args.out), bundles=Path(args.bundles), main=main)
+                    out=Path(args.out), bundles=Path(args.bundles),
+                    main=lambda argv: main(argv, next_hints=False))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -641,6 +687,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     out = make_bundle(Path(args.run_dir), Path(args.out), sign_key=sign_key)
     record_bundle(out, "made here, not verified yet (sealbench verify BUNDLE)")
     print(f"wrote bundle {out}" + (" (signed: SHA256SUMS.sig)" if sign_key else ""))
+    pubkey = sign_key.with_suffix(".pub") if sign_key and sign_key.suffix == ".key" else "PUBKEY"  # keygen's pair
+    _next(args, "verify", out, *(("--pubkey", pubkey) if sign_key else ()))
     return EXIT_OK
 
 
@@ -661,6 +709,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(line)
     if "ANOTHER RUN" in said:
         print(f"runs index on this machine: {said.split('; but ', 1)[-1]}")
+    _next(args, "report", bundle, why="report.md and report.html")
     return EXIT_OK
 
 
@@ -1065,11 +1114,13 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, next_hints: bool = True) -> int:
+    """Entry point of the console script; returns the exit code. ``next_hints``: print the usual
+    next command after a success (off where a caller runs the next commands itself)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.command_line = ["sealbench", *(sys.argv[1:] if argv is None else argv)]
+    args.next_hints = next_hints
     if args.version:
         from . import __version__
 
