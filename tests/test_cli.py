@@ -318,3 +318,19 @@ def test_a_contract_without_a_host_names_the_command_that_adds_it(cli: Cli, seal
     assert argv[:2] == ["contract", "new"] and "--force" in argv
     assert cli(*argv)[0] == 0
     assert _next_command(cli(*argv)[1])[:3] == ["contract", "lock", str(contract)]
+
+
+def test_the_examples_that_need_no_sandbox_run_as_written(cli: Cli, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rest of the flow's examples are the commands of the chain above.
+    import shlex
+
+    from sealbench.cli import EXAMPLES
+
+    monkeypatch.chdir(tmp_path)
+    for path in ("init", "pack check", "schema", "runs list", "agents list"):
+        if path == "pack check":
+            assert cli("pack", "seal", "mypack")[0] == 0  # what `init`'s pack needs first
+        for line in EXAMPLES[path]:
+            code, _, err = cli(*shlex.split(line)[1:])
+            assert code == 0, f"{line}: {err}"
