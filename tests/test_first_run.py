@@ -56,6 +56,8 @@ def test_the_toy_job_is_three_files_and_three_commands_to_a_verified_bundle(tmp_
     assert "1 of 1 task_pass on this locked run_id" in out
     assert "narration probe emitted no patch on 1 of 1 task(s)" in out
     assert "ok: bundle bundles/toy-1 of run toy-1 verifies" in out
+    # eval runs each next step itself: the steps' own `next:` lines would only repeat it.
+    assert "next: `sealbench contract lock" not in out and "next: `sealbench bundle" not in out
     # A run_id is used once.
     again = sealbench(tmp_path, "eval", "toy", "--agent", "python3 toy/agent.py {prompt_file}", "--run-id", "toy-1")
     assert again.returncode == 2 and "a run_id is used once" in again.stderr

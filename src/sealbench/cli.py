@@ -34,6 +34,121 @@ EPILOG = """exit codes:
 """
 
 
+# Every command, by where it falls in the workflow: `sealbench --help` lists them from here
+# (argparse has no groups of subcommands); a test keeps it equal to the parser's commands.
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("set up", ("init", "pack seal", "pack check", "pack validate", "import", "env build", "agents list",
+                "agents install", "keygen")),
+    ("run", ("contract new", "contract lock", "agents check", "run", "probe", "eval", "demo")),
+    ("inspect", ("show", "score", "report", "compare", "runs list", "runs show", "runs rebuild", "runs move")),
+    ("publish", ("bundle", "verify")),
+    ("admin", ("schema", "model-stub")),
+)
+
+# Each command's examples, shown at the end of its --help: the flow of `sealbench init mypack`
+# (a test parses every line with the real parser).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "": ("sealbench demo",
+         "sealbench init mypack",
+         "sealbench eval mypack --agent \"python3 mypack/agent.py {prompt_file}\" --run-id mypack-1",
+         "sealbench verify bundles/mypack-1",
+         "sealbench report bundles/mypack-1"),
+    "schema": ("sealbench schema contract", "sealbench schema journal-events"),
+    "pack": ("sealbench pack seal mypack", "sealbench pack validate mypack", "sealbench pack check mypack"),
+    "pack seal": ("sealbench pack seal mypack", "sealbench pack seal --update --drop-validity mypack"),
+    "pack check": ("sealbench pack check mypack",),
+    "pack validate": ("sealbench pack validate mypack", "sealbench pack validate mypack --repeat 5 --jobs 4"),
+    "env": ("sealbench env build swebench-pack",),
+    "env build": ("sealbench env build swebench-pack",),
+    "import": ("sealbench import humaneval HumanEval.jsonl.gz -o humaneval-pack",
+               "sealbench import mbpp mbpp.jsonl -o mbpp-pack --limit 50 --max-attempts 2",
+               "sealbench import swebench swebench-lite.jsonl -o swebench-pack --repo clones/"),
+    "contract": ("sealbench contract new mypack -o mypack.contract.json --agent \"python3 mypack/agent.py "
+                 "{prompt_file}\" \\\n      --agent-label \"my agent 0.1\" --host \"this machine\"",
+                 "sealbench contract lock mypack.contract.json --run-id mypack-1"),
+    "contract new": ("sealbench contract new mypack -o mypack.contract.json --agent \"python3 mypack/agent.py "
+                     "{prompt_file}\" \\\n      --agent-label \"my agent 0.1\" --host \"this machine\"",
+                     "sealbench contract new mypack -o codex.contract.json --agent preset:codex --model gpt-5-mini \\\n"
+                     "      --host \"this machine\" --max-model-calls 50 --wall-clock-s 900"),
+    "contract lock": ("sealbench contract lock mypack.contract.json --run-id mypack-1",),
+    "agents": ("sealbench agents list", "sealbench agents install codex",
+               "sealbench agent check mypack.contract.json"),
+    "agents check": ("sealbench agent check mypack.contract.json",
+                     "sealbench agent check mypack.contract.json --task fix-add"),
+    "agents list": ("sealbench agents list",),
+    "agents install": ("sealbench agents install codex", "sealbench agents install aider --version 0.86.2"),
+    "score": ("sealbench score mypack.contract.json runs/mypack-1",
+              "sealbench score mypack.contract.json runs/mypack-1 --json"),
+    "run": ("sealbench run mypack.contract.json --out runs/mypack-1",
+            "sealbench run mypack.contract.json --resume runs/mypack-1",
+            "sealbench run mypack.contract.json --out runs/mypack-1-replay --replay bundles/mypack-1"),
+    "probe": ("sealbench probe mypack.contract.json --out runs/mypack-1",),
+    "demo": ("sealbench demo", "sealbench demo --dir /tmp/sealbench-demo"),
+    "init": ("sealbench init mypack",),
+    "eval": ("sealbench eval mypack --agent \"python3 mypack/agent.py {prompt_file}\" --run-id mypack-1",),
+    "bundle": ("sealbench bundle runs/mypack-1 --out bundles",
+               "sealbench bundle runs/mypack-1 --out bundles --sign keys/me.key"),
+    "verify": ("sealbench verify bundles/mypack-1", "sealbench verify bundles/mypack-1 --pubkey keys/me.pub"),
+    "report": ("sealbench report bundles/mypack-1", "sealbench report runs/mypack-1 --out mypack-1-report"),
+    "show": ("sealbench show runs/mypack-1", "sealbench show runs/mypack-1 --outcome fail --outcome timeout",
+             "sealbench show bundles/mypack-1 fix-add --attempt 1"),
+    "model-stub": ("sealbench model-stub --script replies.toml --port 8400",),
+    "keygen": ("sealbench keygen keys/me",),
+    "compare": ("sealbench compare bundles/mypack-1 bundles/mypack-2",
+                "sealbench compare bundles/mypack-1 bundles/mypack-2 --html compare-1-2"),
+    "runs": ("sealbench runs list", "sealbench runs show mypack-1"),
+    "runs list": ("sealbench runs list",),
+    "runs show": ("sealbench runs show mypack-1",),
+    "runs rebuild": ("sealbench runs rebuild runs bundles",),
+    "runs move": ("sealbench runs move runs/mypack-1 /data/runs/mypack-1",),
+}
+
+
+def _examples(prog: str) -> str | None:
+    """The examples section of a command's help (``prog`` is its usage name)."""
+    lines = EXAMPLES.get(prog.removeprefix("sealbench").strip())
+    return None if lines is None else "examples:\n" + "".join(f"  {line}\n" for line in lines)
+
+
+def _leaf_commands(action: argparse._SubParsersAction[Any], prefix: str = "") -> dict[str, str]:
+    """``{"contract new": its help, ...}``: every command that runs something, by its full name."""
+    found: dict[str, str] = {}
+    for choice in action._choices_actions:
+        name = f"{prefix}{choice.dest}"
+        nested = _subcommands(action.choices[choice.dest])
+        found.update(_leaf_commands(nested, f"{name} ") if nested else {name: choice.help or ""})
+    return found
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any] | None:
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+class _TopHelp(argparse.RawDescriptionHelpFormatter):
+    """Lists the commands by workflow (COMMAND_GROUPS) instead of argparse's one flat list."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not isinstance(action, argparse._SubParsersAction):
+            return super()._format_action(action)
+        import textwrap
+
+        leaves = _leaf_commands(action)
+        groups = [*COMMAND_GROUPS]
+        placed = {name for _, names in COMMAND_GROUPS for name in names}
+        if set(leaves) - placed:  # a command missing from the table still shows (a test fails on it)
+            groups.append(("other", tuple(sorted(set(leaves) - placed))))
+        column = 2 + max(len(name) for name in leaves)
+        width = max(self._width - 4 - column, 30)
+        out: list[str] = []
+        for title, names in groups:
+            out.append(f"  {title}:\n")
+            for name in names:
+                lines = textwrap.wrap(leaves.get(name, ""), width, break_on_hyphens=False) or [""]
+                out.append(f"    {name:<{column}}{lines[0]}\n")
+                out.extend(f"    {'':<{column}}{line}\n" for line in lines[1:])
+        return "".join(out)
+
+
 def _sandbox_names() -> list[str]:
     """``auto`` and every registered sandbox backend (the registry loads none of them)."""
     from .sandboxes import names
@@ -42,14 +157,51 @@ def _sandbox_names() -> list[str]:
 
 
 class _Parser(argparse.ArgumentParser):
+    """Keeps the lines of descriptions and epilogs, ends each help with the command's examples,
+    and names a command group's commands, not argparse's internal names, in errors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        examples = _examples(self.prog)
+        if examples is not None:
+            self.epilog = f"{self.epilog}\n{examples}" if self.epilog else examples
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"sealbench: error: {message}\n")
+        self.exit(EXIT_USAGE, f"sealbench: error: {self._plain(message)}\n")
+
+    def _plain(self, message: str) -> str:
+        """``message`` with the subcommands' internal name (``contract_command``) replaced by the
+        commands to choose from."""
+        sub = _subcommands(self)
+        if sub is None:
+            return message
+        name = str(sub.metavar or sub.dest)  # how argparse names the subcommand in its messages
+        given = re.match(rf"argument {re.escape(name)}: invalid choice: ('[^']*')", message)
+        required = message.removeprefix("the following arguments are required:")
+        if given:
+            said = f"unknown command {given.group(1)}"
+        elif required != message and name in required.replace(",", " ").split():
+            said = f"`{self.prog}` needs a command"
+        else:
+            return message
+        names = ", ".join(choice.dest for choice in sub._choices_actions)
+        return f"{said}: choose one of: {names} (`{self.prog} --help` says what each does)"
 
 
 def _show_outcomes() -> tuple[str, ...]:
     # Kept here, not imported from .show: the parser is built on every start.
     return ("pass", "fail", "abstain", "timeout", "harness_error", "infra_error", "unfinished")
+
+
+def _next(args: argparse.Namespace, *words: str | Path, why: str = "") -> None:
+    """After a success, the usual next command: ``next: `sealbench WORDS` (why)``."""
+    if getattr(args, "next_hints", True):  # eval runs the next commands itself
+        import shlex
+
+        command = " ".join(["sealbench", *map(shlex.quote, map(str, words))])
+        print(f"next: `{command}`" + (f" ({why})" if why else ""))
 
 
 def _print_json(value: Any) -> None:
@@ -86,7 +238,7 @@ def cmd_pack_seal(args: argparse.Namespace) -> int:
             print(f"  {line}")
     print(f"sealed {len(pack.tasks)} task(s) in {pack.root.name}: {pack.sealed_digest}")
     if pack.manifest.validity is None:
-        print(f"next: `sealbench pack validate {args.pack}` (a contract needs a validated pack)")
+        _next(args, "pack", "validate", args.pack, why="a contract needs a validated pack")
     return EXIT_OK
 
 
@@ -113,6 +265,8 @@ def cmd_pack_validate(args: argparse.Namespace) -> int:
         print(f"sealbench: refused: no task of {args.pack} has a valid oracle, so no contract can measure it; "
               "fix the oracles (the reasons above), seal and validate again", file=sys.stderr)
         return EXIT_REFUSED
+    _next(args, "contract", "new", args.pack, "-o", f"{Path(args.pack).name}.contract.json", "--agent", "CMD",
+          "--agent-label", "LABEL", "--host", "HOST", why="the agent's command, its name and where it runs")
     return EXIT_OK
 
 
@@ -231,6 +385,14 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         print(f"note: {len(unguarded)} task(s) run pytest unguarded (an oracle_cmd from before sealbench-pytest, "
               f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
               "to guard them")
+    from .contract import UNSPECIFIED
+
+    if contract.access_class is None or contract.access_class.host in UNSPECIFIED:  # lock refuses it: say so now
+        _next(args, *(str(w) for w in args.command_line[1:]), *(() if args.force else ("--force",)), "--host", "HOST",
+              why="where the run happens: the lock needs it")
+    else:
+        _next(args, "contract", "lock", out, "--run-id", "RUN_ID",
+              why="a new id; check the contract first: nothing in it changes after the lock")
     return EXIT_OK
 
 
@@ -282,9 +444,9 @@ def cmd_agents_install(args: argparse.Namespace) -> int:
     version = args.install_version or preset.install.version
     print(f"installing {args.name} ({preset.install.registry} {preset.install.package} {version}) ...", flush=True)
     done = install(args.name, version)
-    print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s); "
-          f"use it with: sealbench contract new PACK -o CONTRACT --agent preset:{done.name} --model MODEL"
-          + ("" if version == preset.install.version else f" --agent-version {version}"))
+    print(f"installed {done.name} {done.version} in {done.root} ({done.bytes / 1e6:.0f} MB, {done.seconds:.0f} s)")
+    _next(args, "contract", "new", "PACK", "-o", "CONTRACT", "--agent", f"preset:{done.name}", "--model", "MODEL",
+          *(() if version == preset.install.version else ("--agent-version", version)))
     return EXIT_OK
 
 
@@ -307,6 +469,7 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
     for line in headroom_warnings(locked, pack) if pack is not None else ():
         print(line)
     print(f"locked {locked.run_id} at {locked.locked_at}: {locked.contract_sha256}")
+    _next(args, "run", path, "--out", f"runs/{locked.run_id}")
     return EXIT_OK
 
 
@@ -428,7 +591,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"interrupted; continue with: {resume}", file=sys.stderr)
         return EXIT_SIGTERM if result.interrupted_by == "SIGTERM" else EXIT_SIGINT
-    return print_run_summary(Path(args.contract), run_dir, result)
+    code = print_run_summary(Path(args.contract), run_dir, result)
+    if code == EXIT_OK:
+        _next_after_run(args, run_dir)
+    return code
+
+
+def _next_after_run(args: argparse.Namespace, run_dir: Path) -> None:
+    """Why tasks did not pass, when some did not; else the declared probe, else the bundle."""
+    import shlex
+
+    from .bundle import probe_declared
+    from .contract import load_contract
+
+    then: tuple[str | Path, ...] = ("bundle", run_dir, "--out", "bundles")
+    why = "what a stranger needs to verify the run"
+    if probe_declared(load_contract(Path(args.contract))) and not (run_dir / "narration_probe.json").is_file():
+        then = ("probe", args.contract, "--out", run_dir)
+        why = "the contract declares the narration probe; a bundle needs it"
+    rate = json.loads((run_dir / "rate.json").read_text(encoding="utf-8"))
+    missed = rate["n"] - rate["task_pass_count"]
+    if missed:
+        _next(args, "show", run_dir, why=f"why {missed} task(s) did not pass; then "
+              f"`sealbench {' '.join(shlex.quote(str(w)) for w in then)}`")
+    else:
+        _next(args, *then, why=why)
 
 
 def _execute_resumable(resume: str, contract: Path, run_dir: Path, opts: Any, **kwargs: Any) -> Any:
@@ -463,6 +650,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
           f"asks (a control beside the rate, never part of it)")
     for tid in summary["failed"]:
         print(f"  changed the workspace although asked only to summarise: {tid}")
+    _next(args, "bundle", run_dir, "--out", "bundles", why="what a stranger needs to verify the run")
     return EXIT_OK
 
 
@@ -472,8 +660,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     folder = Path(args.pack)
     for path in init_pack(folder):
         print(f"wrote {path}")
-    print(f"next: `sealbench eval {folder} --agent \"python3 {folder}/agent.py {{prompt_file}}\" "
-          f"--run-id {folder.name}-1` (see {folder}/README.md)")
+    _next(args, "eval", folder, "--agent", f"python3 {folder}/agent.py {{prompt_file}}", "--run-id",
+          f"{folder.name}-1", why=f"see {folder}/README.md")
     return EXIT_OK
 
 
@@ -481,7 +669,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .first_run import run_eval
 
     return run_eval(Path(args.pack), args.agent, args.run_id, label=args.agent_label, host=args.host,
-                    out=Path(args.out), bundles=Path(args.bundles), main=main)
+                    out=Path(args.out), bundles=Path(args.bundles),
+                    main=lambda argv: main(argv, next_hints=False))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -504,6 +693,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     print(f"wrote bundle {out}" + (" (signed: SHA256SUMS.sig)" if sign_key else ""))
     if args.public:
         print(f"wrote its sealed part {out}.sealed: the hidden tests' output; keep it private while the pack is in use")
+    pubkey = sign_key.with_suffix(".pub") if sign_key and sign_key.suffix == ".key" else "PUBKEY"  # keygen's pair
+    _next(args, "verify", out, *(("--pubkey", pubkey) if sign_key else ()))
     return EXIT_OK
 
 
@@ -525,6 +716,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(line)
     if "ANOTHER RUN" in said:
         print(f"runs index on this machine: {said.split('; but ', 1)[-1]}")
+    _next(args, "report", bundle, why="report.md and report.html")
     return EXIT_OK
 
 
@@ -633,11 +825,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sealbench",
         description="Measure coding agents honestly: a scorecard with every knob, or a refusal.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_TopHelp,
     )
     parser.add_argument("--debug", action="store_true", help="print tracebacks of unexpected errors")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, title="commands", metavar="COMMAND")
 
     p = sub.add_parser("schema", help="print the JSON Schema of a format")
     p.add_argument("name", choices=["task", "pack", "contract", "journal-event", "journal-events", "scorecard", "rate",
@@ -700,57 +892,65 @@ def build_parser() -> argparse.ArgumentParser:
         dest="contract_command", parser_class=_Parser, required=True
     )
     p = con.add_parser("new", help="write an unlocked contract over an explicit denominator")
+    # Grouped as the contract is: what runs, what it may spend, where, and what is reported beside it.
+    agent = p.add_argument_group("the agent")
+    model = p.add_argument_group("the model endpoint (with --agent preset:NAME)")
+    budget = p.add_argument_group("the budget and caps (per task)")
+    access = p.add_argument_group("the access class")
+    controls = p.add_argument_group("controls and the tie rule")
+    tasks = p.add_argument_group("the denominator")
+    output = p.add_argument_group("output")
     p.add_argument("pack", help="the sealed pack the contract measures")
-    p.add_argument("-o", "--output", required=True, metavar="CONTRACT", help="the contract file to write")
-    p.add_argument("--task", action="append", help="a task id of the denominator (repeat); default: every valid task")
-    p.add_argument("--host", help="where the run happens (required before lock)")
-    p.add_argument("--model-access", help="how the model is reached")
-    p.add_argument("--terms-read-on", help="ISO date the host's terms were read")
-    p.add_argument("--agent-label", help="name and version of the agent under test")
-    p.add_argument("--agent", help="command template, builtin:reference / builtin:noop, or preset:NAME (an "
+    output.add_argument("-o", "--output", required=True, metavar="CONTRACT", help="the contract file to write")
+    tasks.add_argument("--task", action="append", help="a task id of the denominator (repeat); default: every valid task")
+    access.add_argument("--host", help="where the run happens (required before lock)")
+    access.add_argument("--model-access", help="how the model is reached")
+    access.add_argument("--terms-read-on", help="ISO date the host's terms were read")
+    agent.add_argument("--agent-label", help="name and version of the agent under test")
+    agent.add_argument("--agent", help="command template, builtin:reference / builtin:noop, or preset:NAME (an "
                    "installed agent preset: sealbench agents list)")
-    p.add_argument("--agent-mount", action="append", default=[], help="host path the agent needs, read-only")
-    p.add_argument("--model", help="with --agent preset:NAME: the model the agent asks for")
-    p.add_argument("--agent-version", metavar="V",
+    agent.add_argument("--agent-mount", action="append", default=[], help="host path the agent needs, read-only")
+    model.add_argument("--model", help="with --agent preset:NAME: the model the agent asks for")
+    agent.add_argument("--agent-version", metavar="V",
                    help="with --agent preset:NAME: the installed version to lock (default: the preset's pin)")
-    p.add_argument("--model-base-url", metavar="URL", help="with --agent preset:NAME: the model endpoint's "
+    model.add_argument("--model-base-url", metavar="URL", help="with --agent preset:NAME: the model endpoint's "
                    "upstream base URL (default: the provider's for the preset's API style)")
-    p.add_argument("--model-key-env", metavar="NAME", help="with --agent preset:NAME: the host variable holding "
+    model.add_argument("--model-key-env", metavar="NAME", help="with --agent preset:NAME: the host variable holding "
                    "the key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY, by API style)")
-    p.add_argument("--max-attempts", type=int, metavar="N",
+    budget.add_argument("--max-attempts", type=int, metavar="N",
                    help="the retry cap per task (default: the tasks' own, when they agree)")
-    p.add_argument("--wall-clock-s", type=float, metavar="S",
+    budget.add_argument("--wall-clock-s", type=float, metavar="S",
                    help="the wall-clock cap per task, grading included (default: the tasks' own, when they agree)")
-    p.add_argument("--feedback", choices=["none", "pass_fail", "visible_tests"], default="none",
+    budget.add_argument("--feedback", choices=["none", "pass_fail", "visible_tests"], default="none",
                    help="what the agent sees between attempts; never hidden-test output (default: none)")
-    p.add_argument("--attempt-gap-s", type=float, metavar="SECONDS",
+    budget.add_argument("--attempt-gap-s", type=float, metavar="SECONDS",
                    help="start each retry only at a whole multiple of SECONDS after the previous attempt "
                         "ended, so grading time does not reach the agent (counts against the wall clock)")
-    p.add_argument("--max-model-calls", type=int, metavar="N",
+    budget.add_argument("--max-model-calls", type=int, metavar="N",
                    help="per task, at most N model calls forwarded through the gateway, over its attempts "
                         "(default: no cap)")
-    p.add_argument("--max-model-tokens", type=int, metavar="N",
+    budget.add_argument("--max-model-tokens", type=int, metavar="N",
                    help="per task, refuse further model calls once N tokens (input plus output, as reported) "
                         "are used (default: no cap)")
-    p.add_argument("--max-model-cost", type=float, metavar="AMOUNT",
+    budget.add_argument("--max-model-cost", type=float, metavar="AMOUNT",
                    help="per task, refuse further model calls once they cost AMOUNT by the locked prices "
                         "(default: no cap; needs a price for every allowed model)")
-    p.add_argument("--workspace-mib", type=int, metavar="MIB",
+    budget.add_argument("--workspace-mib", type=int, metavar="MIB",
                    help="each task's workspace quota (and its grading copy's) in MiB, locked in the budget "
                         "(default: 1024)")
-    p.add_argument("--tmp-mib", type=int, metavar="MIB",
+    budget.add_argument("--tmp-mib", type=int, metavar="MIB",
                    help="each sandbox's /tmp and /dev/shm in MiB, locked in the budget (default: 512); small "
                         "sizes with a small --workspace-mib let run --jobs go high for model-bound agents")
-    p.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
-    p.add_argument("--oracle-validity-unavailable", action="store_true",
+    controls.add_argument("--no-narration-probe", action="store_true", help="declare no narration probe control")
+    controls.add_argument("--oracle-validity-unavailable", action="store_true",
                    help="lock without oracle-validity evidence (every report says so)")
-    p.add_argument("--count-flagged-passes", action="store_true",
+    controls.add_argument("--count-flagged-passes", action="store_true",
                    help="count a pass whose test process raised a forging flag (by default it fails)")
-    p.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
-    p.add_argument("--min-power", type=float, metavar="P",
+    controls.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
+    controls.add_argument("--min-power", type=float, metavar="P",
                    help="lock a minimum power (0 to 1, such as 0.8): `compare` calls a pair underpowered, whatever "
                         "its test says, when the slice's power to find a difference of the observed size is below P")
-    p.add_argument("--force", action="store_true", help="overwrite CONTRACT if it exists (default: refuse)")
+    output.add_argument("--force", action="store_true", help="overwrite CONTRACT if it exists (default: refuse)")
     p.set_defaults(func=cmd_contract_new)
     p = con.add_parser("lock", help="lock a contract: run_id, locked_at, contract sha256")
     p.add_argument("contract", help="the unlocked contract file; locked in place")
@@ -926,11 +1126,13 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, next_hints: bool = True) -> int:
+    """Entry point of the console script; returns the exit code. ``next_hints``: print the usual
+    next command after a success (off where a caller runs the next commands itself)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.command_line = ["sealbench", *(sys.argv[1:] if argv is None else argv)]
+    args.next_hints = next_hints
     if args.version:
         from . import __version__
 
