@@ -387,3 +387,39 @@ def test_a_call_under_way_at_the_wall_clock_is_on_the_record_and_counted(
     assert kinds.index("model_call_started") < kinds.index("model_call") < kinds.index("agent_finished")
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
     assert card["outcome"] == "timeout" and card["model_usage"]["calls"] == 1
+
+
+def test_exploit_agent_floods_the_journal_with_requests_it_abandons_before_they_are_forwarded(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """Four seconds of requests with the right token, each connection reset halfway through its
+    body: none is forwarded, so each is a refusal, and past the attempt's first refusals they
+    are counted in one line, not journaled one by one. The agent's own call afterwards still
+    goes through, and the upstream received only that one."""
+    from sealbench.gateway import GatewayLimits
+
+    limits = GatewayLimits()
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True)], key=key)
+    try:
+        plan = {"1": [{"do": "abandon", "seconds": 4}, {**CHAT, "write": "window.py"}]}
+        contract = locked(sealed_pack, tmp_path, stub, plan, name="abandon")
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                               "--keep-work"], capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    log = json.loads((run_dir / "work" / TASK / "ws" / "agent_log_1.json").read_text())
+    sent = log["steps"][0]["sent"]
+    assert sent > 2 * limits.journaled_refusals, sent
+    assert received == 1 and log["steps"][1]["status"] == 200
+    assert len(made) <= limits.journaled_refusals + 2, f"{len(made)} lines for {sent} abandoned requests"
+    (counted,) = [c for c in made if "refused_count" in c]
+    refused = [c for c in made if "refused" in c]
+    total = len(refused) - 1 + counted["refused_count"]
+    assert sent - 2 <= total <= sent, (total, sent)
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    assert card["model_usage"]["refused"] == total and card["outcome"] == "pass"
+

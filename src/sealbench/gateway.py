@@ -680,6 +680,10 @@ class Gateway:
             call.error = call.error or f"the agent's connection failed: {type(e).__name__}"
             raise
         finally:
+            if not call.forwarded and call.refused is None and call.error is not None:
+                # Gone before it was sent upstream: a refusal like any other, so counted past the
+                # attempt's first ones (else abandoned requests would be journaled one by one).
+                call.refused = f"the agent went away before its request was forwarded ({call.error})"
             call.latency_ms = int((loop.time() - call.t0) * 1000)
             self._account(att, call)
             self._journal(att, call)
