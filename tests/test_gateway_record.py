@@ -423,3 +423,30 @@ def test_exploit_agent_floods_the_journal_with_requests_it_abandons_before_they_
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
     assert card["model_usage"]["refused"] == total and card["outcome"] == "pass"
 
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_exploit_agent_marks_its_prompt_for_anthropic_caching_and_passes_the_token_cap(
+        sealed_pack: Path, tmp_path: Path, key: str, stream: bool) -> None:  # noqa: F811
+    """--max-model-tokens 500, Anthropic's style: the upstream reports the agent's cache-marked
+    prompt as 1,000 tokens written to its cache (``cache_creation_input_tokens``, billed as
+    input) beside 10 input tokens. They count as input, so the agent's second call is refused at
+    the cap and the upstream received one."""
+    stub = start([StubReply(text="x = 1\n", model="claude-stub", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5, cache_write_tokens=1000))], key=key)
+    try:
+        call = {"do": "anthropic", "model": "claude-stub", "stream": stream}
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [call, call]}, name="cache-write",
+                          caps={"max_model_tokens": 500})
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    assert received == 1, f"the upstream received {received} calls past a cap of 500 tokens"
+    assert made[0]["input_tokens"] == 1010 and made[1].get("cap") == "max_model_tokens"
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    assert card["model_usage"]["input_tokens"] == 1010
