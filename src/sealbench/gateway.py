@@ -196,6 +196,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _folded_twice(body: dict[str, Any]) -> tuple[str, str] | None:
+    """Two keys of the request's top level that are one key to a parser matching names without
+    case (Go's encoding/json, behind some compatible servers, folds even U+017F to "s", the last
+    one winning): the gateway and such an upstream would read two models, or two stream flags."""
+    seen: dict[str, str] = {}
+    for key in body:
+        other = seen.setdefault(key.casefold(), key)
+        if other != key:
+            return other, key
+    return None
+
+
 @dataclass
 class _Call:
     index: int
@@ -787,6 +799,10 @@ class Gateway:
             parsed = None
         if not isinstance(parsed, dict):
             return self._refuse(call, 400, style, "the body is not a JSON object")
+        folded = _folded_twice(parsed)
+        if folded is not None:
+            return self._refuse(call, 400, style, f"the body's keys {folded[0][:100]!r} and {folded[1][:100]!r} "
+                                                  "differ only by case; send each key once")
         model = parsed.get("model")
         call.model = model if isinstance(model, str) else None
         call.streamed = parsed.get("stream") is True
