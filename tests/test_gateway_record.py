@@ -450,3 +450,34 @@ def test_exploit_agent_marks_its_prompt_for_anthropic_caching_and_passes_the_tok
     assert made[0]["input_tokens"] == 1010 and made[1].get("cap") == "max_model_tokens"
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
     assert card["model_usage"]["input_tokens"] == 1010
+
+
+def test_exploit_agent_reads_its_prompt_from_anthropic_s_cache_and_passes_the_token_cap(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """--max-model-tokens 500, Anthropic's style, then a resume: each reply reports 10 input
+    tokens and 1,000 read from the prompt cache (``cache_read_input_tokens``, which Anthropic
+    reports apart from its input tokens, where OpenAI's input counts them). The cap counts them
+    as read: the second call is refused, in the attempt and after a resume too."""
+    stub = start([StubReply(text="x = 1\n", model="claude-stub", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5, cached_tokens=1000))], key=key)
+    try:
+        call = {"do": "anthropic", "model": "claude-stub"}
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [call, call], "2": [call]}, name="cache-read",
+                          max_attempts=2, caps={"max_model_tokens": 500})
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    assert received == 1, f"the upstream received {received} calls past a cap of 500 tokens"
+    assert [c.get("cap") for c in made] == [None] + ["max_model_tokens"] * (len(made) - 1)
+    from sealbench.events import ModelCall
+    from sealbench.gateway import ledger_of
+    from test_gateway import endpoints as declared
+
+    calls = [ModelCall(**c) for c in made]
+    assert ledger_of(calls, declared(stub)).tokens == 1015  # what a resume starts from

@@ -408,12 +408,21 @@ def ledger_of(calls: Sequence[ev.ModelCall | ev.ModelCallStarted], endpoints: Se
         endpoint = by_name.get(call.endpoint or "")
         _add(out, call.status, call.input_tokens, call.output_tokens,
              call_cost(call, endpoint.style if endpoint else None,
-                       (endpoint.prices or {}).get(call.model or "") if endpoint else None), count=True)
+                       (endpoint.prices or {}).get(call.model or "") if endpoint else None), count=True,
+             read_apart=_read_apart(endpoint.style if endpoint else None, call.cached_tokens))
     return out
 
 
+def _read_apart(style: str | None, cached_tokens: int | None) -> int:
+    """The cached tokens a call read that its style reports apart from its input tokens
+    (Anthropic's): the token cap counts them as read, as it does the OpenAI styles' (in input)."""
+    from .usage import ANTHROPIC_STYLES
+
+    return cached_tokens or 0 if style in ANTHROPIC_STYLES else 0
+
+
 def _add(ledger: Ledger, status: int | None, input_tokens: int | None, output_tokens: int | None,
-         cost: float | None, *, count: bool) -> None:
+         cost: float | None, *, count: bool, read_apart: int = 0) -> None:
     if count:
         ledger.calls += 1
     if input_tokens is None and output_tokens is None:
@@ -422,7 +431,7 @@ def _add(ledger: Ledger, status: int | None, input_tokens: int | None, output_to
             # (the upstream may bill it all the same): nobody knows for how much.
             ledger.tokens_known = False
     else:
-        ledger.tokens += (input_tokens or 0) + (output_tokens or 0)
+        ledger.tokens += (input_tokens or 0) + (output_tokens or 0) + read_apart
     if cost is None:
         ledger.cost_known = False
     else:
@@ -722,7 +731,7 @@ class Gateway:
                              output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens)
         cost = call_cost(probe, endpoint.style, (endpoint.prices or {}).get(call.model or ""))
         _add(self._ledgers.setdefault(att.task_id, Ledger()), call.status, usage.input_tokens, usage.output_tokens,
-             cost, count=False)
+             cost, count=False, read_apart=_read_apart(endpoint.style, usage.cached_tokens))
 
     def _refuse(self, call: _Call, status: int, style: str, why: str) -> web.StreamResponse:
         from aiohttp import web
