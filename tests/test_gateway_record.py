@@ -370,10 +370,13 @@ def test_a_call_under_way_at_the_wall_clock_is_on_the_record_and_counted(
     """The wall clock ends the attempt while its call waits on the upstream: the call was
     journaled before it left and ends journaled as cut off, both lines before the attempt's
     agent_finished, and the task's model_usage counts it."""
-    stub = start([StubReply(text=FIX, model="stub-model", repeat=True,
-                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key, latency_ms=30000)
+    # A reply streamed a delta a second, never silent for the read timeout (a quarter of the
+    # wall clock, 1.5 s), so the wall clock is what cuts it, not the endpoint's silence.
+    stub = start([StubReply(text="x = 1\n" * 60, model="stub-model", repeat=True, pause_ms=1000,
+                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key)
     try:
-        contract = locked(sealed_pack, tmp_path, stub, {"1": [CHAT]}, name="wall-clock", wall_clock_s=6)
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [{**CHAT, "stream": True}]}, name="wall-clock",
+                          wall_clock_s=6)
         run_dir = tmp_path / "run"
         done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
                               capture_output=True, text=True, timeout=240)
