@@ -321,6 +321,22 @@ def step(s: dict[str, Any], log: dict[str, Any]) -> None:
             sock.close()
         log["steps"].append({"do": do, "sent": sent, "replies": replies[0],
                              "seconds": round(time.monotonic() - t0, 3)})
+    elif do == "abandon":
+        # Requests with the right token whose body never comes whole: each connection is closed
+        # halfway through its body, one after another, for a while.
+        token = env.get("OPENAI_API_KEY", "")
+        head = (f"POST /openai/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n").encode()
+        sent = 0
+        end = time.monotonic() + s["seconds"]
+        while time.monotonic() < end:
+            sock = socket.create_connection(("127.0.0.1", 7700), timeout=5)
+            sock.sendall(head + b'{"model": "stub-model", "messages": [')
+            time.sleep(0.01)  # the gateway reads the head and starts on the body
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            sent += 1
+        log["steps"].append({"do": do, "sent": sent})
     elif do == "save_token":
         Path("token.txt").write_text(env.get("OPENAI_API_KEY", "") + "\n")
     elif do == "connect":

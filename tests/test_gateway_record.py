@@ -370,10 +370,13 @@ def test_a_call_under_way_at_the_wall_clock_is_on_the_record_and_counted(
     """The wall clock ends the attempt while its call waits on the upstream: the call was
     journaled before it left and ends journaled as cut off, both lines before the attempt's
     agent_finished, and the task's model_usage counts it."""
-    stub = start([StubReply(text=FIX, model="stub-model", repeat=True,
-                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key, latency_ms=30000)
+    # A reply streamed a delta a second, never silent for the read timeout (a quarter of the
+    # wall clock, 1.5 s), so the wall clock is what cuts it, not the endpoint's silence.
+    stub = start([StubReply(text="x = 1\n" * 60, model="stub-model", repeat=True, pause_ms=1000,
+                            usage=StubUsage(input_tokens=10, output_tokens=5))], key=key)
     try:
-        contract = locked(sealed_pack, tmp_path, stub, {"1": [CHAT]}, name="wall-clock", wall_clock_s=6)
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [{**CHAT, "stream": True}]}, name="wall-clock",
+                          wall_clock_s=6)
         run_dir = tmp_path / "run"
         done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
                               capture_output=True, text=True, timeout=240)
@@ -387,3 +390,97 @@ def test_a_call_under_way_at_the_wall_clock_is_on_the_record_and_counted(
     assert kinds.index("model_call_started") < kinds.index("model_call") < kinds.index("agent_finished")
     card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
     assert card["outcome"] == "timeout" and card["model_usage"]["calls"] == 1
+
+
+def test_exploit_agent_floods_the_journal_with_requests_it_abandons_before_they_are_forwarded(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """Four seconds of requests with the right token, each connection reset halfway through its
+    body: none is forwarded, so each is a refusal, and past the attempt's first refusals they
+    are counted in one line, not journaled one by one. The agent's own call afterwards still
+    goes through, and the upstream received only that one."""
+    from sealbench.gateway import GatewayLimits
+
+    limits = GatewayLimits()
+    stub = start([StubReply(text=FIX, model="stub-model", repeat=True)], key=key)
+    try:
+        plan = {"1": [{"do": "abandon", "seconds": 4}, {**CHAT, "write": "window.py"}]}
+        contract = locked(sealed_pack, tmp_path, stub, plan, name="abandon")
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
+                               "--keep-work"], capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    log = json.loads((run_dir / "work" / TASK / "ws" / "agent_log_1.json").read_text())
+    sent = log["steps"][0]["sent"]
+    assert sent > 2 * limits.journaled_refusals, sent
+    assert received == 1 and log["steps"][1]["status"] == 200
+    assert len(made) <= limits.journaled_refusals + 2, f"{len(made)} lines for {sent} abandoned requests"
+    (counted,) = [c for c in made if "refused_count" in c]
+    refused = [c for c in made if "refused" in c]
+    total = len(refused) - 1 + counted["refused_count"]
+    assert sent - 2 <= total <= sent, (total, sent)
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    assert card["model_usage"]["refused"] == total and card["outcome"] == "pass"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_exploit_agent_marks_its_prompt_for_anthropic_caching_and_passes_the_token_cap(
+        sealed_pack: Path, tmp_path: Path, key: str, stream: bool) -> None:  # noqa: F811
+    """--max-model-tokens 500, Anthropic's style: the upstream reports the agent's cache-marked
+    prompt as 1,000 tokens written to its cache (``cache_creation_input_tokens``, billed as
+    input) beside 10 input tokens. They count as input, so the agent's second call is refused at
+    the cap and the upstream received one."""
+    stub = start([StubReply(text="x = 1\n", model="claude-stub", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5, cache_write_tokens=1000))], key=key)
+    try:
+        call = {"do": "anthropic", "model": "claude-stub", "stream": stream}
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [call, call]}, name="cache-write",
+                          caps={"max_model_tokens": 500})
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    assert received == 1, f"the upstream received {received} calls past a cap of 500 tokens"
+    assert made[0]["input_tokens"] == 1010 and made[1].get("cap") == "max_model_tokens"
+    card = json.loads((run_dir / "scorecards.jsonl").read_text().splitlines()[0])
+    assert card["model_usage"]["input_tokens"] == 1010
+
+
+def test_exploit_agent_reads_its_prompt_from_anthropic_s_cache_and_passes_the_token_cap(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:  # noqa: F811
+    """--max-model-tokens 500, Anthropic's style, then a resume: each reply reports 10 input
+    tokens and 1,000 read from the prompt cache (``cache_read_input_tokens``, which Anthropic
+    reports apart from its input tokens, where OpenAI's input counts them). The cap counts them
+    as read: the second call is refused, in the attempt and after a resume too."""
+    stub = start([StubReply(text="x = 1\n", model="claude-stub", repeat=True,
+                            usage=StubUsage(input_tokens=10, output_tokens=5, cached_tokens=1000))], key=key)
+    try:
+        call = {"do": "anthropic", "model": "claude-stub"}
+        contract = locked(sealed_pack, tmp_path, stub, {"1": [call, call], "2": [call]}, name="cache-read",
+                          max_attempts=2, caps={"max_model_tokens": 500})
+        run_dir = tmp_path / "run"
+        done = subprocess.run([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress"],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        received = stub.script.received
+    finally:
+        stub.close()
+    events = events_of(run_dir)
+    made = [e["payload"] for e in events if e["kind"] == "model_call"]
+    assert received == 1, f"the upstream received {received} calls past a cap of 500 tokens"
+    assert [c.get("cap") for c in made] == [None] + ["max_model_tokens"] * (len(made) - 1)
+    from sealbench.events import ModelCall
+    from sealbench.gateway import ledger_of
+    from test_gateway import endpoints as declared
+
+    calls = [ModelCall(**c) for c in made]
+    assert ledger_of(calls, declared(stub)).tokens == 1015  # what a resume starts from

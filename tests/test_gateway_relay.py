@@ -251,6 +251,26 @@ def test_exploit_agent_names_the_model_twice_so_gateway_and_upstream_read_two_mo
     assert served == 0
 
 
+def test_exploit_agent_names_the_model_again_in_another_case_for_an_upstream_that_ignores_case(
+        sealed_pack: Path, tmp_path: Path, key: str) -> None:
+    # An upstream decoding with Go's encoding/json matches "MODEL", "Model" and "\u017ftream"
+    # to its model and stream fields, the last one winning: refused before anything is sent.
+    answer = StubReply(text=FIX, repeat=True)
+    bodies = ['{"model": "stub-model", "MODEL": "gpt-undeclared", "messages": []}',
+              '{"Model": "gpt-undeclared", "model": "stub-model", "messages": []}',
+              '{"model": "stub-model", "stream": false, "\u017ftream": true, "messages": []}']
+    with _stub(key, answer) as server:
+        plan = {"1": [{"do": "raw", "path": "/openai/chat/completions", "body_text": b} for b in bodies]
+                + [{"do": "chat", "model": "stub-model", "write": "window.py"}]}
+        run_dir, events, _ = gateway_run(sealed_pack, tmp_path, server, plan, name="case")
+        served = server.script.served
+    assert [s["status"] for s in agent_log(run_dir)["steps"]] == [400] * 3 + [200]
+    made = [c["payload"] for c in calls(events)]
+    assert [c["status"] for c in made] == [400] * 3 + [200]
+    assert all("differ only by case" in c["refused"] for c in made[:3])
+    assert served == 1
+
+
 # --- 6. a keep-alive connection closed as the request goes out is tried again, once ----------
 
 

@@ -196,6 +196,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _folded_twice(body: dict[str, Any]) -> tuple[str, str] | None:
+    """Two keys of the request's top level that are one key to a parser matching names without
+    case (Go's encoding/json, behind some compatible servers, folds even U+017F to "s", the last
+    one winning): the gateway and such an upstream would read two models, or two stream flags."""
+    seen: dict[str, str] = {}
+    for key in body:
+        other = seen.setdefault(key.casefold(), key)
+        if other != key:
+            return other, key
+    return None
+
+
 @dataclass
 class _Call:
     index: int
@@ -396,12 +408,21 @@ def ledger_of(calls: Sequence[ev.ModelCall | ev.ModelCallStarted], endpoints: Se
         endpoint = by_name.get(call.endpoint or "")
         _add(out, call.status, call.input_tokens, call.output_tokens,
              call_cost(call, endpoint.style if endpoint else None,
-                       (endpoint.prices or {}).get(call.model or "") if endpoint else None), count=True)
+                       (endpoint.prices or {}).get(call.model or "") if endpoint else None), count=True,
+             read_apart=_read_apart(endpoint.style if endpoint else None, call.cached_tokens))
     return out
 
 
+def _read_apart(style: str | None, cached_tokens: int | None) -> int:
+    """The cached tokens a call read that its style reports apart from its input tokens
+    (Anthropic's): the token cap counts them as read, as it does the OpenAI styles' (in input)."""
+    from .usage import ANTHROPIC_STYLES
+
+    return cached_tokens or 0 if style in ANTHROPIC_STYLES else 0
+
+
 def _add(ledger: Ledger, status: int | None, input_tokens: int | None, output_tokens: int | None,
-         cost: float | None, *, count: bool) -> None:
+         cost: float | None, *, count: bool, read_apart: int = 0) -> None:
     if count:
         ledger.calls += 1
     if input_tokens is None and output_tokens is None:
@@ -410,7 +431,7 @@ def _add(ledger: Ledger, status: int | None, input_tokens: int | None, output_to
             # (the upstream may bill it all the same): nobody knows for how much.
             ledger.tokens_known = False
     else:
-        ledger.tokens += (input_tokens or 0) + (output_tokens or 0)
+        ledger.tokens += (input_tokens or 0) + (output_tokens or 0) + read_apart
     if cost is None:
         ledger.cost_known = False
     else:
@@ -680,6 +701,10 @@ class Gateway:
             call.error = call.error or f"the agent's connection failed: {type(e).__name__}"
             raise
         finally:
+            if not call.forwarded and call.refused is None and call.error is not None:
+                # Gone before it was sent upstream: a refusal like any other, so counted past the
+                # attempt's first ones (else abandoned requests would be journaled one by one).
+                call.refused = f"the agent went away before its request was forwarded ({call.error})"
             call.latency_ms = int((loop.time() - call.t0) * 1000)
             self._account(att, call)
             self._journal(att, call)
@@ -706,7 +731,7 @@ class Gateway:
                              output_tokens=usage.output_tokens, cached_tokens=usage.cached_tokens)
         cost = call_cost(probe, endpoint.style, (endpoint.prices or {}).get(call.model or ""))
         _add(self._ledgers.setdefault(att.task_id, Ledger()), call.status, usage.input_tokens, usage.output_tokens,
-             cost, count=False)
+             cost, count=False, read_apart=_read_apart(endpoint.style, usage.cached_tokens))
 
     def _refuse(self, call: _Call, status: int, style: str, why: str) -> web.StreamResponse:
         from aiohttp import web
@@ -783,6 +808,10 @@ class Gateway:
             parsed = None
         if not isinstance(parsed, dict):
             return self._refuse(call, 400, style, "the body is not a JSON object")
+        folded = _folded_twice(parsed)
+        if folded is not None:
+            return self._refuse(call, 400, style, f"the body's keys {folded[0][:100]!r} and {folded[1][:100]!r} "
+                                                  "differ only by case; send each key once")
         model = parsed.get("model")
         call.model = model if isinstance(model, str) else None
         call.streamed = parsed.get("stream") is True

@@ -28,6 +28,9 @@ class Usage(NamedTuple):
     input_tokens: int | None
     output_tokens: int | None
     cached_tokens: int | None
+    cache_write_tokens: int | None = None
+    """Anthropic's ``cache_creation_input_tokens`` as a reply carries them (the scripted model
+    sends them); :func:`usage_of` counts them in ``input_tokens``."""
 
 
 NO_USAGE: Final = Usage(None, None, None)
@@ -80,8 +83,11 @@ def usage_of(style: ApiStyle | str, body: Any) -> Usage:
         u = _dig(body, "usage")
         return Usage(_int(_dig(u, "input_tokens")), _int(_dig(u, "output_tokens")),
                      _int(_dig(u, "input_tokens_details", "cached_tokens")))
+    # Anthropic reports the tokens written to its prompt cache apart from input_tokens, and bills
+    # them as input (at a premium): counted as input here, or a cache-marked prompt is unseen by caps.
     u = _dig(body, "usage")
-    return Usage(_int(_dig(u, "input_tokens")), _int(_dig(u, "output_tokens")),
+    inp, written = _int(_dig(u, "input_tokens")), _int(_dig(u, "cache_creation_input_tokens"))
+    return Usage(inp + (written or 0) if inp is not None else None, _int(_dig(u, "output_tokens")),
                  _int(_dig(u, "cache_read_input_tokens")))
 
 
@@ -228,7 +234,8 @@ def reply_body(style: ApiStyle | str, model: str, text: str, usage: Usage, reply
     content += [_tool_use_block(call, True) for call in tool_calls]
     return {"id": reply_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": "tool_use" if tool_calls else "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cached}}
+            "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cached,
+                      **({"cache_creation_input_tokens": usage.cache_write_tokens} if usage.cache_write_tokens else {})}}
 
 
 def _event(data: dict[str, Any], name: str | None = None) -> bytes:
@@ -326,7 +333,9 @@ def _messages_stream(model: str, pieces: list[str], usage: Usage, reply_id: str,
     inp, out, cached = (usage.input_tokens or 0), (usage.output_tokens or 0), (usage.cached_tokens or 0)
     yield _event({"type": "message_start", "message": {
         "id": reply_id, "type": "message", "role": "assistant", "model": model, "content": [],
-        "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached}}}, "message_start")
+        "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached,
+                  **({"cache_creation_input_tokens": usage.cache_write_tokens} if usage.cache_write_tokens else {})}}},
+        "message_start")
     index = 0
     if "".join(pieces) or not tool_calls:
         yield _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},

@@ -11,7 +11,8 @@ Script (JSON: a list of replies; TOML: ``[[reply]]`` tables)::
 
     [{"text": "def add(a, b):\\n    return a + b\\n",
       "model": "stub-model",                       # optional: only for requests of this model
-      "usage": {"input_tokens": 12, "output_tokens": 7, "cached_tokens": 0},   # optional
+      "usage": {"input_tokens": 12, "output_tokens": 7, "cached_tokens": 0,    # optional
+                "cache_write_tokens": 0},          # Anthropic's cache_creation_input_tokens
       "status": 200,                               # optional: another status sends an error reply
       "repeat": false},                            # optional: true never uses the reply up
      {"text": "Fixing it.",                        # optional with tool calls
@@ -87,6 +88,8 @@ class StubUsage(_Strict):
     input_tokens: int = Field(0, ge=0)
     output_tokens: int = Field(0, ge=0)
     cached_tokens: int = Field(0, ge=0)
+    cache_write_tokens: int = Field(0, ge=0)
+    """Tokens written to the prompt cache (Anthropic's ``cache_creation_input_tokens``; other styles leave them out)."""
 
 
 class StubToolCall(_Strict):
@@ -227,7 +230,8 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
     if reply.status != 200:
         return web.json_response(model_api.error_body(style, reply.text or f"scripted status {reply.status}",
                                                       "api_error"), status=reply.status)
-    usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens)
+    usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens,
+                            reply.usage.cache_write_tokens)
     reply_id = f"stub-{script.served}"
     calls = _tool_calls(style, reply, script.served)
     text = reply.text
