@@ -314,6 +314,9 @@ class _Watch:
 
         self.helpers = frozenset(_norm(m.__file__ or "") for m in (inspect, traceback))
         self.threading_file = _norm(threading.__file__ or "")
+        import ast
+
+        self.ast_file = _norm(ast.__file__ or "")
         self.ctypes_dir = _norm(os.path.join(os.path.dirname(os.__file__), "ctypes"))
         self.trusted: set[types.CodeType] = set()  # the wrappers' code, then the plugin's
         self.plugin: object | None = None
@@ -452,8 +455,30 @@ class _Watch:
             if filename not in self.candidate_names and self.candidate(caller):
                 self.candidate_names.add(filename)
             return
-        if self.classify_file(filename) != CANDIDATE and self.candidate(caller):
+        if self.classify_file(filename) == CANDIDATE:
+            return
+        # A library frame may only be calling what code under test handed it (a thread pool,
+        # functools.singledispatch): code named after a file must be compiled from that file.
+        if self.candidate(caller) or not self.compiled_from_file(event, args, filename, caller):
             self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
+
+    def compiled_from_file(self, event: str, args: tuple[Any, ...], filename: str,
+                           caller: types.FrameType | None) -> bool:
+        """Whether a library's compile under the name of a file of a library or the pack compiles
+        that file: its bytes (importlib), a tree pytest's assertion rewriting parsed from it, or
+        only a tree (``ast.parse``). A code object built anew (``types.CodeType``,
+        ``code.replace``) under such a name never is."""
+        if event != "compile" or caller is None:
+            return False
+        where = caller.f_code
+        if where.co_name == "parse" and _norm(where.co_filename) == self.ast_file:
+            return True
+        source = args[0]
+        if isinstance(source, str):
+            source = source.encode("utf-8", "surrogatepass")
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return "sha256:" + hashlib.sha256(source).hexdigest() == _file_sha256(os.path.realpath(filename))
+        return where.co_filename.endswith("/_pytest/assertion/rewrite.py") and self.classify(caller) == LIBRARY
 
     def trusted_bytecode(self, path: object) -> bool:
         """Bytecode read from a library's file (the harness's mirror links to them), which the
