@@ -277,3 +277,34 @@ def test_exploit_code_a_library_frame_compiles_under_a_library_name_is_disguised
     graded, card = run_bytecode(tmp_path, {"mode": "none", "files": {"window.py": _through_a_library(how)}}, how)
     assert card["outcome"] == "fail", graded
     assert graded["forbidden"] == [] and "disguised_code" in graded["forging_flags"], graded
+
+
+def _trusted_by_name(how: str) -> str:
+    """window.py's stub plus code that runs bytecode the agent made (FORGE, compiled under
+    pytest's own file name) through a call that names a library's file as its origin."""
+    import _pytest.terminal
+
+    data = __import__("marshal").dumps(compile(FORGE, _pytest.terminal.__file__, "exec"))
+    if how == "compile-bytecode":
+        load = ("import importlib._bootstrap_external as _bx, os as _os\n"
+                f"_c = _bx._compile_bytecode({data!r}, bytecode_path=_os.__file__)\n")
+    elif how == "zip-archive":
+        # An unchecked hash-based pyc's header, from an "archive" with no source in it.
+        header = __import__("importlib.util").util.MAGIC_NUMBER + (1).to_bytes(4, "little") + bytes(8)
+        load = ("import os as _os, types as _ty, zipimport as _z\n"
+                f"_c = _z._unmarshal_code(_ty.SimpleNamespace(archive=_os.__file__, _files={{}}), 'x.pyc', 'x.pyc', "
+                f"'x', {header + data!r})\n")
+    else:  # marshal.load of a file object that only says it is a library's
+        load = ("import io as _io, marshal as _m, os as _os\n"
+                "class _F(_io.BytesIO):\n    name = _os.__file__\n"
+                f"_c = _m.load(_F({data!r}))\n")
+    return WINDOW_STUB + "\n" + load + "exec(_c, {'__name__': 'winimpl'})\n"
+
+
+@pytest.mark.parametrize("how", ["compile-bytecode", "zip-archive", "marshal-load-named"])
+def test_exploit_bytecode_that_only_names_a_library_file_is_code_under_test(tmp_path: Path, how: str) -> None:
+    """importlib's and zipimport's locals and a file object's name are the caller's to choose:
+    bytecode is a library's only when its bytes are those of the library's file."""
+    graded, card = run_bytecode(tmp_path, {"mode": "none", "files": {"window.py": _trusted_by_name(how)}}, how)
+    assert card["outcome"] == "fail", graded
+    assert graded["forbidden"] == [] and "disguised_code" in graded["forging_flags"], graded

@@ -51,6 +51,7 @@ import hashlib
 import hmac
 import importlib.machinery
 import importlib.util
+import io
 import json
 import marshal
 import os
@@ -299,6 +300,7 @@ class _Watch:
         self.owned = {_norm(os.path.join(self.rootdir, rel)) for rel in config.get("owned", [])}
         self.candidate_names: set[str] = set()  # names code under test compiled code under
         self.candidate_files: set[str] = set()  # files whose name bytecode from untrusted bytes took
+        self.bytecode_cache: dict[tuple[str, object], frozenset[str]] = {}
         # What each pack file was before any code under test ran: one that changes is no longer the pack's.
         self.owned_stat = {path: _stat_key(path) for path in self.owned}
         self.protected_names = frozenset({REPORT_NAME, RECORD_NAME, CONFIG_NAME, INI_NAME})
@@ -480,14 +482,59 @@ class _Watch:
             return "sha256:" + hashlib.sha256(source).hexdigest() == _file_sha256(os.path.realpath(filename))
         return where.co_filename.endswith("/_pytest/assertion/rewrite.py") and self.classify(caller) == LIBRARY
 
-    def trusted_bytecode(self, path: object) -> bool:
-        """Bytecode read from a library's file (the harness's mirror links to them), which the
-        sandbox binds read-only: compiled by its installer from the file it names."""
+    def library_file(self, path: object) -> str | None:
+        """``path`` resolved, when it is a library's file (the harness's mirror links to them),
+        which the sandbox binds read-only."""
         if isinstance(path, bytes):
             path = path.decode("utf-8", "surrogateescape")
         if not isinstance(path, str) or not path.startswith("/"):
+            return None
+        real = os.path.realpath(path)
+        return real if self.classify_file(real) == LIBRARY else None
+
+    def trusted_bytecode(self, path: object, data: object) -> bool:
+        """Whether ``data`` is the bytecode of a library's ``.pyc`` (after its header) or of a
+        ``.pyc`` in a library's zip archive: compiled by its installer from the file it names.
+        The bytes are compared, not just the name: the caller's locals are the code under test's
+        to choose (``_compile_bytecode(forged, bytecode_path=...)``)."""
+        real = self.library_file(path)
+        if real is None or not isinstance(data, (bytes, bytearray, memoryview)):
             return False
-        return self.classify_file(os.path.realpath(path)) == LIBRARY
+        digest = hashlib.sha256(data).hexdigest()
+        return digest in self.library_bytecode(real)
+
+    def library_bytecode(self, real: str) -> frozenset[str]:
+        """The sha256 of each piece of bytecode a library's file holds: a ``.pyc`` without its
+        header, or each ``.pyc`` of a zip archive (cached per file and state)."""
+        key = (real, _stat_key(real))
+        found = self.bytecode_cache.get(key)
+        if found is None:
+            digests: set[str] = set()
+            with contextlib.suppress(Exception), open(real, "rb") as f:  # unreadable: not trusted
+                head = f.read(4)
+                if head == importlib.util.MAGIC_NUMBER:
+                    digests.add(hashlib.sha256(f.read()[12:]).hexdigest())
+                elif head == b"PK\x03\x04":
+                    import zipfile
+
+                    with zipfile.ZipFile(real) as archive:
+                        for info in archive.infolist():
+                            if info.filename.endswith(".pyc") and info.file_size < (64 << 20):
+                                digests.add(hashlib.sha256(archive.read(info)[16:]).hexdigest())
+            found = self.bytecode_cache[key] = frozenset(digests)
+        return found
+
+    def read_from_library(self, file: object) -> bool:
+        """Whether ``marshal.load`` read an open file of a library: a plain file object whose
+        descriptor is that file (its ``name`` alone is anyone's to set)."""
+        if type(file) not in (io.BufferedReader, io.FileIO):
+            return False
+        real = self.library_file(getattr(file, "name", None))
+        try:
+            st, at = os.fstat(file.fileno()), os.stat(real) if real else None  # type: ignore[attr-defined]
+        except (OSError, ValueError):
+            return False
+        return at is not None and (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
     def on_unmarshal(self, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
         """Bytecode importlib (or zipimport) reads from a library's file is the library's; any
@@ -496,7 +543,7 @@ class _Watch:
         if caller is not None and self.classify(caller) == LIBRARY:
             local = caller.f_locals
             origin = local.get("bytecode_path") or getattr(local.get("self"), "archive", None)
-            if self.trusted_bytecode(origin):
+            if self.trusted_bytecode(origin, args[0]):
                 return
             source = local.get("source_path")  # importlib names the code after its source
         try:
@@ -596,7 +643,7 @@ class _Watch:
             self.flag("runner_hook", f"a {event} message from {self.where(caller)}")
             return
         if kind == "bytecode":
-            if not self.trusted_bytecode(args[2]):
+            if not self.read_from_library(args[2]):
                 self.on_loaded(args[0], args[1])
         elif kind in ("exit", "trace"):
             frame = args[1]
@@ -945,7 +992,7 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
 
     def load(file: Any, /, *args: Any, **kwargs: Any) -> Any:
         loaded = real_load(file, *args, **kwargs)
-        message(_MESSAGE + "bytecode", loaded, getframe(1), getattr(file, "name", None))
+        message(_MESSAGE + "bytecode", loaded, getframe(1), file)
         return loaded
 
     installed: dict[str, tuple[object, str, object]] = {}
