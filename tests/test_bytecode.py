@@ -308,3 +308,29 @@ def test_exploit_bytecode_that_only_names_a_library_file_is_code_under_test(tmp_
     graded, card = run_bytecode(tmp_path, {"mode": "none", "files": {"window.py": _trusted_by_name(how)}}, how)
     assert card["outcome"] == "fail", graded
     assert graded["forbidden"] == [] and "disguised_code" in graded["forging_flags"], graded
+
+
+def _renamed(how: str) -> str:
+    """window.py's stub plus code that runs FORGE under a name of the interpreter or pytest
+    without compiling it under that name itself."""
+    forge = FORGE + "\ndel _sealbench_forge\n"
+    if how == "fix-co-filename":  # renames code objects without an audit event
+        make = f"import _imp\n_c = compile({FORGE!r}, 'winimpl', 'exec')\n_imp._fix_co_filename(_c, _t.__file__)\n"
+    elif how == "fresh-imp":  # the same from an _imp imported again, with functions of its own
+        make = ("import sys\n_old = sys.modules.pop('_imp')\nimport _imp as _fresh\nsys.modules['_imp'] = _old\n"
+                f"_c = compile({FORGE!r}, 'winimpl', 'exec')\n_fresh._fix_co_filename(_c, _t.__file__)\n")
+    elif how == "frozen-name":
+        make = f"import functools\n_c = functools.singledispatch(compile)({FORGE!r}, '<frozen zipimport>', 'exec')\n"
+    else:  # "<string>" run in pytest's own module globals, compiled by a library frame
+        return (WINDOW_STUB + "\nimport functools, _pytest.terminal as _t\n"
+                f"functools.singledispatch(exec)({forge!r}, _t.__dict__)\n")
+    return WINDOW_STUB + "\nimport _pytest.terminal as _t\n" + make + "exec(_c, {'__name__': 'winimpl'})\n"
+
+
+@pytest.mark.parametrize("how", ["fix-co-filename", "fresh-imp", "frozen-name", "string-in-library-globals"])
+def test_exploit_code_renamed_or_compiled_for_the_code_under_test_is_its_own(tmp_path: Path, how: str) -> None:
+    """_imp._fix_co_filename, a frozen module's name or a library's globals do not make code the
+    code under test wrote the interpreter's or pytest's."""
+    graded, card = run_bytecode(tmp_path, {"mode": "none", "files": {"window.py": _renamed(how)}}, how)
+    assert card["outcome"] == "fail", graded
+    assert graded["forbidden"] == [] and graded["forging_flags"], graded

@@ -45,6 +45,7 @@ bytecode unmarshalled from bytes that are not a library's (whatever file name it
 
 from __future__ import annotations
 
+import _imp
 import atexit
 import contextlib
 import hashlib
@@ -319,6 +320,9 @@ class _Watch:
         import ast
 
         self.ast_file = _norm(ast.__file__ or "")
+        import importlib._bootstrap_external as bootstrap
+
+        self.compile_bytecode = getattr(bootstrap, "_compile_bytecode").__code__  # noqa: B009 (private)
         self.ctypes_dir = _norm(os.path.join(os.path.dirname(os.__file__), "ctypes"))
         self.trusted: set[types.CodeType] = set()  # the wrappers' code, then the plugin's
         self.plugin: object | None = None
@@ -378,6 +382,16 @@ class _Watch:
 
     def candidate(self, frame: types.FrameType | None) -> bool:
         return self.classify(frame) == CANDIDATE
+
+    def candidate_waiting(self) -> bool:
+        """Whether a frame of code under test is on any thread's stack."""
+        for top in sys._current_frames().values():
+            frame: types.FrameType | None = top
+            while frame is not None:
+                if self.candidate(frame):
+                    return True
+                frame = frame.f_back
+        return False
 
     @staticmethod
     def effective(frame: types.FrameType | None, helper: Callable[[types.FrameType], bool]) -> types.FrameType | None:
@@ -453,9 +467,15 @@ class _Watch:
             return
         if not filename.startswith("/"):
             # Code under test names its own code as it likes ("<frozen os>", "<string>"): from now
-            # on code of that name is code under test, whatever globals it runs in.
-            if filename not in self.candidate_names and self.candidate(caller):
+            # on code of that name is code under test, whatever globals it runs in. A library frame
+            # compiling while code under test waits on it (a thread pool) may be doing its bidding.
+            if filename not in self.candidate_names and (self.candidate(caller) or self.candidate_waiting()):
                 self.candidate_names.add(filename)
+            elif filename.startswith("<frozen ") and filename not in self.candidate_names:
+                # Frozen modules are unmarshalled by the interpreter, never compiled: a library
+                # frame compiling under such a name was handed the call (functools.singledispatch).
+                self.candidate_names.add(filename)
+                self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
             return
         if self.classify_file(filename) == CANDIDATE:
             return
@@ -645,6 +665,14 @@ class _Watch:
         if kind == "bytecode":
             if not self.read_from_library(args[2]):
                 self.on_loaded(args[0], args[1])
+        elif kind == "rename":
+            # _imp._fix_co_filename renames code objects without an audit event: only importlib's
+            # own _compile_bytecode may, naming bytecode it just unmarshalled after its source.
+            code, path, frame = args
+            if (getattr(code, "co_filename", path) != path and isinstance(path, str)
+                    and self.classify_file(_norm(path) if path.startswith("/") else path) != CANDIDATE
+                    and (frame is None or frame.f_code is not self.compile_bytecode)):
+                self.flag("disguised_code", f"code renamed {path} from {self.where(frame)}")
         elif kind in ("exit", "trace"):
             frame = args[1]
             if os.getpid() == self.pid and self.candidate(frame):
@@ -972,6 +1000,7 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
     real_exit, real_register = os._exit, atexit.register
     real_settrace, real_setprofile = threading.settrace, threading.setprofile
     real_load = marshal.load
+    real_fix, real_create = getattr(_imp, "_fix_co_filename"), _imp.create_builtin  # noqa: B009 (private)
     getframe = sys._getframe
 
     def _exit(status: int) -> NoReturn:
@@ -995,10 +1024,22 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
         message(_MESSAGE + "bytecode", loaded, getframe(1), file)
         return loaded
 
+    def fix_co_filename(code: types.CodeType, path: str, /) -> None:
+        message(_MESSAGE + "rename", code, path, getframe(1))
+        real_fix(code, path)
+
+    def create_builtin(spec: Any, /) -> types.ModuleType:
+        # A fresh _imp (the one sys.modules held removed, imported again) has fresh functions.
+        module = real_create(spec)
+        if getattr(module, "__name__", None) == "_imp":
+            module._fix_co_filename, module.create_builtin = fix_co_filename, create_builtin  # type: ignore[attr-defined]
+        return module
+
     installed: dict[str, tuple[object, str, object]] = {}
     for owner, attr, fn in ((os, "_exit", _exit), (atexit, "register", register),
                             (threading, "settrace", settrace), (threading, "setprofile", setprofile),
-                            (marshal, "load", load)):
+                            (marshal, "load", load), (_imp, "_fix_co_filename", fix_co_filename),
+                            (_imp, "create_builtin", create_builtin)):
         setattr(owner, attr, fn)
         installed[f"{getattr(owner, '__name__', owner)}.{attr}"] = (owner, attr, fn)
     import unittest
