@@ -45,12 +45,14 @@ bytecode unmarshalled from bytes that are not a library's (whatever file name it
 
 from __future__ import annotations
 
+import _imp
 import atexit
 import contextlib
 import hashlib
 import hmac
 import importlib.machinery
 import importlib.util
+import io
 import json
 import marshal
 import os
@@ -299,6 +301,7 @@ class _Watch:
         self.owned = {_norm(os.path.join(self.rootdir, rel)) for rel in config.get("owned", [])}
         self.candidate_names: set[str] = set()  # names code under test compiled code under
         self.candidate_files: set[str] = set()  # files whose name bytecode from untrusted bytes took
+        self.bytecode_cache: dict[tuple[str, object], frozenset[str]] = {}
         # What each pack file was before any code under test ran: one that changes is no longer the pack's.
         self.owned_stat = {path: _stat_key(path) for path in self.owned}
         self.protected_names = frozenset({REPORT_NAME, RECORD_NAME, CONFIG_NAME, INI_NAME})
@@ -314,6 +317,12 @@ class _Watch:
 
         self.helpers = frozenset(_norm(m.__file__ or "") for m in (inspect, traceback))
         self.threading_file = _norm(threading.__file__ or "")
+        import ast
+
+        self.ast_file = _norm(ast.__file__ or "")
+        import importlib._bootstrap_external as bootstrap
+
+        self.compile_bytecode = getattr(bootstrap, "_compile_bytecode").__code__  # noqa: B009 (private)
         self.ctypes_dir = _norm(os.path.join(os.path.dirname(os.__file__), "ctypes"))
         self.trusted: set[types.CodeType] = set()  # the wrappers' code, then the plugin's
         self.plugin: object | None = None
@@ -373,6 +382,16 @@ class _Watch:
 
     def candidate(self, frame: types.FrameType | None) -> bool:
         return self.classify(frame) == CANDIDATE
+
+    def candidate_waiting(self) -> bool:
+        """Whether a frame of code under test is on any thread's stack."""
+        for top in sys._current_frames().values():
+            frame: types.FrameType | None = top
+            while frame is not None:
+                if self.candidate(frame):
+                    return True
+                frame = frame.f_back
+        return False
 
     @staticmethod
     def effective(frame: types.FrameType | None, helper: Callable[[types.FrameType], bool]) -> types.FrameType | None:
@@ -448,21 +467,94 @@ class _Watch:
             return
         if not filename.startswith("/"):
             # Code under test names its own code as it likes ("<frozen os>", "<string>"): from now
-            # on code of that name is code under test, whatever globals it runs in.
-            if filename not in self.candidate_names and self.candidate(caller):
+            # on code of that name is code under test, whatever globals it runs in. A library frame
+            # compiling while code under test waits on it (a thread pool) may be doing its bidding.
+            if filename not in self.candidate_names and (self.candidate(caller) or self.candidate_waiting()):
                 self.candidate_names.add(filename)
+            elif filename.startswith("<frozen ") and filename not in self.candidate_names:
+                # Frozen modules are unmarshalled by the interpreter, never compiled: a library
+                # frame compiling under such a name was handed the call (functools.singledispatch).
+                self.candidate_names.add(filename)
+                self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
             return
-        if self.classify_file(filename) != CANDIDATE and self.candidate(caller):
+        if self.classify_file(filename) == CANDIDATE:
+            return
+        # A library frame may only be calling what code under test handed it (a thread pool,
+        # functools.singledispatch): code named after a file must be compiled from that file.
+        if self.candidate(caller) or not self.compiled_from_file(event, args, filename, caller):
             self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
 
-    def trusted_bytecode(self, path: object) -> bool:
-        """Bytecode read from a library's file (the harness's mirror links to them), which the
-        sandbox binds read-only: compiled by its installer from the file it names."""
+    def compiled_from_file(self, event: str, args: tuple[Any, ...], filename: str,
+                           caller: types.FrameType | None) -> bool:
+        """Whether a library's compile under the name of a file of a library or the pack compiles
+        that file: its bytes (importlib), a tree pytest's assertion rewriting parsed from it, or
+        only a tree (``ast.parse``). A code object built anew (``types.CodeType``,
+        ``code.replace``) under such a name never is."""
+        if event != "compile" or caller is None:
+            return False
+        where = caller.f_code
+        if where.co_name == "parse" and _norm(where.co_filename) == self.ast_file:
+            return True
+        source = args[0]
+        if isinstance(source, str):
+            source = source.encode("utf-8", "surrogatepass")
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return "sha256:" + hashlib.sha256(source).hexdigest() == _file_sha256(os.path.realpath(filename))
+        return where.co_filename.endswith("/_pytest/assertion/rewrite.py") and self.classify(caller) == LIBRARY
+
+    def library_file(self, path: object) -> str | None:
+        """``path`` resolved, when it is a library's file (the harness's mirror links to them),
+        which the sandbox binds read-only."""
         if isinstance(path, bytes):
             path = path.decode("utf-8", "surrogateescape")
         if not isinstance(path, str) or not path.startswith("/"):
+            return None
+        real = os.path.realpath(path)
+        return real if self.classify_file(real) == LIBRARY else None
+
+    def trusted_bytecode(self, path: object, data: object) -> bool:
+        """Whether ``data`` is the bytecode of a library's ``.pyc`` (after its header) or of a
+        ``.pyc`` in a library's zip archive: compiled by its installer from the file it names.
+        The bytes are compared, not just the name: the caller's locals are the code under test's
+        to choose (``_compile_bytecode(forged, bytecode_path=...)``)."""
+        real = self.library_file(path)
+        if real is None or not isinstance(data, (bytes, bytearray, memoryview)):
             return False
-        return self.classify_file(os.path.realpath(path)) == LIBRARY
+        digest = hashlib.sha256(data).hexdigest()
+        return digest in self.library_bytecode(real)
+
+    def library_bytecode(self, real: str) -> frozenset[str]:
+        """The sha256 of each piece of bytecode a library's file holds: a ``.pyc`` without its
+        header, or each ``.pyc`` of a zip archive (cached per file and state)."""
+        key = (real, _stat_key(real))
+        found = self.bytecode_cache.get(key)
+        if found is None:
+            digests: set[str] = set()
+            with contextlib.suppress(Exception), open(real, "rb") as f:  # unreadable: not trusted
+                head = f.read(4)
+                if head == importlib.util.MAGIC_NUMBER:
+                    digests.add(hashlib.sha256(f.read()[12:]).hexdigest())
+                elif head == b"PK\x03\x04":
+                    import zipfile
+
+                    with zipfile.ZipFile(real) as archive:
+                        for info in archive.infolist():
+                            if info.filename.endswith(".pyc") and info.file_size < (64 << 20):
+                                digests.add(hashlib.sha256(archive.read(info)[16:]).hexdigest())
+            found = self.bytecode_cache[key] = frozenset(digests)
+        return found
+
+    def read_from_library(self, file: object) -> bool:
+        """Whether ``marshal.load`` read an open file of a library: a plain file object whose
+        descriptor is that file (its ``name`` alone is anyone's to set)."""
+        if type(file) not in (io.BufferedReader, io.FileIO):
+            return False
+        real = self.library_file(getattr(file, "name", None))
+        try:
+            st, at = os.fstat(file.fileno()), os.stat(real) if real else None  # type: ignore[attr-defined]
+        except (OSError, ValueError):
+            return False
+        return at is not None and (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
     def on_unmarshal(self, args: tuple[Any, ...], caller: types.FrameType | None) -> None:
         """Bytecode importlib (or zipimport) reads from a library's file is the library's; any
@@ -471,7 +563,7 @@ class _Watch:
         if caller is not None and self.classify(caller) == LIBRARY:
             local = caller.f_locals
             origin = local.get("bytecode_path") or getattr(local.get("self"), "archive", None)
-            if self.trusted_bytecode(origin):
+            if self.trusted_bytecode(origin, args[0]):
                 return
             source = local.get("source_path")  # importlib names the code after its source
         try:
@@ -571,8 +663,16 @@ class _Watch:
             self.flag("runner_hook", f"a {event} message from {self.where(caller)}")
             return
         if kind == "bytecode":
-            if not self.trusted_bytecode(args[2]):
+            if not self.read_from_library(args[2]):
                 self.on_loaded(args[0], args[1])
+        elif kind == "rename":
+            # _imp._fix_co_filename renames code objects without an audit event: only importlib's
+            # own _compile_bytecode may, naming bytecode it just unmarshalled after its source.
+            code, path, frame = args
+            if (getattr(code, "co_filename", path) != path and isinstance(path, str)
+                    and self.classify_file(_norm(path) if path.startswith("/") else path) != CANDIDATE
+                    and (frame is None or frame.f_code is not self.compile_bytecode)):
+                self.flag("disguised_code", f"code renamed {path} from {self.where(frame)}")
         elif kind in ("exit", "trace"):
             frame = args[1]
             if os.getpid() == self.pid and self.candidate(frame):
@@ -900,6 +1000,7 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
     real_exit, real_register = os._exit, atexit.register
     real_settrace, real_setprofile = threading.settrace, threading.setprofile
     real_load = marshal.load
+    real_fix, real_create = getattr(_imp, "_fix_co_filename"), _imp.create_builtin  # noqa: B009 (private)
     getframe = sys._getframe
 
     def _exit(status: int) -> NoReturn:
@@ -920,13 +1021,25 @@ def _install_wrappers(message: Callable[..., None]) -> dict[str, tuple[object, s
 
     def load(file: Any, /, *args: Any, **kwargs: Any) -> Any:
         loaded = real_load(file, *args, **kwargs)
-        message(_MESSAGE + "bytecode", loaded, getframe(1), getattr(file, "name", None))
+        message(_MESSAGE + "bytecode", loaded, getframe(1), file)
         return loaded
+
+    def fix_co_filename(code: types.CodeType, path: str, /) -> None:
+        message(_MESSAGE + "rename", code, path, getframe(1))
+        real_fix(code, path)
+
+    def create_builtin(spec: Any, /) -> types.ModuleType:
+        # A fresh _imp (the one sys.modules held removed, imported again) has fresh functions.
+        module = real_create(spec)
+        if getattr(module, "__name__", None) == "_imp":
+            module._fix_co_filename, module.create_builtin = fix_co_filename, create_builtin  # type: ignore[attr-defined]
+        return module
 
     installed: dict[str, tuple[object, str, object]] = {}
     for owner, attr, fn in ((os, "_exit", _exit), (atexit, "register", register),
                             (threading, "settrace", settrace), (threading, "setprofile", setprofile),
-                            (marshal, "load", load)):
+                            (marshal, "load", load), (_imp, "_fix_co_filename", fix_co_filename),
+                            (_imp, "create_builtin", create_builtin)):
         setattr(owner, attr, fn)
         installed[f"{getattr(owner, '__name__', owner)}.{attr}"] = (owner, attr, fn)
     import unittest
