@@ -963,7 +963,9 @@ def continue_run(contract: ScoringContract, run_dir: Path, header: RunHeader, ch
                 if not _holds(first, chain, here):
                     raise _left_behind(run_id, here, first)
                 if first.run_dir != here:
-                    if _holds(first, chain_of(Path(first.run_dir, "journal.jsonl")), first.run_dir):
+                    # A journal gone (renamed away) holds nothing; an empty one still holds the run.
+                    own = Path(first.run_dir, "journal.jsonl")
+                    if own.exists() and _holds(first, chain_of(own), first.run_dir):
                         raise _a_copy(run_id, here, first)
                     moved[0] = first.run_dir  # renamed, or copied and the original removed
                 else:
