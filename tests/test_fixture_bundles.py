@@ -144,6 +144,7 @@ def test_the_new_outcome_written_into_a_version_4_bundle_is_refused(tmp_path: Pa
 
     bundle = tmp_path / "crash"
     shutil.copytree(CRASHED, bundle)
+    (bundle / "blobs").mkdir(exist_ok=True)  # it holds no blob, and git keeps no empty folder
 
     def infra(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for e in events:

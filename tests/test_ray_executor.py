@@ -177,7 +177,8 @@ def test_pack_validate_on_the_cluster_records_the_evidence_the_local_pool_record
         done = run_cli("pack", "validate", str(pack), "--repeat", "1", "--no-progress", *extra)
         assert done.returncode == 0, done.stderr
         manifest = json.loads((pack / "pack.json").read_text())
-        validity[executor] = {tid: {k: v for k, v in ev.items() if k != "why"}
+        # The grading time is measured, not decided: it differs from one machine's run to the next.
+        validity[executor] = {tid: {k: v for k, v in ev.items() if k not in ("why", "reference_grading_s")}
                               for tid, ev in manifest["validity"]["tasks"].items()}
     assert validity["ray"] == validity["local"]
     assert len(validity["ray"]) >= 4 and any(ev["valid"] for ev in validity["ray"].values())
