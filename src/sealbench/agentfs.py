@@ -517,22 +517,37 @@ def read_regular(root: Path, rel: str, max_bytes: int) -> bytes | None:
         os.close(ffd)
 
 
-def is_link_at(root: Path, rel: str) -> bool:
-    """Whether ``root/rel`` is a symbolic link, every directory on the way a real one (a link on
-    the way is never followed: then False)."""
+def _open_parent(root: Path, rel: str) -> tuple[int, str] | None:
+    """A descriptor of ``root/rel``'s directory and its last name, every directory on the way
+    opened without following a link; None when ``rel`` is not a plain relative path or a
+    directory on the way is missing, a link or not a directory. The caller closes the fd."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if not parts or ".." in parts:
-        return False
+        return None
     try:
         fd = os.open(root, _DIR_FLAGS)
     except OSError:
-        return False
+        return None
     try:
         for part in parts[:-1]:
             nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        return stat.S_ISLNK(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd, parts[-1]
+
+
+def is_link_at(root: Path, rel: str) -> bool:
+    """Whether ``root/rel`` is a symbolic link, every directory on the way a real one (a link on
+    the way is never followed: then False)."""
+    opened = _open_parent(root, rel)
+    if opened is None:
+        return False
+    fd, name = opened
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
     except OSError:
         return False
     finally:
@@ -542,19 +557,12 @@ def is_link_at(root: Path, rel: str) -> bool:
 def exists_at(root: Path, rel: str) -> bool:
     """Whether ``root/rel`` exists (a link counts, unfollowed), every directory on the way a real
     one (a link on the way is never followed: then False)."""
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
+    opened = _open_parent(root, rel)
+    if opened is None:
         return False
+    fd, name = opened
     try:
-        fd = os.open(root, _DIR_FLAGS)
-    except OSError:
-        return False
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        return _exists_at(fd, parts[-1])
+        return _exists_at(fd, name)
     except OSError:
         return False
     finally:
