@@ -198,7 +198,7 @@ def expand_in_place(folder: Path) -> Path | None:
     Raises:
         PackError: the tasks file is wrong, or a path in it is unsafe.
     """
-    from .writer import _write_tree
+    from .writer import write_task_files
 
     path = find_tasks_file(folder)
     if path is None:
@@ -223,12 +223,7 @@ def expand_in_place(folder: Path) -> Path | None:
         if (task_dir / "task.json").is_file():
             recorded = read_model(task_dir / "task.json", TaskRecord, PackError).hidden_tests_sha256
         _remove(task_dir)
-        task_dir.mkdir()
-        _write_tree(task_dir / "workspace", task.workspace, task.origin, "workspace")
-        _write_tree(task_dir / "hidden", task.hidden, task.origin, "hidden")
-        if task.solution:
-            _write_tree(task_dir / "solution", task.solution, task.origin, "solution")
-        (task_dir / "prompt.md").write_text(task.prompt, encoding="utf-8")
+        write_task_files(task_dir, task)
         record = task.record.model_copy(update={"hidden_tests_sha256": recorded})
         (task_dir / "task.json").write_text(model_json(record), encoding="utf-8")
     manifest_path.write_text(model_json(manifest), encoding="utf-8")

@@ -63,14 +63,24 @@ def _write_tree(root: Path, files: Files, where: str, tree: str) -> None:
             dest.chmod(0o755)
 
 
-def _write_task(tasks_dir: Path, task: TaskDraft, pack_root: Path) -> None:
-    task_dir = tasks_dir / task.record.task_id
+def write_task_files(task_dir: Path, task: TaskDraft) -> None:
+    """A new ``task_dir`` holding the task's workspace, hidden tests, solution and prompt (its
+    ``task.json`` is the caller's: what its hidden-tests digest records is the caller's rule).
+
+    Raises:
+        PackError: an unsafe or colliding path, named by the task's source record.
+    """
     task_dir.mkdir()
     _write_tree(task_dir / "workspace", task.workspace, task.origin, "workspace")
     _write_tree(task_dir / "hidden", task.hidden, task.origin, "hidden")
     if task.solution:
         _write_tree(task_dir / "solution", task.solution, task.origin, "solution")
     (task_dir / "prompt.md").write_text(task.prompt, encoding="utf-8")
+
+
+def _write_task(tasks_dir: Path, task: TaskDraft, pack_root: Path) -> None:
+    task_dir = tasks_dir / task.record.task_id
+    write_task_files(task_dir, task)
     try:
         hidden = tree_digest(task_dir / "hidden", pack_root)
     except UnsafeTree as e:
