@@ -265,5 +265,8 @@ def test_kill_9_during_the_last_attempt_of_a_version_4_run_keeps_that_version_s_
     check_run(run_dir, max_attempts=1, ids=IDS[1:])
     card = json.loads((run_dir / "scorecards.jsonl").read_text())
     assert (card["outcome"], card["attempts_used"]) == ("fail", 1)
+    # Nor does its resume write version 5's words: no continuation in its header.
+    resumed = [e["payload"] for e in read_chain(journal).events if e["kind"] == "run_resumed"]
+    assert resumed and all("continuation" not in p and "moved_from" not in p for p in resumed)
     report = verify_bundle(make_bundle(run_dir, tmp_path / "bundles"))
     assert (report.rate.n, report.rate.task_pass_count) == (1, 0)

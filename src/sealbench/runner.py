@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from . import __version__, preflight, pytest_oracle, runs_index
 from . import events as ev
@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunResult", "check_memory", "default_jobs",
            "execute", "memory_per_job", "render_prompt", "write_derived", "write_probe_summary"]
+
+CONTINUATIONS_FROM: Final = 5
+"""The first derivation version whose run headers carry ``continuation`` and ``moved_from``."""
 
 
 def default_jobs() -> int:
@@ -339,12 +342,17 @@ def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, ba
                              f"{started_under}, whose journal cannot record a moved pack; put the pack back at "
                              f"the contract's pack.path {contract.pack.path if contract.pack else None!r}")
         # The run's own nonce; None in journals made before nonces.
+        # A run keeps the vocabulary it started under: before version 5 no header names its
+        # continuation or where it moved from (the release that started it reads it whole).
+        words = started_under >= CONTINUATIONS_FROM
         header = header.model_copy(update=dict(run_nonce=first.run_nonce, derivation_version=started_under))
+        if not words:
+            header = type(header)(**{k: v for k, v in header.payload().items() if k not in ("kind", "continuation")})
         try:
             if not probe and header.replay_of is None:
                 chain = tuple(line.event.continuation for line in events if isinstance(line.event, ev.RunHeader))
                 moved_from = runs_index.continue_run(contract, run_dir, header, chain, data=opts.runs_index)
-                if moved_from is not None:
+                if moved_from is not None and words:
                     header = header.model_copy(update=dict(moved_from=moved_from))
         except BaseException:
             journal.close()
