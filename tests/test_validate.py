@@ -160,6 +160,20 @@ def test_a_repository_test_that_asserts_nothing_is_caught_by_removing_the_stub_s
     assert ev.reference_passes == [True] and ev.empty_change_passes == [False]
 
 
+def test_a_reference_the_guard_flags_is_invalid_and_the_reason_names_the_flag(raw_pack: Path) -> None:
+    """The reference's tests pass, but the guard saw its code reach what decides the verdict:
+    the reason says which flag, not only that the oracle exited 0."""
+    import _pytest.terminal
+
+    solution = raw_pack / "tasks" / TASK / "solution" / "window.py"
+    solution.write_text(solution.read_text() + "\nimport types\ndef _gen():\n    yield 1\n"
+                        f"_gen.__code__ = _gen.__code__.replace(co_filename={_pytest.terminal.__file__!r})\n")
+    seal_pack(raw_pack)
+    ev = validate_pack(raw_pack, repeat=1, progress=False).tasks[TASK]
+    assert (ev.valid, ev.reason) == (False, "reference fails")
+    assert ev.why is not None and ev.why.startswith("the tests passed, but the guard flagged disguised_code: "), ev.why
+
+
 def test_validate_exits_non_zero_when_no_task_is_valid_and_says_why(
         raw_pack: Path, cli: Callable[..., tuple[int, str, str]]) -> None:
     for tdir in (raw_pack / "tasks").iterdir():  # every reference changes nothing: every oracle fails it

@@ -320,6 +320,7 @@ class _Watch:
         import ast
 
         self.ast_file = _norm(ast.__file__ or "")
+        self.types_file = _norm(types.__file__ or "")
         import importlib._bootstrap_external as bootstrap
 
         self.compile_bytecode = getattr(bootstrap, "_compile_bytecode").__code__  # noqa: B009 (private)
@@ -481,8 +482,24 @@ class _Watch:
             return
         # A library frame may only be calling what code under test handed it (a thread pool,
         # functools.singledispatch): code named after a file must be compiled from that file.
-        if self.candidate(caller) or not self.compiled_from_file(event, args, filename, caller):
+        if self.candidate(caller) or not (self.compiled_from_file(event, args, filename, caller)
+                                          or self.made_a_coroutine(event, args, filename, caller)):
             self.flag("disguised_code", f"{event} of {filename} from {self.where(caller)}")
+
+    def made_a_coroutine(self, event: str, args: tuple[Any, ...], filename: str,
+                         caller: types.FrameType | None) -> bool:
+        """Whether this is ``types.coroutine`` marking a generator function's code as an iterable
+        coroutine (asyncio does it to its own functions at import): the same bytecode under the
+        same name, only the flag 0x100 added. The code it copies already exists under that name,
+        so it was compiled from the file or flagged when it was made."""
+        if event != "code.__new__" or caller is None or len(args) < 9:
+            return False
+        where = caller.f_code
+        if where.co_name != "coroutine" or _norm(where.co_filename) != self.types_file:
+            return False
+        co = caller.f_locals.get("co")
+        return (isinstance(co, types.CodeType) and co.co_filename == filename and co.co_code == args[0]
+                and args[8] == co.co_flags | 0x100)
 
     def compiled_from_file(self, event: str, args: tuple[Any, ...], filename: str,
                            caller: types.FrameType | None) -> bool:

@@ -97,6 +97,11 @@ def _why_reference_failed(ctx: _Validation, graded: Mapping[str, Any]) -> str | 
         parts.append(f"JUnit: {junit.get('why')}")
     if names:
         parts.append("failed: " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""))
+    flags = graded.get("forging_flags") or []
+    if flags and graded.get("tests_green"):
+        # Green, but the guard saw the code under test reach what decides the verdict.
+        details = [str(d) for d in graded.get("forging_detail") or []] or [str(f) for f in flags]
+        parts.append("the tests passed, but the guard flagged " + "; ".join(details[:3]))
     err = blobs.read(oracle.get("stderr"))
     output = "\n".join(b.text() for b in (stdout, err) if b is not None)
     setup = _setup_problem(output)
