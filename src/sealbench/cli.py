@@ -37,7 +37,7 @@ EPILOG = """exit codes:
 # Every command, by where it falls in the workflow: `sealbench --help` lists them from here
 # (argparse has no groups of subcommands); a test keeps it equal to the parser's commands.
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("set up", ("init", "pack seal", "pack check", "pack validate", "import", "env build", "agents list",
+    ("set up", ("init", "pack seal", "pack check", "pack validate", "import", "mine", "env build", "agents list",
                 "agents install", "keygen")),
     ("run", ("contract new", "contract lock", "agents check", "run", "probe", "eval", "demo")),
     ("inspect", ("show", "score", "report", "compare", "runs list", "runs show", "runs rebuild", "runs move")),
@@ -63,6 +63,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "import": ("sealbench import humaneval HumanEval.jsonl.gz -o humaneval-pack",
                "sealbench import mbpp mbpp.jsonl -o mbpp-pack --limit 50 --max-attempts 2",
                "sealbench import swebench swebench-lite.jsonl -o swebench-pack --repo clones/"),
+    "mine": ("sealbench mine clones/click --since 2026-07-01 -o click-fresh",
+             "sealbench mine click.bundle --since 2026-07-01 --until 2026-08-01 --max 20 -o click-fresh --json mined.json"),
     "contract": ("sealbench contract new mypack -o mypack.contract.json --agent \"python3 mypack/agent.py "
                  "{prompt_file}\" \\\n      --agent-label \"my agent 0.1\" --host \"this machine\"",
                  "sealbench contract lock mypack.contract.json --run-id mypack-1"),
@@ -296,6 +298,24 @@ def cmd_import(args: argparse.Namespace) -> int:
                        max_attempts=args.max_attempts, limit=args.limit, wall_clock_s=args.wall_clock_s)
     print(f"imported {len(pack.tasks)} task(s) into {pack.root}, sealed: {pack.sealed_digest}")
     print(pack.manifest.description)
+    return EXIT_OK
+
+
+def cmd_mine(args: argparse.Namespace) -> int:
+    from .mine import MineOptions, mine, write_report
+
+    report = mine(Path(args.repo), Path(args.output), MineOptions(
+        since=args.since, until=args.until, max_candidates=args.max, repeat=args.repeat, repository=args.repository,
+        name=args.name, python=args.python, sandbox=args.sandbox, say=lambda line: print(line, flush=True)))
+    print(report.table())
+    if args.json is not None:
+        write_report(report, Path(args.json))
+    if report.pack is None:
+        print(f"no candidate kept: nothing written at {args.output}")
+        return EXIT_REFUSED
+    print(f"wrote {len(report.kept)} validated task(s) to {report.pack}, every one committed after {args.since}")
+    _next(args, "contract", "new", args.output, "--fresh-after", args.since, "-o", "CONTRACT",
+          why="the contract locks the date; every report then states it")
     return EXIT_OK
 
 
@@ -887,6 +907,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wall-clock-s", type=float, metavar="S",
                    help="every task's wall-clock ceiling (default: the importer's)")
     p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("mine", help="mine fresh repository tasks from a git history's commits after a date")
+    p.add_argument("repo", help="a local clone or a git bundle of the repository")
+    p.add_argument("--since", required=True, metavar="DATE",
+                   help="keep commits whose author and committer dates are both after DATE (YYYY-MM-DD is "
+                   "midnight UTC, or an ISO 8601 time)")
+    p.add_argument("--until", metavar="DATE", help="and neither of them after DATE (default: no bound)")
+    p.add_argument("--max", type=int, metavar="N", help="examine at most the first N candidates (default: all)")
+    p.add_argument("-o", "--output", required=True, metavar="PACK", help="new pack directory (must not exist)")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="runs of the tests before and after each fix, and pack validate's repeats (default 3)")
+    p.add_argument("--repository", metavar="NAME",
+                   help="the repository's name in the tasks' provenance (default: the clone's directory name)")
+    p.add_argument("--name", metavar="NAME", help="the pack name (default: REPOSITORY-fresh-SINCE)")
+    p.add_argument("--python", metavar="VERSION",
+                   help="the Python version of the tasks' environments (default: the one running sealbench)")
+    p.add_argument("--sandbox", default="auto", choices=_sandbox_names(),
+                   help="where the tests run (default: auto)")
+    p.add_argument("--json", metavar="FILE", help="also write the kept/dropped report as JSON to FILE")
+    p.set_defaults(func=cmd_mine)
 
     con = sub.add_parser("contract", help="write or lock a scoring contract").add_subparsers(
         dest="contract_command", parser_class=_Parser, required=True
