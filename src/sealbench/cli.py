@@ -377,6 +377,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
         seed=args.seed,
         flagged_pass="counted" if args.count_flagged_passes else "not_counted",
+        fresh_after=args.fresh_after,
     )
     if endpoints is not None:
         contract = contract.model_copy(update={"model_endpoints": endpoints})
@@ -388,6 +389,11 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     sweep_temp_files(out.parent)
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
+    from .freshness import statement
+
+    fresh = statement(contract)
+    if fresh is not None:
+        print(f"{fresh}: the date is locked with the contract")
     if endpoints is not None:
         e = endpoints[0]
         print(f"model endpoint {e.name!r}: {e.style} at {e.base_url}, key read from ${e.key_env} at run; "
@@ -986,6 +992,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lock without oracle-validity evidence (every report says so)")
     controls.add_argument("--count-flagged-passes", action="store_true",
                    help="count a pass whose test process raised a forging flag (by default it fails)")
+    controls.add_argument("--fresh-after", metavar="DATE",
+                   help="refuse any task not committed after DATE (YYYY-MM-DD is midnight UTC; mined packs record "
+                        "each task's commit dates) and lock the date: every report states it (default: no claim)")
     controls.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
     controls.add_argument("--min-power", type=float, metavar="P",
                    help="lock a minimum power (0 to 1, such as 0.8): `compare` calls a pair underpowered, whatever "

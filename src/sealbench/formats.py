@@ -428,6 +428,15 @@ class ModelEndpoint(Model):
         "when that is less. Must be under the wall-clock cap.")
 
 
+class FreshAfter(Model):
+    """A contract's claim that every task of its denominator was committed after a date."""
+
+    date: NonEmptyStr = Field(description="The cutoff, as given to `contract new --fresh-after` (YYYY-MM-DD is "
+                              "midnight UTC).")
+    tasks: dict[str, str] = Field(description="Each task's commit date from its record's provenance (the earlier "
+                                  "of its author and committer dates, ISO 8601), by task id.")
+
+
 class ScoringContract(Model):
     """The scoring contract, locked before the run and immutable after."""
 
@@ -456,6 +465,9 @@ class ScoringContract(Model):
         None, exclude_if=lambda v: v is None,
         description="Model endpoints the agent may reach through the gateway (agent phase only); "
         "absent: no network at all.")
+    fresh_after: FreshAfter | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Every task committed after this date (`contract new --fresh-after`); absent: no such claim.")
     contract_sha256: str | None = Field(
         None, description="Digest of every other field, recorded at lock."
     )

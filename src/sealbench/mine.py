@@ -42,12 +42,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 from .errors import EnvironmentRefused, HarnessError, PackError, UsageError
 from .formats import Provenance
+from .freshness import parse_date
 
 NO_TESTS: Final = "no tests"
 NO_ENVIRONMENT: Final = "environment did not build"
@@ -65,20 +66,6 @@ _ISSUE_REF = re.compile(r"(?<![\w/])#(\d{1,7})\b")
 
 
 # --- the pure core -------------------------------------------------------------------------------
-
-
-def parse_date(text: str, what: str) -> datetime:
-    """A ``--since``/``--until`` value: ``YYYY-MM-DD`` (midnight UTC) or an ISO 8601 time
-    (UTC when it names no offset).
-
-    Raises:
-        UsageError: neither.
-    """
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(f"{what} {text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time") from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def is_test_path(path: str) -> bool:
@@ -411,14 +398,14 @@ class _Miner:
         changed = _changed(self.scratch, c)
         tests = [p for p in changed if is_test_path(p)]
         fix = [p for p in changed if not is_test_path(p)]
-        here = {"commit": c.sha, "committer_date": c.committer_date, "subject": c.subject}
+        here = Outcome(c.sha, c.committer_date, c.subject, kept=False)
         if not any(p.endswith(".py") for p in tests):
-            return Outcome(**here, kept=False, reason=NO_TESTS, detail="the commit changes no Python test file"), None
+            return replace(here, reason=NO_TESTS, detail="the commit changes no Python test file"), None
         message = self.scratch.git(["log", "-1", "--format=%B", c.sha]).decode("utf-8", "replace")
         base = self.scratch.tree(c.parent, c.sha[:12])
         told = statement(message, _issue_texts(base, message))
         if told is None:
-            return Outcome(**here, kept=False, reason=NO_STATEMENT,
+            return replace(here, reason=NO_STATEMENT,
                            detail=f"the message has fewer than {MIN_STATEMENT_WORDS} words"), None
         rec = SourceRecord(f"commit {c.sha[:12]}", {
             "repo": self.repository, "instance_id": _task_id(self.repository, c.sha), "base_commit": c.parent,
@@ -427,17 +414,17 @@ class _Miner:
         try:
             spec, built = self._environment(rec, base, c)
         except (PackError, EnvironmentRefused, HarnessError) as e:
-            return Outcome(**here, kept=False, reason=NO_ENVIRONMENT, detail=str(e)[:300]), None
+            return replace(here, reason=NO_ENVIRONMENT, detail=str(e)[:300]), None
         split = self._split(rec, base, spec, built)
         flaky = tuple(split.flaky)
         if not split.fail_to_pass:
             if split.flaky_would_decide:
-                return Outcome(**here, kept=False, reason=FLAKY, detail=", ".join(flaky[:5]), flaky=flaky), None
-            return Outcome(**here, kept=False, reason=NO_FAILING_TEST, flaky=flaky), None
+                return replace(here, reason=FLAKY, detail=", ".join(flaky[:5]), flaky=flaky), None
+            return replace(here, reason=NO_FAILING_TEST, flaky=flaky), None
         rec.data["FAIL_TO_PASS"] = split.fail_to_pass
         rec.data["PASS_TO_PASS"] = split.pass_to_pass
         draft = self._draft(rec, base, c, spec)
-        return Outcome(**here, kept=True, task_id=draft.record.task_id, fail_to_pass=tuple(split.fail_to_pass),
+        return replace(here, kept=True, task_id=draft.record.task_id, fail_to_pass=tuple(split.fail_to_pass),
                        pass_to_pass=tuple(split.pass_to_pass), flaky=flaky,
                        detail=f"flaky, left out: {', '.join(flaky[:5])}" if flaky else ""), draft
 
