@@ -525,6 +525,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         _print_run_cards(contract.run_id, where)
     for line in rate_lines(rate):
         print(line)
+    from .freshness import statement
+
+    fresh = statement(contract)
+    if fresh is not None:
+        print(fresh)
     return EXIT_OK
 
 
