@@ -220,7 +220,7 @@ def test_a_fresh_run_states_its_date_and_verify_catches_a_changed_task_date(
         mined: tuple[MineReport, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, pack_dir = mined
     contract = tmp_path / "c.json"
-    make_contract(pack_dir, contract, fresh_after=SINCE, run_id="fresh-1")
+    make_contract(pack_dir, contract, fresh_after=SINCE, run_id="fresh-1", narration_probe=False)
     execute(contract, tmp_path / "run", RunOptions(progress=False))
     bundle = make_bundle(tmp_path / "run", tmp_path / "bundles")
     verify_bundle(bundle)
