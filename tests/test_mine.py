@@ -150,7 +150,7 @@ def _contract(dates: dict[str, str], cutoff: str = SINCE) -> ScoringContract:
     ({"t1": "2026-06-30T23:59:59+00:00"}, {"t1": "2026-06-30T23:59:59+00:00"}, "t1: committed 2026-06-30T23:59:59"),
     ({"t1": "2026-07-04T10:00:00+00:00"}, {"t1": "2026-07-05T10:00:00+00:00"}, "t1: its task record said"),
     ({"t1": "2026-07-04T10:00:00+00:00"}, {"t1": None}, "t1: its task record said committed_at None"),
-])
+], ids=["fresh", "older-than-the-cutoff", "journal-differs", "journal-undated"])
 def test_verify_checks_each_task_date_against_the_cutoff_and_the_journal(dates: dict[str, str],
                                                                           journaled: dict[str, str | None],
                                                                           problem: str | None) -> None:
