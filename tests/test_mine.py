@@ -262,5 +262,5 @@ def test_click_history_yields_valid_tasks_the_reference_passes_and_noop_fails(tm
                  .read_text().splitlines()]
     noop = [json.loads(line) for line in (tmp_path / "runs" / "click-noop" / "scorecards.jsonl")
             .read_text().splitlines()]
-    assert len(reference) == report["kept"] and all(c["task_pass"] for c in reference)
-    assert len(noop) == report["kept"] and not any(c["task_pass"] for c in noop)
+    assert len(reference) == report["kept"] and all(c["outcome"] == "pass" for c in reference)
+    assert len(noop) == report["kept"] and not any(c["outcome"] == "pass" for c in noop)
