@@ -250,13 +250,19 @@ def test_click_history_yields_valid_tasks_the_reference_passes_and_noop_fails(tm
     doc = Path(__file__).resolve().parents[1] / "docs" / "tutorials" / "fresh-tasks.md"
     shutil.copy(CLICK_BUNDLE, tmp_path / "click.bundle")
     sealbench = str(Path(sys.executable).parent / "sealbench")
+    said = ""
     for block in _sh_blocks(doc):
         script = block.replace("sealbench ", f"{shlex.quote(sealbench)} ")
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
                               text=True, check=False)
         assert proc.returncode == 0, f"{block}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        said += proc.stdout
     report = json.loads((tmp_path / "mined.json").read_text())
     assert report["kept"] >= 3, report
+    claim = f"all {report['kept']} tasks committed after 2026-07-09"
+    # contract new twice, run twice, score, and compare
+    assert said.count(claim) >= 6, said[-3000:]
+    assert claim in (tmp_path / "click-reference-report" / "index.html").read_text()
     assert all(o["kept"] or o["reason"] for o in report["outcomes"])
     reference = [json.loads(line) for line in (tmp_path / "runs" / "click-reference" / "scorecards.jsonl")
                  .read_text().splitlines()]
