@@ -262,7 +262,7 @@ def test_click_history_yields_valid_tasks_the_reference_passes_and_noop_fails(tm
     claim = f"all {report['kept']} tasks committed after 2026-07-09"
     # contract new twice, run twice, score, and compare
     assert said.count(claim) >= 6, said[-3000:]
-    assert claim in (tmp_path / "click-reference-report" / "index.html").read_text()
+    assert claim in (tmp_path / "click-reference-report" / "report.md").read_text()
     assert all(o["kept"] or o["reason"] for o in report["outcomes"])
     reference = [json.loads(line) for line in (tmp_path / "runs" / "click-reference" / "scorecards.jsonl")
                  .read_text().splitlines()]
