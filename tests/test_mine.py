@@ -226,6 +226,8 @@ def test_a_fresh_run_states_its_date_and_verify_catches_a_changed_task_date(
     verify_bundle(bundle)
     assert main(["score", str(contract), str(tmp_path / "run")]) == 0
     assert f"all 1 task committed after {SINCE}" in capsys.readouterr().out
+    assert main(["report", str(bundle), "--out", str(tmp_path / "report")]) == 0
+    assert f"all 1 task committed after {SINCE}" in (tmp_path / "report" / "report.md").read_text()
     journal = bundle / "journal.jsonl"
     journal.write_text(re.sub(r'"committed_at":"[^"]+"', '"committed_at":"2026-06-01T00:00:00+00:00"',
                               journal.read_text()))
