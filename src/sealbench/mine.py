@@ -44,11 +44,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import EnvironmentRefused, HarnessError, PackError, UsageError
 from .formats import Provenance
 from .freshness import parse_date
+
+if TYPE_CHECKING:
+    from .environments import BuiltEnv
+    from .formats import EnvironmentSpec
+    from .importers.draft import FileEntry, TaskDraft
+    from .importers.sources import SourceRecord
+    from .importers.swebench import _Scratch
 
 NO_TESTS: Final = "no tests"
 NO_ENVIRONMENT: Final = "environment did not build"
@@ -263,7 +270,7 @@ def _head(clone: Path, tmp: Path) -> str:
     return proc.stdout.decode().strip()
 
 
-def _commits(scratch: Any, head: str, since: datetime, until: datetime | None) -> list[_Commit]:
+def _commits(scratch: _Scratch, head: str, since: datetime, until: datetime | None) -> list[_Commit]:
     """First-parent commits after ``since`` (both dates) and not after ``until``, oldest first."""
     out = scratch.git(["log", "--first-parent", "--reverse", "--format=%H%x00%P%x00%aI%x00%cI%x00%s",
                        f"--since={since.isoformat()}", head], failure="cannot read the history")
@@ -284,13 +291,13 @@ def _commits(scratch: Any, head: str, since: datetime, until: datetime | None) -
     return found
 
 
-def _changed(scratch: Any, c: _Commit) -> list[str]:
+def _changed(scratch: _Scratch, c: _Commit) -> list[str]:
     out = scratch.git(["diff", "--no-renames", "--name-only", "-z", c.parent, c.sha],
                       failure=f"{c.sha[:12]}: cannot diff")
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
 
 
-def _patch(scratch: Any, c: _Commit, paths: Sequence[str]) -> str:
+def _patch(scratch: _Scratch, c: _Commit, paths: Sequence[str]) -> str:
     if not paths:
         return ""
     out = scratch.git(["diff", "--no-renames", "--binary", "--full-index", "--no-color", c.parent, c.sha, "--",
@@ -298,7 +305,7 @@ def _patch(scratch: Any, c: _Commit, paths: Sequence[str]) -> str:
     return str(out.decode("utf-8", "surrogateescape"))
 
 
-def _issue_texts(base: Mapping[str, Any], message: str) -> dict[str, str]:
+def _issue_texts(base: Mapping[str, FileEntry], message: str) -> dict[str, str]:
     texts: dict[str, str] = {}
     for number in issue_numbers(message):
         pattern = re.compile(rf"(?:^|/)issues?/(?:issue-?)?{number}(?:\.md|\.txt|\.rst)?$")
@@ -309,7 +316,7 @@ def _issue_texts(base: Mapping[str, Any], message: str) -> dict[str, str]:
     return texts
 
 
-def _write_tree(root: Path, files: Mapping[str, Any]) -> None:
+def _write_tree(root: Path, files: Mapping[str, FileEntry]) -> None:
     from .importers.swebench import _materialise
 
     for rel, entry in files.items():
@@ -343,7 +350,7 @@ class _Runner:
 
         self.box = open_sandbox(sandbox)
 
-    def run(self, tree: Path, targets: Sequence[str], built: Any, import_roots: Sequence[str]) -> dict[str, str]:
+    def run(self, tree: Path, targets: Sequence[str], built: BuiltEnv, import_roots: Sequence[str]) -> dict[str, str]:
         import posixpath
 
         from .environments import REPO_MOUNT
@@ -391,7 +398,7 @@ class _Miner:
             self._runner = _Runner(self.options.sandbox)
         return self._runner
 
-    def examine(self, c: _Commit) -> tuple[Outcome, Any]:
+    def examine(self, c: _Commit) -> tuple[Outcome, TaskDraft | None]:
         """The outcome of one candidate and, when kept so far, its task draft."""
         from .importers.sources import SourceRecord
 
@@ -423,12 +430,12 @@ class _Miner:
             return replace(here, reason=NO_FAILING_TEST, flaky=flaky), None
         rec.data["FAIL_TO_PASS"] = split.fail_to_pass
         rec.data["PASS_TO_PASS"] = split.pass_to_pass
-        draft = self._draft(rec, base, c, spec)
+        draft = self._draft(rec, c)
         return replace(here, kept=True, task_id=draft.record.task_id, fail_to_pass=tuple(split.fail_to_pass),
                        pass_to_pass=tuple(split.pass_to_pass), flaky=flaky,
                        detail=f"flaky, left out: {', '.join(flaky[:5])}" if flaky else ""), draft
 
-    def _environment(self, rec: Any, base: Mapping[str, Any], c: _Commit) -> tuple[Any, Any]:
+    def _environment(self, rec: SourceRecord, base: Mapping[str, FileEntry], c: _Commit) -> tuple[EnvironmentSpec, BuiltEnv]:
         from . import environments
         from .importers.draft import ImportOptions
         from .importers.swebench import _environment
@@ -437,7 +444,8 @@ class _Miner:
         built, _fresh = environments.build(spec)
         return spec, built
 
-    def _split(self, rec: Any, base: Mapping[str, Any], spec: Any, built: Any) -> TestSplit:
+    def _split(self, rec: SourceRecord, base: Mapping[str, FileEntry], spec: EnvironmentSpec,
+               built: BuiltEnv) -> TestSplit:
         tests, _ = self.scratch.patched(base, rec.data["test_patch"], rec.where, "the test patch")
         fixed, _ = self.scratch.patched(base, rec.data["patch"], rec.where, "the fix")
         targets = sorted(p for p in tests if p.endswith(".py") and is_test_path(p)
@@ -452,7 +460,7 @@ class _Miner:
                 shutil.rmtree(tree, ignore_errors=True)
         return split_tests(runs["before"], runs["after"])
 
-    def _draft(self, rec: Any, base: Mapping[str, Any], c: _Commit, spec: Any) -> Any:
+    def _draft(self, rec: SourceRecord, c: _Commit) -> TaskDraft:
         from .importers.draft import ImportOptions
         from .importers.swebench import WALL_CLOCK_S, _task
 
@@ -495,7 +503,7 @@ def mine(source: Path, out: Path, options: MineOptions) -> MineReport:
         commits = commits[:options.max_candidates]
         options.say(f"{len(commits)} candidate commits of {miner.repository} after {options.since}")
         outcomes: list[Outcome] = []
-        drafts: dict[str, Any] = {}
+        drafts: dict[str, TaskDraft] = {}
         for n, c in enumerate(commits, 1):
             outcome, draft = miner.examine(c)
             options.say(f"[{n}/{len(commits)}] {c.sha[:12]} {'kept' if outcome.kept else outcome.reason}")
@@ -508,7 +516,7 @@ def mine(source: Path, out: Path, options: MineOptions) -> MineReport:
                       elapsed_s=time.monotonic() - started)
 
 
-def _sealed(drafts: Mapping[str, Any], outcomes: list[Outcome], out: Path, miner: _Miner,
+def _sealed(drafts: Mapping[str, TaskDraft], outcomes: list[Outcome], out: Path, miner: _Miner,
             options: MineOptions) -> list[Outcome]:
     """Write the kept candidates as a pack and validate it; a task that does not validate is
     dropped and the pack written again without it, until every task in it is valid."""
@@ -518,8 +526,12 @@ def _sealed(drafts: Mapping[str, Any], outcomes: list[Outcome], out: Path, miner
     while kept:
         staging = out.parent / f".{out.name}.mining"
         shutil.rmtree(staging, ignore_errors=True)
-        _write(kept, staging, miner, options)
-        validity = validate_pack(staging, repeat=options.repeat, progress=False)
+        try:
+            _write(kept, staging, miner, options)
+            validity = validate_pack(staging, repeat=options.repeat, progress=False)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         invalid = {sha: validity.tasks[d.record.task_id] for sha, d in kept.items()
                    if not validity.tasks[d.record.task_id].valid}
         if not invalid:
@@ -535,18 +547,19 @@ def _sealed(drafts: Mapping[str, Any], outcomes: list[Outcome], out: Path, miner
     return outcomes
 
 
-def _write(drafts: Mapping[str, Any], out: Path, miner: _Miner, options: MineOptions) -> None:
+def _write(drafts: Mapping[str, TaskDraft], out: Path, miner: _Miner, options: MineOptions) -> None:
+    from .freshness import task_date
     from .importers.draft import PackDraft
     from .importers.provenance import load_template
     from .importers.swebench import TEMPLATE_ID
     from .importers.writer import write_pack
 
-    first = min(datetime.fromisoformat(d.record.provenance.committer_date) for d in drafts.values())
+    first = min(when for d in drafts.values() if (when := task_date(d.record)) is not None)
     from .importers.sources import task_id_for
 
     name = options.name or task_id_for(f"{miner.repository.replace('/', '__')}-fresh-{options.since[:10]}", "--name")
     description = (f"{len(drafts)} tasks mined from the commits of {miner.repository} after {options.since}"
-                   f"{' until ' + options.until if options.until else ''} (the first committed "
+                   f"{' until ' + options.until if options.until else ''} (the oldest committed "
                    f"{first.isoformat()}): the parent commit as the workspace, the commit's tests withheld "
                    f"and its fix as the reference.")
     write_pack(PackDraft(name=name, description=description,
