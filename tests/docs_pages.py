@@ -21,9 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/defences.py, run as a script
 
-from defences import LIST, PAGE, load, splice_table  # noqa: E402
-
-from sealbench import cli_doc, schema_doc  # noqa: E402
+from defences import LIST, PAGE, load, splice_table
+from sealbench import cli_doc, schema_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLICED = (Path("docs") / "reference" / "formats.md", Path("docs") / "reference" / "journal-events.md")
