@@ -253,6 +253,52 @@ def baseline(defences: Sequence[Defence], base: Path, jobs: int) -> list[str]:
         return [p for found in pool.map(run, range(len(chunks))) for p in found]
 
 
+# Where an entry's `where` names a section of the docs (by its old heading: "The sandbox",
+# "The pieces: Verify", ...), the table links the page it is on, relative to PAGE; the longest
+# heading a part of `where` starts with wins.
+SECTIONS = {
+    "The sandbox": "sandbox.md",
+    "Known exploits": "threat-model.md",
+    "Architecture": "architecture.md",
+    "The pieces": "pieces.md",
+    "The pieces: Pack": "pieces.md",
+    "The pieces: Contract": "pieces.md",
+    "The pieces: Journal": "pieces.md",
+    "The pieces: Run": "outcomes.md",
+    "The pieces: pytest oracles": "outcomes.md",
+    "The pieces (which tests decide)": "outcomes.md",
+    "Task packs (which tests decide)": "outcomes.md",
+    "The pieces: Show": "../how-to/debug-failed-task.md",
+    "The pieces: Bundle": "../how-to/publish-and-verify.md",
+    "The pieces: Public bundle": "../how-to/publish-and-verify.md",
+    "The pieces: Verify": "../how-to/publish-and-verify.md",
+    "The pieces: Report": "../how-to/publish-and-verify.md",
+    "The pieces: Compare": "../how-to/compare.md",
+    "The pieces: Repository tasks": "../tutorials/repository-tasks.md",
+    "Runs you can trust after anything": "../how-to/resume.md",
+    "Scale-out on Ray": "../how-to/ray.md",
+    "Model-backed agents": "../tutorials/real-agent.md#model-backed-agents",
+    "Model-backed agents (replay)": "../how-to/replay.md",
+    "Agent presets": "../tutorials/real-agent.md#agent-presets-real-agents-out-of-the-box",
+    "score": "../reference/cli/score.md",
+}
+
+
+def _where(where: str) -> str:
+    """An entry's `where`, each part naming a docs section linked to its page."""
+    parts = []
+    for part in (p.strip() for p in where.split(";")):
+        part = part.removeprefix("README: ")
+        heading = max((h for h in SECTIONS if part.startswith(h)), key=len, default=None)
+        if heading is not None:
+            parts.append(f"[{part}]({SECTIONS[heading]})")
+        elif part.startswith("src/"):
+            parts.append(f"`{part}`")
+        else:
+            parts.append(part)
+    return "; ".join(parts).replace("|", "\\|")
+
+
 def defences_table(defences: Sequence[Defence]) -> str:
     """The docs' list of defences, each with the tests that prove it."""
     rows = [TABLE_BEGIN, "", "| defence | claimed in | removed by editing | proven by |", "|---|---|---|---|"]
@@ -260,7 +306,7 @@ def defences_table(defences: Sequence[Defence]) -> str:
         files = ", ".join(dict.fromkeys(f"`{Path(e.file).name}`" for e in d.edits))
         tests = "<br>".join(f"`{t.split('::', 1)[1]}` ({Path(t.split('::', 1)[0]).name})" for t in d.tests)
         claim = " ".join(d.claim.split()).replace("|", "\\|")
-        rows.append(f"| {claim} | {d.where} | {files} | {tests} |")
+        rows.append(f"| {claim} | {_where(d.where)} | {files} | {tests} |")
     rows += ["", TABLE_END]
     return "\n".join(rows)
 
