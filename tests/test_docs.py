@@ -139,3 +139,15 @@ def test_every_sealbench_variable_the_code_reads_or_sets_is_documented() -> None
     page = (DOCS / "reference" / "environment.md").read_text(encoding="utf-8")
     assert len(names) >= 10
     assert sorted(n for n in names if f"`{n}`" not in page) == []
+
+
+def test_the_command_line_pages_carry_every_command_and_its_examples() -> None:
+    from sealbench.cli import EXAMPLES
+
+    folder = DOCS / "reference" / "cli"
+    text = "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.md")))
+    missing = [line for lines in EXAMPLES.values() for line in lines if line.split("\n", 1)[0] not in text]
+    assert missing == []
+    for command in ("contract new", "pack validate", "runs move"):
+        top, sub = command.split()
+        assert f"## sealbench {command}\n" in (folder / f"{top}.md").read_text(encoding="utf-8")

@@ -2,7 +2,7 @@
 
 One page per command (``docs/reference/cli/<command>.md``), each holding the command's ``--help``
 and that of each of its subcommands, examples included (the parser adds them), and an index
-page listing the commands in the order of ``sealbench --help``. ``make docs`` writes them;
+page listing the commands in the groups of ``sealbench --help`` (set up, run, inspect, ...). ``make docs`` writes them;
 a test fails when one is out of date.
 """
 
@@ -47,6 +47,25 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, tuple[argparse.Arg
     return {}
 
 
+def _groups(parser: argparse.ArgumentParser) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The commands that run something (``contract new``), with their help, in the groups of
+    ``sealbench --help``; one missing from its table goes last, under "other"."""
+    from .cli import COMMAND_GROUPS, _leaf_commands, _subcommands
+
+    action = _subcommands(parser)
+    assert action is not None
+    leaves = _leaf_commands(action)
+    groups = [(group, [(name, leaves[name]) for name in names if name in leaves]) for group, names in COMMAND_GROUPS]
+    placed = {name for _, names in COMMAND_GROUPS for name in names}
+    other = [(name, leaves[name]) for name in sorted(set(leaves) - placed)]
+    return groups + ([("other", other)] if other else [])
+
+
+def _cell(text: str) -> str:
+    """``text`` safe in a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
 def _block(text: str) -> list[str]:
     return ["```text", text.rstrip(), "```", ""]
 
@@ -68,11 +87,17 @@ def pages() -> dict[Path, str]:
         parser = build_parser()
         commands = _subparsers(parser)
         index = ["# Command line", "", NOTE, "",
-                 "Every command, with its `--help` (examples at the end of each). The same text is one "
-                 "`sealbench COMMAND --help` away; the [exit codes](../exit-codes.md) are shared by all.", "",
-                 "| command | what it does |", "|---|---|"]
-        index += [f"| [`{name}`]({name}.md) | {summary} |" for name, (_, summary) in commands.items()]
-        index += ["", "## sealbench", "", *_block(parser.format_help())]
+                 "Every command, with its `--help` (examples at the end of each), by the step of the work it "
+                 "belongs to, as `sealbench --help` lists them. The same text is one `sealbench COMMAND --help` "
+                 "away; the [exit codes](../exit-codes.md) are shared by all.", ""]
+        for group, names in _groups(parser):
+            index += [f"## {group[:1].upper()}{group[1:]}", "", "| command | what it does |", "|---|---|"]
+            for name, summary in names:
+                top = name.split(" ", 1)[0]
+                anchor = "" if top == name else "#sealbench-" + name.replace(" ", "-")
+                index.append(f"| [`{name}`]({top}.md{anchor}) | {_cell(summary)} |")
+            index.append("")
+        index += ["## sealbench", "", *_block(parser.format_help())]
         out = {FOLDER / "index.md": "\n".join(index).rstrip() + "\n"}
         for name, (sub, summary) in commands.items():
             out[FOLDER / f"{name}.md"] = _command_page(name, sub, summary)
