@@ -6,7 +6,7 @@ through pack validate. Reported: candidates per minute and the share kept. The f
 the same run, is what any miner must do at least: clone the bundle, list the same commits
 (git log) and read each one's diff (git diff against its parent). No target: the floor runs
 no test, so the ratio says how much of mining is running tests.
-Run: .venv/bin/python benchmarks/bench_mine.py [--bundle PATH] [--since DATE] [--runs R]
+Run: .venv/bin/python benchmarks/mine_rate.py [--bundle PATH] [--since DATE] [--runs R]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
                                "pallets/click", "-o", str(root / f"pack-{r}"), "--json", str(report_file)]), "mine")
             report = json.loads(report_file.read_text())
             if r == 0:
-                print(f"bench_mine: click after {args.since}: {report['candidates']} candidates, {report['kept']} "
+                print(f"mine_rate: click after {args.since}: {report['candidates']} candidates, {report['kept']} "
                       f"kept, dropped {report['dropped']}; {args.runs} runs")
             mined.append(m.seconds)
             rates.append(report["candidates"] / (m.seconds / 60))
