@@ -109,20 +109,17 @@ def issue_numbers(message: str) -> list[str]:
     return list(dict.fromkeys(_ISSUE_REF.findall(message)))
 
 
-class TestSplit:
+@dataclass(frozen=True)
+class SplitOfTests:
     """FAIL_TO_PASS, PASS_TO_PASS and the flaky tests, from repeated runs (:func:`split_tests`)."""
 
-    __slots__ = ("fail_to_pass", "flaky", "flaky_would_decide", "pass_to_pass")
-
-    def __init__(self, fail_to_pass: list[str], pass_to_pass: list[str], flaky: list[str],
-                 flaky_would_decide: bool) -> None:
-        self.fail_to_pass = fail_to_pass
-        self.pass_to_pass = pass_to_pass
-        self.flaky = flaky
-        self.flaky_would_decide = flaky_would_decide
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    flaky: list[str]
+    flaky_would_decide: bool
 
 
-def split_tests(before: Sequence[Mapping[str, str]], after: Sequence[Mapping[str, str]]) -> TestSplit:
+def split_tests(before: Sequence[Mapping[str, str]], after: Sequence[Mapping[str, str]]) -> SplitOfTests:
     """Sort the tests of repeated runs (each a test name -> outcome map; a test missing from a
     run did not run there, as when its file failed to import before the fix).
 
@@ -145,7 +142,7 @@ def split_tests(before: Sequence[Mapping[str, str]], after: Sequence[Mapping[str
             p2p.append(name)
         elif now[0] == "passed":
             f2p.append(name)
-    return TestSplit(f2p, p2p, flaky, would_decide)
+    return SplitOfTests(f2p, p2p, flaky, would_decide)
 
 
 @dataclass(frozen=True)
@@ -445,7 +442,7 @@ class _Miner:
         return spec, built
 
     def _split(self, rec: SourceRecord, base: Mapping[str, FileEntry], spec: EnvironmentSpec,
-               built: BuiltEnv) -> TestSplit:
+               built: BuiltEnv) -> SplitOfTests:
         tests, _ = self.scratch.patched(base, rec.data["test_patch"], rec.where, "the test patch")
         fixed, _ = self.scratch.patched(base, rec.data["patch"], rec.where, "the fix")
         targets = sorted(p for p in tests if p.endswith(".py") and is_test_path(p)
