@@ -275,6 +275,7 @@ SECTIONS = {
     "The pieces: Report": "../how-to/publish-and-verify.md",
     "The pieces: Compare": "../how-to/compare.md",
     "The pieces: Repository tasks": "../tutorials/repository-tasks.md",
+    "Fresh tasks": "../tutorials/fresh-tasks.md",
     "Runs you can trust after anything": "../how-to/resume.md",
     "Scale-out on Ray": "../how-to/ray.md",
     "Model-backed agents": "../tutorials/real-agent.md#model-backed-agents",

@@ -605,6 +605,17 @@ def _chain_problems(chain: ChainReport | None, source: str) -> list[str]:
     return problems
 
 
+def _fresh_problems(contract: ScoringContract, lines: Sequence[Any], source: str) -> list[str]:
+    """The contract's fresh-tasks claim against the task dates its journal recorded (see
+    :mod:`sealbench.freshness`); nothing for a contract that claims nothing and a journal
+    that records no date."""
+    from .freshness import problems
+
+    journaled = {line.event.task_id: line.event.committed_at for line in lines
+                 if isinstance(line.event, ev.TaskStarted) and line.event.task_id is not None}
+    return [f"{source}: {p}" for p in problems(contract, journaled, list(journaled))]
+
+
 def check_bundle(
     files: Mapping[str, bytes],
     chain: ChainReport | None,
@@ -657,7 +668,9 @@ def check_bundle(
     # The chain shows the journal was not edited, unless every hash was recomputed: what the
     # events mean must agree too (see consistency's module docstring).
     problems += journal_contradictions(events, contract)
+    problems += _fresh_problems(contract, events, JOURNAL)
     if probe_events is not None:
+        problems += _fresh_problems(contract, probe_events, PROBE_JOURNAL)
         problems += run_pins(contract, probe_events, PROBE_JOURNAL, probe=True)
         if pack is not None and pack.hidden:
             problems += _pack_pins(pack, probe_events, PROBE_JOURNAL)

@@ -37,7 +37,7 @@ EPILOG = """exit codes:
 # Every command, by where it falls in the workflow: `sealbench --help` lists them from here
 # (argparse has no groups of subcommands); a test keeps it equal to the parser's commands.
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("set up", ("init", "pack seal", "pack check", "pack validate", "import", "env build", "agents list",
+    ("set up", ("init", "pack seal", "pack check", "pack validate", "import", "mine", "env build", "agents list",
                 "agents install", "keygen")),
     ("run", ("contract new", "contract lock", "agents check", "run", "probe", "eval", "demo")),
     ("inspect", ("show", "score", "report", "compare", "runs list", "runs show", "runs rebuild", "runs move")),
@@ -63,6 +63,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "import": ("sealbench import humaneval HumanEval.jsonl.gz -o humaneval-pack",
                "sealbench import mbpp mbpp.jsonl -o mbpp-pack --limit 50 --max-attempts 2",
                "sealbench import swebench swebench-lite.jsonl -o swebench-pack --repo clones/"),
+    "mine": ("sealbench mine clones/click --since 2026-07-01 -o click-fresh",
+             "sealbench mine click.bundle --since 2026-07-01 --until 2026-08-01 --max 20 -o click-fresh --json mined.json"),
     "contract": ("sealbench contract new mypack -o mypack.contract.json --agent \"python3 mypack/agent.py "
                  "{prompt_file}\" \\\n      --agent-label \"my agent 0.1\" --host \"this machine\"",
                  "sealbench contract lock mypack.contract.json --run-id mypack-1"),
@@ -299,6 +301,24 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_mine(args: argparse.Namespace) -> int:
+    from .mine import MineOptions, mine, write_report
+
+    report = mine(Path(args.repo), Path(args.output), MineOptions(
+        since=args.since, until=args.until, max_candidates=args.max, repeat=args.repeat, repository=args.repository,
+        name=args.name, python=args.python, sandbox=args.sandbox, say=lambda line: print(line, flush=True)))
+    print(report.table())
+    if args.json is not None:
+        write_report(report, Path(args.json))
+    if report.pack is None:
+        print(f"no candidate kept: nothing written at {args.output}")
+        return EXIT_REFUSED
+    print(f"wrote {len(report.kept)} validated task(s) to {report.pack}, every one committed after {args.since}")
+    _next(args, "contract", "new", args.output, "--fresh-after", args.since, "-o", "CONTRACT",
+          why="the contract locks the date; every report then states it")
+    return EXIT_OK
+
+
 def cmd_env_build(args: argparse.Namespace) -> int:
     from .environments import build_all, cache_root
     from .pack import check_pack
@@ -357,6 +377,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         oracle_validity="unavailable" if args.oracle_validity_unavailable else "required",
         seed=args.seed,
         flagged_pass="counted" if args.count_flagged_passes else "not_counted",
+        fresh_after=args.fresh_after,
     )
     if endpoints is not None:
         contract = contract.model_copy(update={"model_endpoints": endpoints})
@@ -368,6 +389,11 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     sweep_temp_files(out.parent)
     write_atomic(out, model_json(contract))
     print(f"wrote unlocked contract {out}: {len(contract.task_ids)} task(s) in the denominator")
+    from .freshness import statement
+
+    fresh = statement(contract)
+    if fresh is not None:
+        print(f"{fresh}: the date is locked with the contract")
     if endpoints is not None:
         e = endpoints[0]
         print(f"model endpoint {e.name!r}: {e.style} at {e.base_url}, key read from ${e.key_env} at run; "
@@ -499,6 +525,11 @@ def cmd_score(args: argparse.Namespace) -> int:
         _print_run_cards(contract.run_id, where)
     for line in rate_lines(rate):
         print(line)
+    from .freshness import statement
+
+    fresh = statement(contract)
+    if fresh is not None:
+        print(fresh)
     return EXIT_OK
 
 
@@ -888,6 +919,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every task's wall-clock ceiling (default: the importer's)")
     p.set_defaults(func=cmd_import)
 
+    p = sub.add_parser("mine", help="mine fresh repository tasks from a git history's commits after a date")
+    p.add_argument("repo", help="a local clone or a git bundle of the repository")
+    p.add_argument("--since", required=True, metavar="DATE",
+                   help="keep commits whose author and committer dates are both after DATE (YYYY-MM-DD is "
+                   "midnight UTC, or an ISO 8601 time)")
+    p.add_argument("--until", metavar="DATE", help="and neither of them after DATE (default: no bound)")
+    p.add_argument("--max", type=int, metavar="N", help="examine at most the first N candidates (default: all)")
+    p.add_argument("-o", "--output", required=True, metavar="PACK", help="new pack directory (must not exist)")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="runs of the tests before and after each fix, and pack validate's repeats (default 3)")
+    p.add_argument("--repository", metavar="NAME",
+                   help="the repository's name in the tasks' provenance (default: the clone's directory name)")
+    p.add_argument("--name", metavar="NAME", help="the pack name (default: REPOSITORY-fresh-SINCE)")
+    p.add_argument("--python", metavar="VERSION",
+                   help="the Python version of the tasks' environments (default: the one running sealbench)")
+    p.add_argument("--sandbox", default="auto", choices=_sandbox_names(),
+                   help="where the tests run (default: auto)")
+    p.add_argument("--json", metavar="FILE", help="also write the kept/dropped report as JSON to FILE")
+    p.set_defaults(func=cmd_mine)
+
     con = sub.add_parser("contract", help="write or lock a scoring contract").add_subparsers(
         dest="contract_command", parser_class=_Parser, required=True
     )
@@ -946,6 +997,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lock without oracle-validity evidence (every report says so)")
     controls.add_argument("--count-flagged-passes", action="store_true",
                    help="count a pass whose test process raised a forging flag (by default it fails)")
+    controls.add_argument("--fresh-after", metavar="DATE",
+                   help="refuse any task not committed after DATE (YYYY-MM-DD is midnight UTC; mined packs record "
+                        "each task's commit dates) and lock the date: every report states it (default: no claim)")
     controls.add_argument("--seed", type=int, default=0, help="seed for tasks that do not pin their own (default 0)")
     controls.add_argument("--min-power", type=float, metavar="P",
                    help="lock a minimum power (0 to 1, such as 0.8): `compare` calls a pair underpowered, whatever "

@@ -339,6 +339,15 @@ class CompareReport:
     """What the comparison was allowed to overlook (mixed isolation), printed with it."""
     model_use: tuple[tuple[str, str], ...] = ()
     """``(run_id, what its model calls used)`` of the runs whose agent called a model."""
+    fresh: tuple[tuple[str, str], ...] = ()
+    """``(run_id, "all N tasks committed after DATE")`` of the runs whose contract claims fresh tasks."""
+
+    def fresh_lines(self) -> list[str]:
+        """The fresh-tasks claims: one line when every run makes the same one, else one per run."""
+        said = {statement for _, statement in self.fresh}
+        if len(said) == 1 and len(self.fresh) == len(self.run_ids):
+            return [f"  {said.pop()} (every run's contract)"]
+        return [f"  {run_id}: {statement}" for run_id, statement in self.fresh]
 
     def lines(self) -> list[str]:
         """The comparison as sentences for a terminal."""
@@ -347,7 +356,8 @@ class CompareReport:
             f"paired comparison of {', '.join(self.run_ids)} on the same {len(self.task_ids)} task(s); "
             f"tie rule fixed before the runs: {self.tie_rule.test} at alpha {self.tie_rule.alpha:g}, {correction}"
         )
-        return [head, *(f"  caveat: {c}" for c in self.caveats), *(f"  {p.sentence()}" for p in self.pairs),
+        return [head, *self.fresh_lines(), *(f"  caveat: {c}" for c in self.caveats),
+                *(f"  {p.sentence()}" for p in self.pairs),
                 *(f"  {run_id} used {words}" for run_id, words in self.model_use), "  not a vendor ranking."]
 
     def to_json(self) -> dict[str, Any]:
@@ -361,6 +371,7 @@ class CompareReport:
             "caveats": list(self.caveats),
             "model_use": {run_id: words for run_id, words in self.model_use},
             "note": "not a vendor ranking",
+            **({"fresh": {run_id: statement for run_id, statement in self.fresh}} if self.fresh else {}),
         }
 
 
@@ -516,7 +527,10 @@ def compare_sides(sides: Sequence[Side], *, allow_mixed_isolation: bool = False)
     except ValueError as e:
         raise _refuse(str(e)) from None
     caveat = isolation_caveat(sides)
-    return CompareReport(model_use=tuple((s.run_id, s.model_use) for s in sides if s.model_use),
+    from .freshness import statement
+
+    fresh = tuple((s.run_id, said) for s in sides if (said := statement(s.contract)) is not None)
+    return CompareReport(model_use=tuple((s.run_id, s.model_use) for s in sides if s.model_use), fresh=fresh,
                          run_ids=tuple(s.run_id for s in sides), task_ids=task_ids, tie_rule=rule,
                          pairs=tuple(pairs), caveats=(caveat,) if caveat else ())
 

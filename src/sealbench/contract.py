@@ -141,15 +141,21 @@ def new_contract(
     oracle_validity: str = "required",
     seed: int = 0,
     flagged_pass: str = "not_counted",
+    fresh_after: str | None = None,
 ) -> tuple[ScoringContract, dict[str, str]]:
     """Build an unlocked contract over an explicit denominator from a sealed pack.
 
     Returns the contract and the tasks left out before the lock, with the reason (tasks whose
     oracle failed validation). Explicitly requested invalid tasks are refused.
 
+    ``fresh_after``: a date every task must be committed after (:mod:`sealbench.freshness`),
+    locked with each task's date.
+
     Raises:
         ContractError: unsealed pack, unknown or duplicate task ids, non-uniform budgets
-            without an explicit cap, explicitly requested invalid tasks.
+            without an explicit cap, explicitly requested invalid tasks, a task not committed
+            after ``fresh_after`` (naming it).
+        UsageError: ``fresh_after`` is not a date.
     """
     seal = pack.manifest.seal
     if seal is None:
@@ -183,6 +189,11 @@ def new_contract(
                             f"({len(left_out)} failed `pack validate`: {shown}{'; ...' if len(left_out) > 5 else ''}); "
                             f"fix the tasks' oracles, seal and validate again")
     records = [pack.tasks[t].record for t in ids]
+    fresh = None
+    if fresh_after is not None:
+        from .freshness import fresh_after as claim
+
+        fresh = claim({t: pack.tasks[t].record for t in ids}, fresh_after)
 
     def uniform(field: str) -> float | None:
         values = {getattr(r, field) for r in records}
@@ -232,6 +243,9 @@ def new_contract(
         seed=seed,
         flagged_pass=flagged_pass,  # type: ignore[arg-type]
     )
+    if fresh is not None:
+        # Set only when claimed: a contract without the claim keeps the bytes it always had.
+        contract = contract.model_copy(update={"fresh_after": fresh})
     return contract, left_out
 
 

@@ -398,6 +398,15 @@ class Coordinator:
                 self.executor.warm(self._first_spec(task))
                 self._warmed.add(task.task_id)
 
+    def _committed_at(self, task: Task) -> str | None:
+        """The task record's commit date, journaled only under a contract that claims fresh tasks."""
+        if self.settings.contract.fresh_after is None:
+            return None
+        from .freshness import task_date
+
+        when = task_date(task.record)
+        return when.isoformat() if when is not None else None
+
     def _start(self, task: Task) -> None:
         tid = task.task_id
         prior = self.prior.get(tid, Prior())
@@ -410,7 +419,8 @@ class Coordinator:
                                   prompt_template_id="narration-probe" if settings.probe
                                   else task.record.prompt_template_id,
                                   hidden_tests_sha256=task.record.hidden_tests_sha256,
-                                  oracle_cmd=list(task.record.oracle_cmd), **ev.present(oracle_guard=unguarded)))
+                                  oracle_cmd=list(task.record.oracle_cmd),
+                                  **ev.present(oracle_guard=unguarded, committed_at=self._committed_at(task))))
         t0 = self.now()
         run = _TaskRun(task=task, prior=prior, t0=t0, deadline=t0 + settings.budget.wall_clock_s - prior.consumed_s,
                        first=prior.first_attempt_passed, attempts_used=prior.attempts_started,

@@ -217,6 +217,8 @@ class TaskStarted(Event):
     hidden_tests_sha256: str | None = Field(None, description="Digest of the hidden tests.")
     oracle_cmd: list[str] | None = Field(None, description="The oracle's argv as run.")
     oracle_guard: str | None = Field(None, description="'none' for a pytest oracle run as sealed, unguarded.")
+    committed_at: str | None = Field(None, description="The task's commit date from its record's provenance, "
+                                     "when the contract claims fresh tasks (`--fresh-after`); absent otherwise.")
 
 
 class AttemptStarted(Event):

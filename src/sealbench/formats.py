@@ -8,6 +8,7 @@ schema NAME`` prints the JSON Schema of each one; docs/reference/formats.md docu
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
 )
 
@@ -58,6 +60,36 @@ class Provenance(Model):
         description="What is known about overlap with model training data; "
         "'unknown' makes every report print 'contamination unknown'.",
     )
+    repository: str | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="A mined task's repository (its name, or the clone it was read from).")
+    commit: str | None = Field(
+        None, pattern=r"^[0-9a-f]{40,64}$", exclude_if=lambda v: v is None,
+        description="A mined task's commit: the fix and the tests it adds or changes (full hex id).")
+    author_date: str | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="The commit's author date, ISO 8601 with its UTC offset (as git prints %aI).")
+    committer_date: str | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="The commit's committer date, ISO 8601 with its UTC offset (as git prints %cI).")
+
+    @field_validator("author_date", "committer_date")
+    @classmethod
+    def _aware_date(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                when = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an ISO 8601 date and time") from None
+            if when.tzinfo is None:
+                raise ValueError(f"{value!r} has no UTC offset")
+        return value
+
+    def committed_at(self) -> datetime | None:
+        """The earlier of the commit's two dates (a task is only as fresh as the first time its
+        change existed), or None when the record carries neither."""
+        dates = [datetime.fromisoformat(d) for d in (self.author_date, self.committer_date) if d is not None]
+        return min(dates) if dates else None
 
 
 class EnvironmentSpec(Model):
@@ -396,6 +428,15 @@ class ModelEndpoint(Model):
         "when that is less. Must be under the wall-clock cap.")
 
 
+class FreshAfter(Model):
+    """A contract's claim that every task of its denominator was committed after a date."""
+
+    date: NonEmptyStr = Field(description="The cutoff, as given to `contract new --fresh-after` (YYYY-MM-DD is "
+                              "midnight UTC).")
+    tasks: dict[str, str] = Field(description="Each task's commit date from its record's provenance (the earlier "
+                                  "of its author and committer dates, ISO 8601), by task id.")
+
+
 class ScoringContract(Model):
     """The scoring contract, locked before the run and immutable after."""
 
@@ -424,6 +465,9 @@ class ScoringContract(Model):
         None, exclude_if=lambda v: v is None,
         description="Model endpoints the agent may reach through the gateway (agent phase only); "
         "absent: no network at all.")
+    fresh_after: FreshAfter | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Every task committed after this date (`contract new --fresh-after`); absent: no such claim.")
     contract_sha256: str | None = Field(
         None, description="Digest of every other field, recorded at lock."
     )

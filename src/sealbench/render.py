@@ -154,5 +154,10 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
               "replay's, not a measurement")
     for line in rate_lines(rate):
         print(line)
+    from .freshness import statement
+
+    fresh = statement(contract)
+    if fresh is not None:
+        print(fresh)
     return 0
 

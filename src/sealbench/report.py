@@ -184,9 +184,15 @@ def outcome_counts(view: RunView) -> dict[str, int]:
 def contamination(view: RunView) -> str | None:
     """The declared contamination statement, or None when contamination is unknown.
 
-    Only a provenance the run itself records can lift "contamination unknown": the pack is
+    A contract that claims fresh tasks (:mod:`sealbench.freshness`) states its claim. Else only a provenance the run itself records can lift "contamination unknown": the pack is
     not part of a run directory or bundle, and the contract carries no provenance.
     """
+    from .freshness import statement
+
+    fresh = statement(view.contract)
+    if fresh is not None:
+        # Locked in the contract, each task's date journaled from its record and checked by verify.
+        return f"{fresh}, as the contract locks and the journal's task records confirm"
     prov = view.provenance
     # "public set: contamination unknown" says unknown too: only a statement without it lifts it.
     if prov is None or not prov.contamination.strip() or "unknown" in prov.contamination.lower():
