@@ -48,7 +48,8 @@ from typing import Any
 
 from . import events
 from .derive import INFRA_ERROR_FROM
-from .formats import Outcome, ScoringContract
+from .formats import ScoringContract
+from .outcomes import Outcome
 
 _ATTEMPT_STEPS = (events.AGENT_FINISHED, events.PATCH_CAPTURED, events.GRADED, events.ATTEMPT_FINISHED)
 # The step each step needs before it; attempt_finished may follow patch_captured directly.

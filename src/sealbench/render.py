@@ -11,7 +11,8 @@ from .contract import load_contract
 from .derive import NO_SANDBOX, isolation_sentence, rate_bytes, seed_event
 from .errors import Refusal, VerificationFailed
 from .files import write_atomic
-from .formats import Outcome, Rate, Scorecard
+from .formats import Rate, Scorecard
+from .outcomes import Outcome
 from .safe_text import inert
 from .score import score
 from .scoring_io import events_from

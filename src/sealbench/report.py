@@ -41,8 +41,9 @@ from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
 from .errors import Refusal, ScoreRefusal, VerificationFailed
 from .files import read_model, write_atomic
-from .formats import ModelUsage, Outcome, Provenance, Rate, Scorecard, ScoringContract
+from .formats import ModelUsage, Provenance, Rate, Scorecard, ScoringContract
 from .journal import read_chain
+from .outcomes import Outcome
 from .score import NOTE, score
 from .scoring_io import events_from
 from .show import Blobs, TaskStory, cause, stories
