@@ -58,5 +58,6 @@ class RunState(StrEnum):
     MISSING = "missing"
 
 
-SHOWN_OUTCOMES: Final[tuple[str, ...]] = (*Outcome, TaskState.UNFINISHED)
-"""The outcomes ``show --outcome`` selects tasks by: each :class:`Outcome`, and unfinished."""
+SHOWN_OUTCOMES: Final[tuple[str, ...]] = (*(o.value for o in Outcome), TaskState.UNFINISHED.value)
+"""The outcomes ``show --outcome`` selects tasks by, in the order a summary counts them: each
+:class:`Outcome`, and unfinished (plain strings: argparse names its choices by their ``repr``)."""

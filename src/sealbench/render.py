@@ -74,7 +74,7 @@ def print_scorecards(cards: list[Scorecard], title: str, where: Path | None = No
             table.add_column(col)
         for c in shown:
             table.add_row(c.task_id, c.outcome.value, f"{c.attempts_used}/{c.max_attempts}",
-                          "pass" if c.first_attempt_passed else ("n/a" if c.attempts_used == 0 else "no"),
+                          Outcome.PASS.value if c.first_attempt_passed else ("n/a" if c.attempts_used == 0 else "no"),
                           f"{c.elapsed_ms / 1000:.2f}s",
                           c.tool_trace_sha256[:19] + "...")
         Console(width=110).print(table)
