@@ -510,17 +510,26 @@ def _plan(contract_file: Path, run_dir: Path, opts: RunOptions, *, python_agent:
                    run_dir=run_dir, base=run_dir / "probe" if probe else run_dir, options=opts, probe=probe,
                    limits=limits, tree_caps=tree_caps, command_line=command_line,
                    model_keys=(keys or {}) if local_gateway else None, indexed=not probe and record is None)
-    if opts.ray is None:
-        return plan
-    if record is not None:
+    return plan if opts.ray is None else _on_cluster(plan, opts.ray)
+
+
+def _on_cluster(plan: RunPlan, ray: RayOptions) -> RunPlan:
+    """The plan with its cluster connected, before any line: a node that cannot run the attempts
+    refuses the run, naming why.
+
+    Raises:
+        RunRefusal: a replay (its record answers the calls on this machine only), or as
+            :func:`ray_executor.connect`.
+    """
+    if plan.replay is not None:
         raise RunRefusal("--replay runs on this machine only (the record answers the calls here); "
                          "drop --executor ray")
     from .ray_executor import connect, node_setup
 
-    # Before any line: a node that cannot run the attempts refuses the run, naming why.
-    return dataclasses.replace(plan, cluster=connect(opts.ray, node_setup(
-        contract, pack, sandbox, agent, environments, limits, tree_caps, workspace_quota=opts.workspace_quota,
-        jobs=opts.jobs), pack.root))
+    opts = plan.options
+    setup = node_setup(plan.contract, plan.pack, plan.sandbox, plan.agent, plan.environments, plan.limits,
+                       plan.tree_caps, workspace_quota=opts.workspace_quota, jobs=opts.jobs)
+    return dataclasses.replace(plan, cluster=connect(ray, setup, plan.pack.root))
 
 
 def _replay_record(contract: ScoringContract, replay: Path | None, probe: bool) -> Record | None:
