@@ -21,6 +21,7 @@ from sealbench.cli import main
 from sealbench.digest import canonical_json
 from sealbench.errors import VerificationFailed
 from sealbench.journal import event_hash
+from sealbench.outcomes import SHOWN_OUTCOMES, AttemptResult, Outcome, TaskState
 from sealbench.pack import seal_pack
 
 PACKAGE = Path(events.__file__).parent
@@ -33,7 +34,7 @@ def _strings(path: Path) -> list[tuple[int, str]]:
 
 
 # Words that are also event kinds but name something else where they are spelled: an outcome
-# (formats.Outcome.HARNESS_ERROR), the budget's feedback policy and the prompt's {feedback}.
+# (outcomes.Outcome.HARNESS_ERROR), the budget's feedback policy and the prompt's {feedback}.
 HOMONYMS = {events.HARNESS_ERROR, events.FEEDBACK}
 
 
@@ -43,6 +44,37 @@ def test_no_event_kind_or_payload_key_is_spelled_outside_the_events_module() -> 
              for path in sorted(PACKAGE.rglob("*.py")) if path.name != "events.py"
              for lineno, text in _strings(path) if text in spelled]
     assert found == []
+
+
+# The closed words of outcomes.py. Where one is spelled by hand it names something else: each
+# such place, with what it names.
+OUTCOME_WORDS = {str(w) for vocabulary in (Outcome, AttemptResult, TaskState) for w in vocabulary}
+OUTCOME_HOMONYMS = {
+    ("derive.py", "probe_pass"): "a field of narration_probe.json, whose bytes are derived",
+    ("events.py", "harness_error"): "the event kind, beside the outcome of the same name",
+    ("function_oracle.py", "pass"): "the sealed oracle's own summary line, read in the sandbox",
+    ("function_oracle.py", "fail"): "the sealed oracle's own summary line, read in the sandbox",
+    ("demo.py", "abstain"): "the field of an events.json entry",
+    ("show.py", "interrupted"): "the key of an attempt's attempt_interrupted line in show --json",
+    ("task_pages.py", "interrupted"): "the key of an attempt's attempt_interrupted line in a task page",
+}
+
+
+def test_no_outcome_word_is_spelled_outside_the_outcomes_module() -> None:
+    found = [f"{path.relative_to(PACKAGE)}:{lineno}: {text!r}"
+             for path in sorted(PACKAGE.rglob("*.py")) if path.name != "outcomes.py"
+             for lineno, text in _strings(path)
+             if text in OUTCOME_WORDS and (str(path.relative_to(PACKAGE)), text) not in OUTCOME_HOMONYMS]
+    assert found == []
+
+
+def test_each_outcome_word_means_one_thing_wherever_two_vocabularies_share_it() -> None:
+    # An attempt's result that is also a task's outcome is the same word, so a result ends a task as itself.
+    shared = {str(w) for w in AttemptResult} & {str(w) for w in Outcome}
+    assert shared == {"pass", "fail", "abstain", "timeout"}
+    assert not {str(w) for w in TaskState} & ({str(w) for w in Outcome} | {str(w) for w in AttemptResult})
+    assert (*(str(o) for o in Outcome), "unfinished") == SHOWN_OUTCOMES
+    assert all(type(o) is str for o in SHOWN_OUTCOMES)  # argparse names its choices by repr
 
 
 def _journals() -> list[Path]:

@@ -409,7 +409,7 @@ def test_summary_from_the_run_equals_the_summary_rederived_from_its_journal(
 
 def test_long_runs_print_only_the_tasks_that_did_not_pass(sealed_pack: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from sealbench.formats import Outcome
+    from sealbench.outcomes import Outcome
     from sealbench.render import TABLE_ROWS, print_scorecards
 
     contract_file = tmp_path / "c.json"

@@ -187,7 +187,7 @@ def test_diffstat_counts_lines_per_file() -> None:
 
 
 def test_the_outcome_choices_of_the_parser_are_those_show_knows() -> None:
-    assert cli_module._show_outcomes() == show._OUTCOMES
+    assert cli_module._show_outcomes() == show.SHOWN_OUTCOMES
 
 
 @needs_bwrap

@@ -74,7 +74,8 @@ def test_a_task_without_model_calls_has_no_usage() -> None:
 
 def test_compare_states_each_run_s_model_use_beside_the_verdict() -> None:
     from sealbench.compare import model_use_words
-    from sealbench.formats import ModelUsage, Outcome, Scorecard
+    from sealbench.formats import ModelUsage, Scorecard
+    from sealbench.outcomes import Outcome
 
     def card(tid: str, passed: bool, cost: float | None) -> Scorecard:
         return Scorecard(task_id=tid, passed=passed, attempts_used=1, max_attempts=1, elapsed_ms=1, wall_clock_s=1.0,

@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "HarnessError": "errors",
     "IncompleteScorecard": "errors",
     "MadeByNewerRelease": "errors",
-    "Outcome": "formats",
+    "Outcome": "outcomes",
     "PackError": "errors",
     "Rate": "formats",
     "Refusal": "errors",

@@ -25,6 +25,7 @@ from .contract import UNSPECIFIED, load_contract, lock_contract, pack_path
 from .errors import ContractError
 from .files import model_json, write_atomic
 from .formats import AccessClass, Controls
+from .outcomes import Outcome
 from .pack import check_pack
 from .runner import RunOptions, execute
 from .show import Shown, agent_words, cause, inert, last_text_line, not_started, read_run
@@ -141,7 +142,7 @@ def _result(shown: Shown, tid: str, endpoints: bool) -> CheckResult:
     answered = sum(1 for c in calls if c.refused is None and c.status is not None and c.status < 400)
     patch = attempt.patch if attempt is not None else None
     graded = attempt.graded if attempt is not None else None
-    why = cause(story, shown.blobs) if story.finished is not None and story.finished.outcome != "pass" else (
+    why = cause(story, shown.blobs) if story.finished is not None and story.finished.outcome != Outcome.PASS else (
         agent_words(agent, shown.blobs) if agent is not None else "the agent did not run")
     return CheckResult(task_id=tid, started=started, exit_code=agent.exit_code if agent is not None else None,
                        stderr_tail=stderr, calls=len(calls), answered=answered, refused=refused,

@@ -13,7 +13,7 @@ and what grading said go through :func:`must_grade` (whether the hidden tests ru
 then :func:`classify` for the attempt's result. Neither touches a file, a process or the
 journal, so every rule has a row in ``tests/test_attempt.py``.
 
-An attempt's result is an :class:`~sealbench.formats.Outcome` value, or ``probe_pass`` /
+An attempt's result is an :class:`~sealbench.outcomes.AttemptResult`: an outcome's word, or ``probe_pass`` /
 ``probe_fail`` in the narration probe. A harness failure is never an attempt's result: it is
 recorded for the task (``harness_error``) and decides nothing about the agent.
 """
@@ -41,7 +41,6 @@ from .agents import render_argv
 from .digest import sha256_bytes
 from .errors import describe_storage_failure, storage_failure
 from .files import write_atomic
-from .formats import Outcome
 from .grading import (
     Cancellation,
     OracleAhead,
@@ -55,6 +54,7 @@ from .grading import (
     store_bytes,
     task_env,
 )
+from .outcomes import AttemptResult, Outcome
 from .pack import Task
 from .sandbox import Prepared
 from .usage import ENDPOINT_FAILED
@@ -62,10 +62,6 @@ from .workspace import META_DIR, TaskWorkspace
 
 if TYPE_CHECKING:
     from .gateway import AttemptAccess
-
-PROBE_PASS: Final = "probe_pass"
-PROBE_FAIL: Final = "probe_fail"
-
 
 @dataclass(frozen=True)
 class AgentEnd:
@@ -93,37 +89,37 @@ def must_grade(end: AgentEnd, *, probe: bool = False) -> bool:
     return classify(end, None, probe=probe, graded=False) is None
 
 
-def classify(end: AgentEnd, grading: Grading | None, *, probe: bool = False, graded: bool = True) -> str | None:
+def classify(end: AgentEnd, grading: Grading | None, *, probe: bool = False, graded: bool = True) -> AttemptResult | None:
     """The attempt's result.
 
     ``graded`` says whether grading was attempted (``grading`` None then means it ran out of
     time); with ``graded=False`` the result is None exactly when grading must decide.
     """
     if end.timed_out or end.capture_timed_out:
-        return Outcome.TIMEOUT.value
+        return AttemptResult.TIMEOUT
     if end.rejected is not None:
         # What the workspace holds is the agent's doing: its failure, never a harness error.
-        return Outcome.FAIL.value
+        return AttemptResult.FAIL
     if probe:
-        return PROBE_PASS if end.patch_empty else PROBE_FAIL
+        return AttemptResult.PROBE_PASS if end.patch_empty else AttemptResult.PROBE_FAIL
     if end.exit_code == 0 and end.patch_empty:
-        return Outcome.ABSTAIN.value
+        return AttemptResult.ABSTAIN
     if not graded:
         return None
     if grading is None:
-        return Outcome.TIMEOUT.value
+        return AttemptResult.TIMEOUT
     if grading.task_pass:
-        return Outcome.PASS.value
+        return AttemptResult.PASS
     if grading.oracle_timed_out:
-        return Outcome.TIMEOUT.value
-    return Outcome.FAIL.value
+        return AttemptResult.TIMEOUT
+    return AttemptResult.FAIL
 
 
 def final_outcome(result: str) -> Outcome:
     """The task's outcome once an attempt's result ends it."""
-    if result == PROBE_PASS:
+    if result == AttemptResult.PROBE_PASS:
         return Outcome.PASS
-    if result == PROBE_FAIL:
+    if result == AttemptResult.PROBE_FAIL:
         return Outcome.FAIL
     return Outcome(result)
 
@@ -558,12 +554,12 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
         done["finished"] = ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
                                               elapsed_ms=int((time.monotonic() - started) * 1000))
         upstream = ready.access.endpoint_failure() if ready is not None and ready.access is not None else None
-        if upstream is not None and result not in (Outcome.PASS.value, PROBE_PASS):
+        if upstream is not None and result not in (AttemptResult.PASS, AttemptResult.PROBE_PASS):
             # The attempt ended while the declared model endpoint was failing: what the agent
             # could not do without its model is the infrastructure's failure, never the agent's.
             return facts(error=f"{ENDPOINT_FAILED} while attempt {attempt} ran ({upstream}); the attempt "
                                f"ended {result}, which is not counted as the agent's")
-        if settings.probe or result != Outcome.FAIL.value or attempt >= settings.max_attempts:
+        if settings.probe or result != AttemptResult.FAIL or attempt >= settings.max_attempts:
             return facts()
         gap_s = settings.budget.attempt_gap_s
         if gap_s is not None:

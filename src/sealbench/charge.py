@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
+from .outcomes import AttemptResult
 
 SESSION_START = ev.SESSION_START
 # Lines a resuming process writes about an earlier session: not activity of the task.
@@ -119,7 +120,7 @@ def _quiet_after(line: ev.Line, max_attempts: int | None, feedback_runs_code: bo
         return True
     if not isinstance(event, ev.AttemptFinished):
         return False
-    if event.result != "fail":
+    if event.result != AttemptResult.FAIL:
         return True  # task_finished comes next
     # After a failed attempt only visible-test feedback runs code (the workspace's own tests).
     return not feedback_runs_code or (max_attempts is not None and (event.attempt or 0) >= max_attempts)

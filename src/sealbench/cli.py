@@ -193,8 +193,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _show_outcomes() -> tuple[str, ...]:
-    # Kept here, not imported from .show: the parser is built on every start.
-    return ("pass", "fail", "abstain", "timeout", "harness_error", "infra_error", "unfinished")
+    # From .outcomes, not .show: the parser is built on every start, and .outcomes imports only enum.
+    from .outcomes import SHOWN_OUTCOMES
+
+    return SHOWN_OUTCOMES
 
 
 def _next(args: argparse.Namespace, *words: str | Path, why: str = "") -> None:

@@ -16,6 +16,7 @@ from .compare import CompareReport
 from .document import CSP, CSS
 from .files import write_atomic
 from .journal import read_chain
+from .outcomes import Outcome
 from .show import Blobs, stories
 from .task_pages import environment, page_name, safe_name, write_task_pages
 
@@ -56,7 +57,7 @@ def write_compare_page(bundles: Sequence[Path], report: CompareReport, out: Path
     for tid in report.task_ids:
         cells = tuple(_Cell(o[tid], f"{RUNS_DIR}/{run_id}/{page_name(tid)}")
                       for o, run_id in zip(outcomes, report.run_ids, strict=True))
-        passed = {c.outcome == "pass" for c in cells}
+        passed = {c.outcome == Outcome.PASS for c in cells}
         rows.append(_Row(tid, cells, len(passed) > 1))
     rule = report.tie_rule
     page = environment().get_template("compare.html.j2").render(

@@ -48,13 +48,14 @@ from typing import Any
 
 from . import events
 from .derive import INFRA_ERROR_FROM
-from .formats import Outcome, ScoringContract
+from .formats import ScoringContract
+from .outcomes import AttemptResult, Outcome
 
 _ATTEMPT_STEPS = (events.AGENT_FINISHED, events.PATCH_CAPTURED, events.GRADED, events.ATTEMPT_FINISHED)
 # The step each step needs before it; attempt_finished may follow patch_captured directly.
 _NEEDS = {events.PATCH_CAPTURED: events.AGENT_FINISHED, events.GRADED: events.PATCH_CAPTURED, events.ATTEMPT_FINISHED: events.PATCH_CAPTURED}
-_RESULTS = frozenset({"pass", "fail", "timeout", "abstain"})
-_PROBE_RESULTS = frozenset({"probe_pass", "probe_fail", "timeout"})
+_RESULTS = frozenset({AttemptResult.PASS, AttemptResult.FAIL, AttemptResult.TIMEOUT, AttemptResult.ABSTAIN})
+_PROBE_RESULTS = frozenset({AttemptResult.PROBE_PASS, AttemptResult.PROBE_FAIL, AttemptResult.TIMEOUT})
 _OUTCOMES = frozenset(o.value for o in Outcome)
 _MISSING: Any = object()
 # How far past the task's wall-clock cap an agent that did not time out may have run in a true
@@ -263,7 +264,7 @@ class _Reader:
         attempt = self._attempt_of(tid, task, line)
         if attempt is None:
             return
-        if attempt.result != "fail":
+        if attempt.result != AttemptResult.FAIL:
             self.say(tid, f"{_at(line)}: feedback follows a failed attempt, and attempt {attempt.number} "
                           f"{'ended ' + repr(attempt.result) if attempt.result is not None else 'had not failed'}")
         elif attempt is not task.order[-1]:
@@ -286,7 +287,7 @@ class _Reader:
         # A workspace the capture refused (too deep, a special file, over a cap) is the agent's
         # failure, decided before any grading, in the narration probe too.
         refused = isinstance(patch.rejected, str) and bool(patch.rejected) and patch.capture_timed_out is not True
-        allowed = (_PROBE_RESULTS | {"fail"} if refused else _PROBE_RESULTS) if self.probe else _RESULTS
+        allowed = (_PROBE_RESULTS | {AttemptResult.FAIL} if refused else _PROBE_RESULTS) if self.probe else _RESULTS
         if not isinstance(result, str) or result not in allowed:
             self.say(tid, f"{_at(line)} has result {result!r}, which the runner never writes here "
                           f"(one of {', '.join(sorted(allowed))})")
@@ -301,14 +302,14 @@ class _Reader:
             self.say(tid, f"{_at(agent_ev or line)} says the agent ran {agent.elapsed_ms} ms and did not time out, "
                           f"but the task's wall-clock cap is {self.wall_clock_s:g} s: the runner kills it at the cap")
         if agent.timed_out is True:
-            if result != "timeout":
+            if result != AttemptResult.TIMEOUT:
                 self.say(tid, f"{_at(line)} says {result!r}, but the agent timed out ({_at(agent_ev or line)}): "
                               f"the result of a timed-out attempt is timeout")
             if graded_ev is not None:
                 self.say(tid, f"{_at(graded_ev)}: a timed-out attempt is never graded")
             return
         if refused:
-            if result != "fail":
+            if result != AttemptResult.FAIL:
                 self.say(tid, f"{_at(line)} says {result!r}, but the capture refused the workspace "
                               f"({_at(patch_ev or line)}): the result of a refused workspace is fail")
             if graded_ev is not None:
@@ -317,17 +318,18 @@ class _Reader:
         if graded_ev is not None:
             self.graded(tid, graded_ev, result, abstained)
             return
-        if result == "pass":
+        if result == AttemptResult.PASS:
             self.say(tid, f"{_at(line)} says pass, but the attempt was never graded: only the hidden tests "
                           f"decide a pass")
-        elif result == "fail":
+        elif result == AttemptResult.FAIL:
             self.say(tid, f"{_at(line)} says fail, but the attempt was never graded and its workspace was "
                           f"not refused")
-        elif result == "abstain" and not abstained:
+        elif result == AttemptResult.ABSTAIN and not abstained:
             self.say(tid, f"{_at(line)} says abstain, but the agent exited {agent.exit_code!r} with "
                           f"{'an empty' if patch.empty is True else 'a non-empty'} patch "
                           f"(abstain is exit 0 with an empty patch)")
-        elif result in ("probe_pass", "probe_fail") and (patch.empty is True) != (result == "probe_pass"):
+        elif result in (AttemptResult.PROBE_PASS, AttemptResult.PROBE_FAIL) and (patch.empty is True) != (
+                result == AttemptResult.PROBE_PASS):
             self.say(tid, f"{_at(line)} says {result}, but the patch captured was "
                           f"{'empty' if patch.empty is True else 'not empty'}")
 
@@ -367,9 +369,10 @@ class _Reader:
             if (oracle.exit_code != 0 and not decided_by_report) or oracle.timed_out is not False:
                 self.say(tid, f"{_at(graded_ev)} says tests_green, but the oracle exited "
                               f"{oracle.exit_code!r} (timed out: {oracle.timed_out!r})")
-        expected = "pass" if task_pass else "timeout" if g.oracle_timed_out is True else "fail"
+        expected = (AttemptResult.PASS if task_pass else AttemptResult.TIMEOUT if g.oracle_timed_out is True
+                    else AttemptResult.FAIL).value
         if result != expected:
-            why = "task_pass" if task_pass else ("the oracle timed out" if expected == "timeout"
+            why = "task_pass" if task_pass else ("the oracle timed out" if expected == AttemptResult.TIMEOUT
                                                  else "task_pass is false")
             self.say(tid, f"attempt_finished {graded_ev.attempt} says {result!r}, but its "
                           f"grading ({_at(graded_ev)}) says {why}: the runner writes {expected!r}")
@@ -393,7 +396,7 @@ class _Reader:
         if p.attempts_used != used:
             self.say(tid, f"{where} says attempts_used {p.attempts_used!r}, but {used} attempt(s) started")
         first = task.attempts.get(1)
-        first_passed = first is not None and first.result == "pass"
+        first_passed = first is not None and first.result == AttemptResult.PASS
         if p.first_attempt_passed != first_passed:
             self.say(tid, f"{where} says first_attempt_passed {p.first_attempt_passed!r}, but attempt 1 "
                           f"{_story(first)}")
@@ -425,16 +428,16 @@ class _Reader:
 
     def expected_outcomes(self, last: _Attempt | None, used: int) -> set[str]:
         result = last.result if last is not None else None
-        if result == "probe_pass":
+        if result == AttemptResult.PROBE_PASS:
             return {Outcome.PASS.value}
-        if result == "probe_fail":
+        if result == AttemptResult.PROBE_FAIL:
             return {Outcome.FAIL.value}
-        if result is not None and result != "fail":
+        if result is not None and result != AttemptResult.FAIL:
             return {str(result)}
         # After a failed attempt the next one starts while attempts and time remain: a task
         # ends as a fail when every attempt is used, as a timeout when the time ran out first.
         exhausted = self.cap is not None and used >= self.cap
-        if result == "fail":
+        if result == AttemptResult.FAIL:
             return {Outcome.FAIL.value if exhausted else Outcome.TIMEOUT.value}
         if last is not None and self.version >= INFRA_ERROR_FROM:
             # Its last attempt was interrupted: not the agent's end, so not the agent's outcome.

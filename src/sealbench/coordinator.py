@@ -35,28 +35,30 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from . import pytest_oracle
-from .attempt import PROBE_PASS, AttemptFacts, AttemptSpec, final_outcome, storage_failed
+from .attempt import AttemptFacts, AttemptSpec, final_outcome, storage_failed
 from .derive import DERIVATION_VERSION, INFRA_ERROR_FROM
 from .errors import HarnessError, StorageError, Terminated
 from .executors import AHEAD_BEYOND_JOBS, Delivery, Executor, Handle
 from .files import write_atomic
-from .formats import Outcome
 from .grading import Settings
 from .journal import Journal
+from .outcomes import AttemptResult, Outcome, TaskState
 from .pack import Task
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from .charge import Charge
 
 LOST_GRACE_S = 120.0
 """How long past its budget an attempt's result may take before the attempt is declared lost."""
 CANCEL_GRACE_S = 30.0
 """How long after a cancel the result of a cancelled attempt is waited for."""
-INTERRUPTED = "interrupted"
 STOPPED_MID_ATTEMPT = "the runner stopped mid-attempt"
 """Why a resume journals an attempt the previous process left open (killed, crashed, its machine down)."""
 
@@ -87,7 +89,7 @@ class Prior:
 
     def runs_attempts(self, max_attempts: int) -> bool:
         """Whether the task may run an attempt at all (what is set up ahead for it)."""
-        return (self.last_result in (None, Outcome.FAIL.value) and self.attempts_started < max_attempts
+        return (self.last_result in (None, AttemptResult.FAIL) and self.attempts_started < max_attempts
                 and self.harness_error is None)
 
 
@@ -205,6 +207,44 @@ class Coordinator:
         except HarnessError as e:
             raise JournalStopped(e) from None
         self._dirty = not durable  # a durable line's fsync covers every line before it
+
+    def begin(self, header: ev.RunStarted, *, resumed: bool) -> None:
+        """Journal the session's first line: the run's start, or its resume (``header`` then
+        carries the run's own nonce).
+
+        Raises:
+            JournalStopped: the journal could not be written.
+        """
+        self.j(ev.RunResumed(**header.payload()) if resumed else header)
+
+    def settle(self, prior: Mapping[str, Prior], charges: Sequence[Charge]) -> None:
+        """Journal what a resume decides before any task runs: each attempt the stopped process
+        left open is interrupted (it is used; none is given back), and the time charges (decided
+        once, here: later resumes read the charge, never redo it).
+
+        Raises:
+            JournalStopped: the journal could not be written.
+        """
+        for tid, p in prior.items():
+            if p.open_attempt is not None and not p.finished:
+                self.j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
+        for charge in charges:
+            self.j(charge.event())
+
+    def complete(self, stopped_by: str | None) -> bool:
+        """Whether the run ended complete once :meth:`drive` returned ``stopped_by``: nothing
+        stopped it, and every task has its outcome."""
+        return (stopped_by is None and not self.storage_failed
+                and all(v != TaskState.INTERRUPTED for v in self.outcomes.values()))
+
+    def finish_run(self) -> None:
+        """Journal run_finished, with how many tasks ended with each outcome: the run's last line.
+
+        Raises:
+            JournalStopped: the journal could not be written.
+        """
+        ended = list(self.outcomes.values())
+        self.j(ev.RunFinished(outcomes={o: ended.count(o) for o in set(ended)}))
 
     def _write(self, event: ev.Event) -> None:
         """Append a line that :meth:`_commit` makes durable before anything acts on it."""
@@ -430,11 +470,11 @@ class Coordinator:
             # A harness error journaled before the run stopped stands: it is the harness's
             # failure, never turned into the agent's by running the task on.
             self._finish(run, Outcome.HARNESS_ERROR, error=prior.harness_error)
-        elif prior.last_result not in (None, Outcome.FAIL.value):
+        elif prior.last_result not in (None, AttemptResult.FAIL):
             # The run stopped between an attempt's end and the task's: its result stands.
             assert prior.last_result is not None
             if settings.probe:
-                run.probe_passed = prior.last_result == PROBE_PASS
+                run.probe_passed = prior.last_result == AttemptResult.PROBE_PASS
             self._finish(run, final_outcome(prior.last_result))
         else:
             self._next_attempt(run)
@@ -478,7 +518,7 @@ class Coordinator:
     def _end_interrupted(self, run: _TaskRun) -> None:
         tid = run.task.task_id
         self._forget(run)
-        self.outcomes[tid] = INTERRUPTED
+        self.outcomes[tid] = TaskState.INTERRUPTED.value
         self._to_release.append(tid)
 
     def _forget(self, run: _TaskRun) -> None:
@@ -595,10 +635,10 @@ class Coordinator:
         result = facts.result
         assert result is not None
         if attempt == 1:
-            run.first = result == Outcome.PASS.value
+            run.first = result == AttemptResult.PASS
         if self.settings.probe:
-            run.probe_passed = result == PROBE_PASS
-        if self.settings.probe or result != Outcome.FAIL.value:
+            run.probe_passed = result == AttemptResult.PROBE_PASS
+        if self.settings.probe or result != AttemptResult.FAIL:
             self._finish(run, final_outcome(result))
             return
         run.feedback = facts.feedback

@@ -29,12 +29,12 @@ from .formats import (
     ForgingFlags,
     ModelEndpoint,
     ModelUsage,
-    Outcome,
     Rate,
     Scorecard,
     ScoringContract,
     SeedEvent,
 )
+from .outcomes import Outcome
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +20,8 @@ from pydantic import (
     field_validator,
     model_serializer,
 )
+
+from .outcomes import Outcome
 
 ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -471,19 +472,6 @@ class ScoringContract(Model):
     contract_sha256: str | None = Field(
         None, description="Digest of every other field, recorded at lock."
     )
-
-
-class Outcome(StrEnum):
-    """How a task ended. harness_error is the harness's failure, not the agent's; infra_error
-    says the agent did not end the task's last attempt (a crash, a stop, a full disk, a lost
-    node ended it, and no attempt or time remained), derivation version 5 on. Both refuse the rate."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    ABSTAIN = "abstain"
-    TIMEOUT = "timeout"
-    HARNESS_ERROR = "harness_error"
-    INFRA_ERROR = "infra_error"
 
 
 # Outcomes arrive as strings from JSON and from Python dicts alike.

@@ -22,17 +22,19 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from .outcomes import Outcome, TaskState
+
 __all__ = ["COLOURS", "AttemptPoint", "attempts_svg", "elapsed_svg", "outcomes_svg"]
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 COLOURS: dict[str, str] = {
-    "pass": "#009E73",
-    "fail": "#D55E00",
-    "abstain": "#7F7F7F",
-    "timeout": "#E69F00",
-    "harness_error": "#CC79A7",
-    "infra_error": "#0072B2",
-    "unfinished": "#56B4E9",
+    Outcome.PASS.value: "#009E73",
+    Outcome.FAIL.value: "#D55E00",
+    Outcome.ABSTAIN.value: "#7F7F7F",
+    Outcome.TIMEOUT.value: "#E69F00",
+    Outcome.HARNESS_ERROR.value: "#CC79A7",
+    Outcome.INFRA_ERROR.value: "#0072B2",
+    TaskState.UNFINISHED.value: "#56B4E9",
 }
 _INK = "#444444"
 # Typed loosely: the stubs spell every rc key as a Literal that only newer releases export.
@@ -89,8 +91,8 @@ def attempts_svg(points: Sequence[AttemptPoint], feedback: str) -> bytes:
         ax = fig.add_subplot()
         ax.axhline(n, color="#999999", linestyle="--", linewidth=1)
         ax.text(ks[0] - 0.45, n, f"denominator: {n} tasks", va="bottom", ha="left", fontsize=8, color=_INK)
-        ax.plot(ks, ys, color=COLOURS["pass"], linewidth=1, linestyle=":")
-        ax.errorbar(ks, ys, yerr=[below, above], fmt="o", color=COLOURS["pass"], ecolor=_INK, capsize=5,
+        ax.plot(ks, ys, color=COLOURS[Outcome.PASS], linewidth=1, linestyle=":")
+        ax.errorbar(ks, ys, yerr=[below, above], fmt="o", color=COLOURS[Outcome.PASS], ecolor=_INK, capsize=5,
                     markersize=8, label="task_pass by attempt k, Wilson 95% interval")
         for p in points:
             ax.annotate(f"{p.passed} of {p.n}", (p.k, p.passed), textcoords="offset points", xytext=(9, -4),
@@ -144,8 +146,8 @@ def elapsed_svg(rows: Sequence[tuple[str, Sequence[float]]], cap_s: float | None
             ax.scatter(list(secs), ys, s=36, color=COLOURS.get(name, _INK), edgecolors="white", linewidths=0.5,
                        zorder=3)
         if cap_s is not None:
-            ax.axvline(cap_s, color=COLOURS["fail"], linestyle="--", linewidth=1)
-            ax.text(cap_s, len(rows) - 0.5, f"wall-clock cap {cap_s:g} s ", fontsize=8, color=COLOURS["fail"],
+            ax.axvline(cap_s, color=COLOURS[Outcome.FAIL], linestyle="--", linewidth=1)
+            ax.text(cap_s, len(rows) - 0.5, f"wall-clock cap {cap_s:g} s ", fontsize=8, color=COLOURS[Outcome.FAIL],
                     ha="right", va="bottom")
             top = max(top, cap_s)
         ax.set_yticks(list(range(len(rows)))[::-1], [name for name, _ in rows])

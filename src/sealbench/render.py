@@ -11,7 +11,8 @@ from .contract import load_contract
 from .derive import NO_SANDBOX, isolation_sentence, rate_bytes, seed_event
 from .errors import Refusal, VerificationFailed
 from .files import write_atomic
-from .formats import Outcome, Rate, Scorecard
+from .formats import Rate, Scorecard
+from .outcomes import Outcome
 from .safe_text import inert
 from .score import score
 from .scoring_io import events_from
@@ -73,7 +74,7 @@ def print_scorecards(cards: list[Scorecard], title: str, where: Path | None = No
             table.add_column(col)
         for c in shown:
             table.add_row(c.task_id, c.outcome.value, f"{c.attempts_used}/{c.max_attempts}",
-                          "pass" if c.first_attempt_passed else ("n/a" if c.attempts_used == 0 else "no"),
+                          Outcome.PASS.value if c.first_attempt_passed else ("n/a" if c.attempts_used == 0 else "no"),
                           f"{c.elapsed_ms / 1000:.2f}s",
                           c.tool_trace_sha256[:19] + "...")
         Console(width=110).print(table)

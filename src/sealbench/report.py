@@ -28,7 +28,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from pydantic import ValidationError
 
@@ -41,8 +41,9 @@ from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
 from .errors import Refusal, ScoreRefusal, VerificationFailed
 from .files import read_model, write_atomic
-from .formats import ModelUsage, Outcome, Provenance, Rate, Scorecard, ScoringContract
+from .formats import ModelUsage, Provenance, Rate, Scorecard, ScoringContract
 from .journal import read_chain
+from .outcomes import Outcome, TaskState
 from .score import NOTE, score
 from .scoring_io import events_from
 from .show import Blobs, TaskStory, cause, stories
@@ -83,7 +84,7 @@ RUN_DIR_CHECKED = (
 )
 """What a report of a run directory says was checked."""
 
-UNFINISHED = "unfinished"
+UNFINISHED: Final = TaskState.UNFINISHED.value
 """The row for tasks of the denominator that have no task_finished event."""
 
 _NOT_PASS_AT_K = (
@@ -557,7 +558,7 @@ def _tasks(view: RunView) -> Section:
             task,
             outcome,
             spans(f"{c.attempts_used} of {c.max_attempts}"),
-            spans("pass" if c.first_attempt_passed else "no"),
+            spans(Outcome.PASS.value if c.first_attempt_passed else "no"),
             spans(f"{c.elapsed_ms / 1000:.2f} s"),
             spans("yes" if c.scorecard_complete else "no"),
             *(_usage_cells(c.model_usage) if models else ()),

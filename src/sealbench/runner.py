@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from . import __version__, preflight, pytest_oracle, runs_index
 from . import events as ev
@@ -36,10 +36,11 @@ from .derive import DERIVATION_VERSION, RESUMABLE, derive_iter, isolation_of, pr
 from .errors import RunRefusal, StorageError, describe_storage_failure, storage_failure
 from .executors import Executor, LocalExecutor
 from .files import write_atomic
-from .formats import Budget, ModelEndpoint, Outcome, Scorecard, ScoringContract
+from .formats import Budget, ModelEndpoint, Scorecard, ScoringContract
 from .grading import PRIVATE_CAPS, Settings, command_path, private_caps, store_bytes
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
+from .outcomes import AttemptResult
 from .pack import Pack, check_pack
 from .progress import Progress
 from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
@@ -48,10 +49,11 @@ from .show import StoryBook, TaskStory
 
 if TYPE_CHECKING:
     from .environments import BuiltEnv
+    from .gateway import Gateway
     from .ray_executor import Cluster, RayOptions
     from .replay import Record
 
-__all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunResult", "check_memory", "default_jobs",
+__all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunPlan", "RunResult", "check_memory", "default_jobs",
            "execute", "memory_per_job", "render_prompt", "write_derived", "write_probe_summary"]
 
 CONTINUATIONS_FROM: Final = 5
@@ -208,7 +210,7 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
             p.open_attempt = None
             p.last_result = event.result
             if event.attempt == 1:
-                p.first_attempt_passed = event.result == Outcome.PASS.value
+                p.first_attempt_passed = event.result == AttemptResult.PASS
         elif isinstance(event, ev.AttemptInterrupted):
             p.open_attempt = None
             p.last_result = None
@@ -302,14 +304,58 @@ def _told(events: Iterable[ev.Line], book: StoryBook) -> Iterator[ev.Line]:
         yield line
 
 
-def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, base: Path, header: ev.RunStarted,
-                  contract_bytes: bytes, probe: bool, clock: Clock
-                  ) -> tuple[Journal, list[ev.Line], dict[str, Prior], list[Charge], ev.RunStarted]:
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything checked before a run's first journal line (made by :func:`_plan`, which only
+    refuses: it writes nothing), and what :func:`_run` runs by."""
+
+    contract_file: Path
+    contract: ScoringContract
+    budget: Budget
+    pack: Pack
+    agent: ResolvedAgent
+    sandbox: Sandbox
+    header: ev.RunStarted
+    """The run_started line of a new run (a resume journals it as run_resumed, with the run's own nonce)."""
+    replay: Record | None
+    environments: Mapping[str, BuiltEnv]
+    cluster: Cluster | None
+    run_dir: Path
+    base: Path
+    """Where the journal and its files are: ``run_dir``, or ``run_dir/probe`` for the probe."""
+    options: RunOptions
+    probe: bool
+    limits: Limits
+    tree_caps: TreeCaps
+    command_line: Sequence[str] | None
+    model_keys: Mapping[str, str] | None = field(repr=False)
+    """The keys of the model gateway this process runs; None when it runs none (no endpoints, a
+    Python agent, or a cluster, whose nodes read their own); empty for a replay, which reads no key."""
+    indexed: bool
+    """The run is one of its run_id's in the runs index: not the probe, and not a replay (a
+    reproduction, never a run of the run_id)."""
+
+
+class _Session(NamedTuple):
+    """The journal this process appends to, what it held when opened, and the header to journal."""
+
+    journal: Journal
+    events: list[ev.Line]
+    prior: dict[str, Prior]
+    charges: list[Charge]
+    header: ev.RunStarted
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self.events)  # a journal killed before its first line is resumed as a fresh start
+
+
+def _open_journal(plan: RunPlan, clock: Clock) -> _Session:
     """The journal to append to (created, or verified and reopened), what the tasks had used,
     the time charges a resume must journal, and the header to journal (a resume's carries the
     run's own nonce)."""
-    assert contract.budget is not None
-    jpath = base / "journal.jsonl"
+    opts, contract, header = plan.options, plan.contract, plan.header
+    jpath = plan.base / "journal.jsonl"
     if opts.resume:
         journal, events = open_for_resume(jpath, fsync=opts.fsync, clock=clock)
         # A journal killed before its first event is resumed as a fresh start.
@@ -349,21 +395,21 @@ def _open_journal(opts: RunOptions, contract: ScoringContract, run_dir: Path, ba
         if not words:
             header = type(header)(**{k: v for k, v in header.payload().items() if k not in ("kind", "continuation")})
         try:
-            if not probe and header.replay_of is None:
+            if plan.indexed:
                 chain = tuple(line.event.continuation for line in events if isinstance(line.event, ev.RunHeader))
-                moved_from = runs_index.continue_run(contract, run_dir, header, chain, data=opts.runs_index)
+                moved_from = runs_index.continue_run(contract, plan.run_dir, header, chain, data=opts.runs_index)
                 if moved_from is not None and words:
                     header = header.model_copy(update=dict(moved_from=moved_from))
         except BaseException:
             journal.close()
             raise
-        prior, charges = _prior_state(events, contract.budget, clock.boot_id)
-        return journal, events, prior, charges, header
+        prior, charges = _prior_state(events, plan.budget, clock.boot_id)
+        return _Session(journal, events, prior, charges, header)
     if jpath.exists():
         raise RunRefusal(f"{jpath} exists; resume it with --resume or choose a new --out")
-    if not probe:
-        write_atomic(base / "scoring_contract.json", contract_bytes)
-    return Journal.create(jpath, fsync=opts.fsync, clock=clock), [], {}, [], header
+    if not plan.probe:
+        write_atomic(plan.base / "scoring_contract.json", plan.contract_file.read_bytes())
+    return _Session(Journal.create(jpath, fsync=opts.fsync, clock=clock), [], {}, [], header)
 
 
 def _sweep_leftovers(run_dir: Path, base: Path, keep_work: bool) -> None:
@@ -400,25 +446,112 @@ def execute(
         HarnessError: the journal could not be written, or changed under the run (every
             earlier event is kept).
     """
-    opts = options or RunOptions()
     # The sandbox mounts by absolute path; a relative --out must not reach it as such.
-    run_dir = run_dir.resolve()
+    plan = _plan(contract_file, run_dir.resolve(), options or RunOptions(), python_agent=python_agent, probe=probe,
+                 command_line=command_line)
+    try:
+        with _claimed(plan):
+            return _run(plan, on_started)
+    finally:
+        if plan.cluster is not None:
+            plan.cluster.close()
+
+
+def _plan(contract_file: Path, run_dir: Path, opts: RunOptions, *, python_agent: PythonAgent | None, probe: bool,
+          command_line: Sequence[str] | None) -> RunPlan:
+    """Every check a run passes before its first journal line, in the order it refuses; nothing
+    is written (the cluster, when the run is on Ray, is connected last: close it).
+
+    Raises:
+        as :func:`execute`, before anything is written.
+    """
     contract = load_contract(contract_file)
     require_locked(contract)
     assert contract.budget is not None and contract.agent is not None and contract.pack is not None
     # Opening the sandbox and checking that the agent's command starts in it mostly wait on
     # sandboxed children: they run beside the pack's check, and refuse in the same order.
-    early = _SandboxCheck(opts.sandbox, contract.agent.label, contract.agent.command, contract.agent.mounts,
-                          python_agent)
-    try:
-        return _execute_checked(contract_file, contract, run_dir, opts, early, python_agent=python_agent,
-                                probe=probe, on_started=on_started, command_line=command_line)
-    finally:
-        early.join()
+    with _SandboxCheck(opts.sandbox, contract.agent.label, contract.agent.command, contract.agent.mounts,
+                       python_agent) as early:
+        pack = _locate_pack(contract, contract_file, opts.pack)
+        missing = pytest_oracle.missing_pytest(pack.tasks[t].record.oracle_cmd for t in contract.task_ids)
+        if missing is not None:
+            raise RunRefusal(missing)
+        agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
+        if contract.agent.preset is not None:
+            from .presets import check_installed
+
+            check_installed(contract)  # a preset's installed version must be the locked one, before any line
+        record = _replay_record(contract, opts.replay, probe)
+        from .environments import pins, require
+
+        # Before any line: a task whose environment is missing or changed could only be a harness error.
+        environments = require(pack, contract.task_ids)
+        sandbox = early.sandbox()
+        if environments and sandbox.kind == "none":
+            raise RunRefusal("the tasks' environments link the repository into the sandbox's own root, which the none "
+                             "sandbox does not have; run them in bubblewrap (--sandbox bubblewrap)")
+        early.refuse_unless_starts()
+    keys = None
+    if contract.model_endpoints and record is None and opts.ray is None:  # on Ray each node reads its own
+        from .gateway import read_keys
+
+        keys = read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
+    limits, tree_caps = sized(contract.budget, opts.limits, opts.tree_caps)
+    if sandbox.kind == "bubblewrap" and opts.ray is None:  # no tmpfs, and no quota, without it
+        check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)
+    header = _header(contract, pack, command_line, probe, sandbox, agent, jobs=opts.jobs,
+                     workspace_quota=opts.workspace_quota,
+                     moved_to=pack.root if opts.pack is not None else None,
+                     replay_of=record.replay_of() if record is not None else None,
+                     environments=pins(environments))
+    local_gateway = bool(contract.model_endpoints) and agent.kind == "command" and opts.ray is None
+    plan = RunPlan(contract_file=contract_file, contract=contract, budget=contract.budget, pack=pack, agent=agent,
+                   sandbox=sandbox, header=header, replay=record, environments=environments, cluster=None,
+                   run_dir=run_dir, base=run_dir / "probe" if probe else run_dir, options=opts, probe=probe,
+                   limits=limits, tree_caps=tree_caps, command_line=command_line,
+                   model_keys=(keys or {}) if local_gateway else None, indexed=not probe and record is None)
+    return plan if opts.ray is None else _on_cluster(plan, opts.ray)
+
+
+def _on_cluster(plan: RunPlan, ray: RayOptions) -> RunPlan:
+    """The plan with its cluster connected, before any line: a node that cannot run the attempts
+    refuses the run, naming why.
+
+    Raises:
+        RunRefusal: a replay (its record answers the calls on this machine only), or as
+            :func:`ray_executor.connect`.
+    """
+    if plan.replay is not None:
+        raise RunRefusal("--replay runs on this machine only (the record answers the calls here); "
+                         "drop --executor ray")
+    from .ray_executor import connect, node_setup
+
+    opts = plan.options
+    setup = node_setup(plan.contract, plan.pack, plan.sandbox, plan.agent, plan.environments, plan.limits,
+                       plan.tree_caps, workspace_quota=opts.workspace_quota, jobs=opts.jobs)
+    return dataclasses.replace(plan, cluster=connect(ray, setup, plan.pack.root))
+
+
+def _replay_record(contract: ScoringContract, replay: Path | None, probe: bool) -> Record | None:
+    """The record of the bundle ``run --replay`` names, whose calls answer the run's (None: no replay).
+
+    Raises:
+        RunRefusal: the probe, a contract without model endpoints, or as :func:`replay.load_record`.
+    """
+    if replay is None:
+        return None
+    from .replay import load_record
+
+    if probe:
+        raise RunRefusal("the narration probe is not replayed; replay the run itself (run --replay)")
+    if not contract.model_endpoints:
+        raise RunRefusal("--replay: the contract declares no model endpoints, so there is nothing to replay")
+    return load_record(replay, contract)
 
 
 class _SandboxCheck:
-    """:func:`open_sandbox` and the agent command's preflight, in a thread of their own."""
+    """:func:`open_sandbox` and the agent command's preflight, in a thread of their own (joined
+    when the ``with`` block ends)."""
 
     def __init__(self, requested: str, label: str, command: str, mounts: Sequence[str],
                  python_agent: PythonAgent | None) -> None:
@@ -429,6 +562,12 @@ class _SandboxCheck:
         self._preflight_error: BaseException | None = None
         self._thread = threading.Thread(target=self._check, name="sealbench-sandbox-check", daemon=True)
         self._thread.start()
+
+    def __enter__(self) -> _SandboxCheck:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.join()
 
     def _check(self) -> None:
         try:
@@ -471,84 +610,24 @@ class _SandboxCheck:
             raise self._preflight_error
 
 
-def _execute_checked(contract_file: Path, contract: ScoringContract, run_dir: Path, opts: RunOptions,
-                     early: _SandboxCheck, *, python_agent: PythonAgent | None, probe: bool,
-                     on_started: Callable[[Journal], None] | None, command_line: Sequence[str] | None) -> RunResult:
-    assert contract.budget is not None and contract.agent is not None and contract.pack is not None
-    pack = _locate_pack(contract, contract_file, opts.pack)
-    missing = pytest_oracle.missing_pytest(pack.tasks[t].record.oracle_cmd for t in contract.task_ids)
-    if missing is not None:
-        raise RunRefusal(missing)
-    agent = resolve_agent(contract.agent.label, contract.agent.command, python_agent)
-    if contract.agent.preset is not None:
-        from .presets import check_installed
+@contextlib.contextmanager
+def _claimed(plan: RunPlan) -> Iterator[None]:
+    """The run claimed in the runs index (a new run), its directory's writer lock held, and what
+    killed runs left there swept.
 
-        check_installed(contract)  # a preset's installed version must be the locked one, before any line
-    record = None
-    if opts.replay is not None:
-        from .replay import load_record
-
-        if probe:
-            raise RunRefusal("the narration probe is not replayed; replay the run itself (run --replay)")
-        if not contract.model_endpoints:
-            raise RunRefusal("--replay: the contract declares no model endpoints, so there is nothing to replay")
-        record = load_record(opts.replay, contract)
-    from .environments import pins, require
-
-    # Before any line: a task whose environment is missing or changed could only be a harness error.
-    environments = require(pack, contract.task_ids)
-    sandbox = early.sandbox()
-    if environments and sandbox.kind == "none":
-        raise RunRefusal("the tasks' environments link the repository into the sandbox's own root, which the none "
-                         "sandbox does not have; run them in bubblewrap (--sandbox bubblewrap)")
-    early.refuse_unless_starts()
-    if contract.model_endpoints and record is None and opts.ray is None:  # on Ray each node reads its own
-        from .gateway import read_keys
-
-        read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
-    limits, tree_caps = sized(contract.budget, opts.limits, opts.tree_caps)
-    if sandbox.kind == "bubblewrap" and opts.ray is None:  # no tmpfs, and no quota, without it
-        check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)
-    base = run_dir / "probe" if probe else run_dir
-    header = _header(contract, pack, command_line, probe, sandbox, agent, jobs=opts.jobs,
-                     workspace_quota=opts.workspace_quota,
-                     moved_to=pack.root if opts.pack is not None else None,
-                     replay_of=record.replay_of() if record is not None else None,
-                     environments=pins(environments))
-    cluster = None
-    if opts.ray is not None:
-        if record is not None:
-            raise RunRefusal("--replay runs on this machine only (the record answers the calls here); "
-                             "drop --executor ray")
-        from .ray_executor import connect, node_setup
-
-        # Before any line: a node that cannot run the attempts refuses the run, naming why.
-        cluster = connect(opts.ray, node_setup(contract, pack, sandbox, agent, environments, limits, tree_caps,
-                                               workspace_quota=opts.workspace_quota, jobs=opts.jobs), pack.root)
-    try:
-        return _execute_claimed(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
-                                command_line, probe=probe, on_started=on_started, record=record,
-                                environments=environments, cluster=cluster)
-    finally:
-        if cluster is not None:
-            cluster.close()
-
-
-def _execute_claimed(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
-                     sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted,
-                     command_line: Sequence[str] | None, *, probe: bool,
-                     on_started: Callable[[Journal], None] | None, record: Record | None,
-                     environments: Mapping[str, BuiltEnv], cluster: Cluster | None) -> RunResult:
-    if not (opts.resume or probe or record is not None or (base / "journal.jsonl").exists()):
+    Raises:
+        RunRefusal: as :func:`runs_index.claim_run` and :func:`hold_writer`.
+        StorageError: the run's storage failed (here or in the ``with`` block).
+    """
+    opts = plan.options
+    if plan.indexed and not (opts.resume or (plan.base / "journal.jsonl").exists()):
         # Before anything is written, the directory and its lock included: a second run of this
         # run_id is refused with nothing left behind.
-        runs_index.claim_run(contract, run_dir, header, data=opts.runs_index)
+        runs_index.claim_run(plan.contract, plan.run_dir, plan.header, data=opts.runs_index)
     try:
-        with hold_writer(base, command_line):
-            _sweep_leftovers(run_dir, base, opts.keep_work)
-            return _execute_locked(contract_file, contract, pack, agent, sandbox, opts, run_dir, base, header,
-                                   probe=probe, on_started=on_started, record=record, environments=environments,
-                                   cluster=cluster)
+        with hold_writer(plan.base, plan.command_line):
+            _sweep_leftovers(plan.run_dir, plan.base, opts.keep_work)
+            yield
     except OSError as e:
         failure = storage_failure(e)
         if failure is None:
@@ -556,111 +635,41 @@ def _execute_claimed(contract_file: Path, contract: ScoringContract, pack: Pack,
         raise StorageError(f"the run's storage failed: {describe_storage_failure(failure)}") from e
 
 
-def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, agent: ResolvedAgent,
-                    sandbox: Sandbox, opts: RunOptions, run_dir: Path, base: Path, header: ev.RunStarted, *,
-                    probe: bool, on_started: Callable[[Journal], None] | None,
-                    record: Record | None = None, environments: Mapping[str, BuiltEnv] | None = None,
-                    cluster: Cluster | None = None) -> RunResult:
-    assert contract.budget is not None
-    sized_limits, sized_caps = sized(contract.budget, opts.limits, opts.tree_caps)
-    jpath = base / "journal.jsonl"
-    clock = opts.clock or Clock()
-    for sub in ("blobs", "patches", "traces"):
-        (base / sub).mkdir(exist_ok=True)
-    journal, events, prior, charges, header = _open_journal(opts, contract, run_dir, base, header,
-                                                            contract_file.read_bytes(), probe, clock)
-    if events and isinstance(events[0].event, ev.RunStarted):
-        from .environments import refuse_unpinned
-
-        try:  # the environments this run started with, not merely built ones (checked by execute)
-            refuse_unpinned(pack, environments or {}, events[0].event.environments or {})
-        except BaseException:
-            journal.close()
-            raise
-    template = None
-    if probe:
-        template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
-    gateway = None
-    made: dict[str, list[ev.ModelCall | ev.ModelCallStarted]] = {}
-    for line in events:
-        if isinstance(line.event, ev.ModelCall | ev.ModelCallStarted) and line.event.task_id is not None:
-            made.setdefault(line.event.task_id, []).append(line.event)
-    if contract.model_endpoints and agent.kind == "command" and cluster is None:
-        # Started inside the try below, closed before the journal: its model_call lines are
-        # appended (durably, under the journal's lock) from its own writer thread, each before
-        # its attempt's agent_finished, which the coordinator writes once the attempt returns.
-        from .gateway import Gateway, ledger_of, read_keys
-
-        # A resumed task's caps count the calls it made before the crash (``made``).
-        keys = read_keys(contract, sandbox.kind) if record is None else {}  # a replay reads no key
-        gateway = Gateway(contract.model_endpoints, keys, journal.append,
-                          lambda data: store_bytes(base, data), budget=contract.budget,
-                          used={tid: ledger_of(calls, contract.model_endpoints) for tid, calls in made.items()},
-                          replay=record, derivation_version=header.derivation())
-    settings = Settings(contract=contract, budget=contract.budget, pack_root=pack.root, run_dir=base,
-                        sandbox=sandbox, agent=agent, limits=sized_limits, tree_caps=sized_caps,
-                        workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=probe,
-                        template_override=template, gateway=gateway, derivation_version=header.derivation(),
-                        environments=dict(environments or {}),
-                        yield_cpu=opts.jobs > YIELD_ABOVE_JOBS)
-    executor: Executor
-    if cluster is not None:
-        from .ray_executor import RunPart
-
-        executor = cluster.executor(settings, opts.jobs,
-                                    RunPart(probe=probe, template_override=template,
-                                            derivation_version=header.derivation(), yield_cpu=settings.yield_cpu,
-                                            model_calls={tid: tuple(c) for tid, c in made.items()}),
-                                    record=journal.append)
-    else:
-        executor = (opts.executor or LocalExecutor)(settings, opts.jobs)
+def _run(plan: RunPlan, on_started: Callable[[Journal], None] | None) -> RunResult:
+    """Journal the run (or its resume), drive its tasks to their ends through the coordinator,
+    and derive its files from the journal."""
+    opts = plan.options
+    session = _open(plan, opts.clock or Clock())
+    gateway = _gateway(plan, session)
+    settings = _settings(plan, session.header, gateway)
+    executor = _executor(plan, settings, session)
     requests = Requests()
-    coordinator = Coordinator(journal=journal, executor=executor, settings=settings, jobs=opts.jobs,
-                              requests=requests, derivation_version=header.derivation())
-    j = coordinator.j
-    outcomes = coordinator.outcomes
+    coordinator = Coordinator(journal=session.journal, executor=executor, settings=settings, jobs=opts.jobs,
+                              requests=requests, derivation_version=session.header.derivation())
     stopped_by: str | None = None
     # Started once the session's first line is written: a beat before it would be the journal's
     # first line (the executor's set-up, a cluster's begin, may outlast the beat's interval).
-    heartbeat = Heartbeat(journal, lease_ms=header.lease_ms or lease_for(opts.jobs, many_above=YIELD_ABOVE_JOBS))
+    heartbeat = Heartbeat(session.journal,
+                          lease_ms=session.header.lease_ms or lease_for(opts.jobs, many_above=YIELD_ABOVE_JOBS))
     try:
         requests.__enter__()  # from the first journal line on, a signal is a request, never an exception
         if gateway is not None:
             gateway.start()
-        if opts.resume and events:
-            j(ev.RunResumed(**header.payload()))
-            heartbeat.start()
-            if not probe and header.replay_of is None:
-                runs_index.continuation_written(contract, run_dir, header, data=opts.runs_index)
-            for tid, p in prior.items():
-                # Every attempt that had started is used; none is given back.
-                if p.open_attempt is not None and not p.finished:
-                    j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
-            for charge in charges:
-                # Decided once, here, and journaled: later resumes read the charge, never redo it.
-                j(charge.event())
-            if not probe:
-                _restore_patches(base, prior)
-        else:
-            j(header)
-            heartbeat.start()
-            if not probe and record is None:
-                runs_index.journal_started(contract, run_dir, data=opts.runs_index)
+        _begin(plan, session, coordinator, heartbeat)
         if on_started is not None:
-            on_started(journal)
-        todo = [pack.tasks[t] for t in contract.task_ids if not prior.get(t, Prior()).finished]
-        progress = Progress(len(contract.task_ids), len(contract.task_ids) - len(todo), opts.progress,
-                            "probe" if probe else str(contract.run_id))
+            on_started(session.journal)
+        todo = [plan.pack.tasks[t] for t in plan.contract.task_ids if not session.prior.get(t, Prior()).finished]
+        n = len(plan.contract.task_ids)
+        progress = Progress(n, n - len(todo), opts.progress, "probe" if plan.probe else str(plan.contract.run_id))
         try:
-            stopped_by = coordinator.drive(todo, prior, progress)
+            stopped_by = coordinator.drive(todo, session.prior, progress)
         finally:
             progress.close()
-        complete = (stopped_by is None and not coordinator.storage_failed
-                    and all(v != "interrupted" for v in outcomes.values()))
+        complete = coordinator.complete(stopped_by)
         if complete and gateway is not None:
             gateway.close()  # its last lines, if any, before the end: nothing is written after run_finished
         if complete:
-            j(ev.RunFinished(outcomes={o: list(outcomes.values()).count(o) for o in set(outcomes.values())}))
+            coordinator.finish_run()
     except JournalStopped as e:
         if coordinator.storage_failed and not isinstance(e.error, StorageError):
             raise StorageError(_storage_message(coordinator.storage_failed)) from None
@@ -674,24 +683,124 @@ def _execute_locked(contract_file: Path, contract: ScoringContract, pack: Pack, 
         # closed, and its watchdog ends the process within the lease, so none runs unaccounted.
         if gateway is not None:
             gateway.close()
-        journal.close()
+        session.journal.close()
         if not opts.keep_work:
             with contextlib.suppress(OSError):
-                remove_tree(base / "work")
+                remove_tree(plan.base / "work")
     if coordinator.storage_failed:
         raise StorageError(_storage_message(coordinator.storage_failed))
+    return _result(plan, session, coordinator.outcomes, complete=complete, stopped_by=stopped_by)
+
+
+def _open(plan: RunPlan, clock: Clock) -> _Session:
+    """The run's files' folders made and its journal opened; a resumed run's environments
+    checked against the pins it started with.
+
+    Raises:
+        RunRefusal: as :func:`_open_journal` and :func:`environments.refuse_unpinned`.
+    """
+    for sub in ("blobs", "patches", "traces"):
+        (plan.base / sub).mkdir(exist_ok=True)
+    session = _open_journal(plan, clock)
+    if session.events and isinstance(session.events[0].event, ev.RunStarted):
+        from .environments import refuse_unpinned
+
+        try:  # the environments this run started with, not merely built ones (checked by execute)
+            refuse_unpinned(plan.pack, plan.environments, session.events[0].event.environments or {})
+        except BaseException:
+            session.journal.close()
+            raise
+    return session
+
+
+def _calls_made(events: Iterable[ev.Line]) -> dict[str, list[ev.ModelCall | ev.ModelCallStarted]]:
+    """Each task's model calls journaled before this session (a resumed task's caps count them)."""
+    made: dict[str, list[ev.ModelCall | ev.ModelCallStarted]] = {}
+    for line in events:
+        if isinstance(line.event, ev.ModelCall | ev.ModelCallStarted) and line.event.task_id is not None:
+            made.setdefault(line.event.task_id, []).append(line.event)
+    return made
+
+
+def _gateway(plan: RunPlan, session: _Session) -> Gateway | None:
+    """The model gateway this process runs, if any; it answers from the replayed record when
+    the plan has one, and forwards with the plan's keys otherwise.
+
+    Started inside the run's ``try``, closed before the journal: its model_call lines are
+    appended (durably, under the journal's lock) from its own writer thread, each before its
+    attempt's agent_finished, which the coordinator writes once the attempt returns.
+    """
+    if plan.model_keys is None:
+        return None
+    from .gateway import Gateway, ledger_of
+
+    endpoints = plan.contract.model_endpoints or []
+    return Gateway(endpoints, plan.model_keys, session.journal.append, lambda data: store_bytes(plan.base, data),
+                   budget=plan.budget,
+                   used={tid: ledger_of(calls, endpoints) for tid, calls in _calls_made(session.events).items()},
+                   replay=plan.replay, derivation_version=session.header.derivation())
+
+
+def _settings(plan: RunPlan, header: ev.RunStarted, gateway: Gateway | None) -> Settings:
+    template = None
+    if plan.probe:
+        template = (Path(__file__).parent / "prompts" / "narration_probe.txt").read_text(encoding="utf-8")
+    opts = plan.options
+    return Settings(contract=plan.contract, budget=plan.budget, pack_root=plan.pack.root, run_dir=plan.base,
+                    sandbox=plan.sandbox, agent=plan.agent, limits=plan.limits, tree_caps=plan.tree_caps,
+                    workspace_quota=opts.workspace_quota, keep_work=opts.keep_work, probe=plan.probe,
+                    template_override=template, gateway=gateway, derivation_version=header.derivation(),
+                    environments=dict(plan.environments), yield_cpu=opts.jobs > YIELD_ABOVE_JOBS)
+
+
+def _executor(plan: RunPlan, settings: Settings, session: _Session) -> Executor:
+    """The executor the attempts run on: the plan's cluster's, or the options' (by default the
+    local thread pool, :class:`sealbench.executors.LocalExecutor`)."""
+    if plan.cluster is None:
+        return (plan.options.executor or LocalExecutor)(settings, plan.options.jobs)
+    from .ray_executor import RunPart
+
+    part = RunPart(probe=plan.probe, template_override=settings.template_override,
+                   derivation_version=settings.derivation_version, yield_cpu=settings.yield_cpu,
+                   model_calls={tid: tuple(c) for tid, c in _calls_made(session.events).items()})
+    return plan.cluster.executor(settings, plan.options.jobs, part, record=session.journal.append)
+
+
+def _begin(plan: RunPlan, session: _Session, coordinator: Coordinator, heartbeat: Heartbeat) -> None:
+    """The session's first lines: the run's start, or its resume and what the resume settles."""
+    coordinator.begin(session.header, resumed=session.resumed)
+    heartbeat.start()
+    if not session.resumed:
+        if plan.indexed:
+            runs_index.journal_started(plan.contract, plan.run_dir, data=plan.options.runs_index)
+        return
+    if plan.indexed:
+        runs_index.continuation_written(plan.contract, plan.run_dir, session.header, data=plan.options.runs_index)
+    coordinator.settle(session.prior, session.charges)
+    if not plan.probe:
+        _restore_patches(plan.base, session.prior)
+
+
+def _result(plan: RunPlan, session: _Session, outcomes: dict[str, str], *, complete: bool,
+            stopped_by: str | None) -> RunResult:
+    """The run's files derived from its verified journal, and what it left behind (recorded in
+    the runs index)."""
+    jpath = plan.base / "journal.jsonl"
+    contract = plan.contract
     cards = book = None
-    if probe:
-        write_probe_summary(run_dir, iter_verified(jpath), contract.task_ids)
+    if plan.probe:
+        write_probe_summary(plan.run_dir, iter_verified(jpath), contract.task_ids)
     else:
         book = StoryBook(contract.task_ids)
-        cards = write_derived(base, iter_verified(jpath), contract.task_ids, contract.model_endpoints or (), book=book)
-    headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
-    result = RunResult(run_dir=run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
+        cards = write_derived(plan.base, iter_verified(jpath), contract.task_ids, contract.model_endpoints or (),
+                              book=book)
+    headers = [line.event for line in session.events if isinstance(line.event, ev.RunHeader)]
+    result = RunResult(run_dir=plan.run_dir, outcomes=outcomes, complete=complete, interrupted=stopped_by is not None,
                        interrupted_by=stopped_by, contract_sha256=contract.contract_sha256, scorecards=cards,
-                       isolation=isolation_of([*headers, header]), stories=book.tasks if book is not None else None)
-    if not probe and header.replay_of is None:  # a replay is a reproduction, never a run of the run_id
-        runs_index.record_end(contract, result, data=opts.runs_index)
+                       isolation=isolation_of([*headers, session.header]),
+                       stories=book.tasks if book is not None else None)
+    if plan.indexed:
+        runs_index.record_end(contract, result, data=plan.options.runs_index)
     return result
 
 

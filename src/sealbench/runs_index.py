@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import RunRefusal, RunsIndexError
+from .outcomes import RunState
 
 if TYPE_CHECKING:
     import sqlite3
@@ -59,12 +60,6 @@ LOCK = "runs.lock"
 INDEX_VERSION = 2
 """The schema version, kept in SQLite's ``user_version`` (2: each run's continuation)."""
 
-CLAIMED = "claimed"
-"""Recorded before the journal exists; ``started`` once its first event is written."""
-STARTED = "started"
-FINISHED = "finished"
-INTERRUPTED = "interrupted"
-MISSING = "missing"
 RUN, BUNDLE = "run", "bundle"
 NOT_BUNDLED = "not bundled (sealbench bundle RUN_DIR, then sealbench verify BUNDLE)"
 
@@ -300,7 +295,8 @@ def plan_index(found: Sequence[Found], remembered: Sequence[RunRecord],
     for r in sorted(remembered, key=lambda r: r.started_at):
         if r.run_id not in runs:
             # A claim whose journal never started stays one; any other run not found is missing.
-            runs[r.run_id] = replace(r, state=CLAIMED if r.state == CLAIMED else MISSING, updated_at=stamp)
+            runs[r.run_id] = replace(r, state=RunState.CLAIMED if r.state == RunState.CLAIMED else RunState.MISSING,
+                                     updated_at=stamp)
     return sorted(runs.values(), key=lambda r: (r.started_at, r.run_id)), places
 
 
@@ -439,7 +435,8 @@ def read_place(path: Path) -> Found:
     first = _first_event(path / JOURNAL)
     chain = chain_of(path / JOURNAL)
     base = RunRecord(run_id=str(contract.run_id), run_dir=str(path), run_nonce=_nonce_of(first),
-                     started_at=str(first.get("time", "")), state=STARTED, continuation=chain[-1] if chain else None,
+                     started_at=str(first.get("time", "")), state=RunState.STARTED,
+                     continuation=chain[-1] if chain else None,
                      **contract_facts(contract))
     if (path / "SHA256SUMS").is_file():
         try:
@@ -471,7 +468,8 @@ def read_place(path: Path) -> Found:
     except (KeyError, TypeError, ValueError) as e:
         return Found(RUN, replace(base, state=f"its journal cannot be read ({type(e).__name__}: {e})"), "", chain)
     cards = [Scorecard.model_validate_json(line) for line in files["scorecards.jsonl"].splitlines() if line]
-    state = {RUN_FINISHED: FINISHED, RUN_INTERRUPTED: INTERRUPTED}.get(last_run_event[0], STARTED)
+    state: str = {RUN_FINISHED: RunState.FINISHED, RUN_INTERRUPTED: RunState.INTERRUPTED}.get(
+        last_run_event[0], RunState.STARTED)
     if headers and headers[0].contract_sha256 != contract.contract_sha256:
         state = f"its journal was made under contract {headers[0].contract_sha256}, not this one"
     return Found(RUN, replace(base, state=state, isolation=isolation_of(headers), rate=rate_text(contract, cards)), "",
@@ -623,7 +621,7 @@ class _Store:
                     started = (Path(path) / "journal.jsonl").is_file()
                     nonce = entry.get("run_nonce")
                     return RunRecord(run_id, path, nonce if isinstance(nonce, str) else None,
-                                     str(entry.get("at", "")), STARTED if started else CLAIMED)
+                                     str(entry.get("at", "")), RunState.STARTED if started else RunState.CLAIMED)
         return None
 
     def logged(self) -> list[dict[str, Any]]:
@@ -663,7 +661,7 @@ class _Store:
                 nonce = entry.get("run_nonce")
                 runs[entry["run_id"]] = RunRecord(entry["run_id"], entry["path"],
                                                   nonce if isinstance(nonce, str) else None,
-                                                  str(entry.get("at", "")), MISSING)
+                                                  str(entry.get("at", "")), RunState.MISSING)
         return list(runs.values()), list(dict.fromkeys(paths))
 
     def rebuild(self, roots: Sequence[Path]) -> RebuildReport:
@@ -707,9 +705,9 @@ class _Store:
             os.fsync(f.fileno())
         os.replace(log_tmp, self.log)
         twice = sorted({p.run_id for p in places if p.kind == RUN and p.status.startswith("ANOTHER RUN")})
-        return RebuildReport(index=self.db, runs=sum(1 for r in runs if r.state != MISSING),
+        return RebuildReport(index=self.db, runs=sum(1 for r in runs if r.state != RunState.MISSING),
                              bundles=sum(1 for p in places if p.kind == BUNDLE),
-                             missing=tuple(r.run_id for r in runs if r.state == MISSING), twice=tuple(twice),
+                             missing=tuple(r.run_id for r in runs if r.state == RunState.MISSING), twice=tuple(twice),
                              skipped=tuple(skipped))
 
     def connect_at(self, path: Path) -> sqlite3.Connection:
@@ -863,7 +861,7 @@ def _refusal(run_id: str, first: RunRecord, index: Path) -> RunRefusal:
     if Path(first.run_dir, "journal.jsonl").is_file():
         again = f"`sealbench run CONTRACT --resume {first.run_dir}` continues that run"
         gone = ""
-    elif first.state == CLAIMED:
+    elif first.state == RunState.CLAIMED:
         again = f"it stopped before its journal was written: `sealbench run CONTRACT --out {first.run_dir}` starts it"
         gone = ""
     else:
@@ -891,7 +889,7 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
 
     run_id = str(contract.run_id)
     record = RunRecord(run_id=run_id, run_dir=str(run_dir), run_nonce=header.run_nonce,
-                       started_at=now(), state=CLAIMED, isolation=isolation_of([header]),
+                       started_at=now(), state=RunState.CLAIMED, isolation=isolation_of([header]),
                        updated_at=now(), continuation=header.continuation, **contract_facts(contract))
 
     def op(store: _Store, con: sqlite3.Connection) -> None:
@@ -900,7 +898,7 @@ def claim_run(contract: ScoringContract, run_dir: Path, header: RunHeader, *,
             (first,) = _runs(con, run_id) or (store.logged_run(run_id),)
             # Only a start that never wrote its first event may start again, in its own directory:
             # a run whose journal was deleted is still a run.
-            if first is not None and (first.run_dir != record.run_dir or first.state != CLAIMED):
+            if first is not None and (first.run_dir != record.run_dir or first.state != RunState.CLAIMED):
                 raise _refusal(run_id, first, store.db)
             _put_run(con, record)
             con.execute("COMMIT")
@@ -919,7 +917,7 @@ def journal_started(contract: ScoringContract, run_dir: Path, *, data: Path | No
     def op(store: _Store, con: sqlite3.Connection) -> None:
         with con:
             con.execute("UPDATE runs SET state = ?, updated_at = ? WHERE run_id = ? AND run_dir = ? AND state = ?",
-                        (STARTED, now(), str(contract.run_id), str(run_dir), CLAIMED))
+                        (RunState.STARTED, now(), str(contract.run_id), str(run_dir), RunState.CLAIMED))
 
     try:
         _write(data, op)
@@ -973,15 +971,15 @@ def continue_run(contract: ScoringContract, run_dir: Path, header: RunHeader, ch
             else:
                 # A run started before this index existed (or on a machine whose index was lost).
                 first = RunRecord(run_id=run_id, run_dir="", run_nonce=nonce, started_at=now(),
-                                  state=STARTED, isolation=isolation_of([header]), **contract_facts(contract))
-            _put_run(con, replace(first, run_dir=here, state=STARTED, updated_at=now(),
+                                  state=RunState.STARTED, isolation=isolation_of([header]), **contract_facts(contract))
+            _put_run(con, replace(first, run_dir=here, state=RunState.STARTED, updated_at=now(),
                                   continuation=header.continuation, prior_continuation=chain[-1] if chain else None,
                                   moved_from=moved[0]))
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        if first.run_dir != here or first.state == MISSING:
+        if first.run_dir != here or first.state == RunState.MISSING:
             store.append_log(RUN, run_id, here, nonce, first.started_at)
 
     _write(data, op)
@@ -1103,7 +1101,7 @@ def move_run(old: Path, new: Path, *, data: Path | None = None) -> str:
 
 def record_end(contract: ScoringContract, result: RunResult, *, data: Path | None = None) -> None:
     """Record how a run ended and its rate; best effort (a note on stderr when it cannot)."""
-    state = FINISHED if result.complete else INTERRUPTED if result.interrupted else STARTED
+    state = RunState.FINISHED if result.complete else RunState.INTERRUPTED if result.interrupted else RunState.STARTED
     rate = rate_text(contract, result.scorecards or []) if result.complete else None
     run_id, run_dir = str(contract.run_id), str(result.run_dir)
 
@@ -1254,13 +1252,13 @@ def _by_run(places: Sequence[PlaceRecord]) -> dict[str, list[PlaceRecord]]:
 
 
 def _state(r: RunRecord) -> str:
-    if r.state == CLAIMED:
+    if r.state == RunState.CLAIMED:
         return "claimed, but its journal never started (run it again into the same directory)"
-    if r.state == STARTED:
+    if r.state == RunState.STARTED:
         return "started, not finished (still running, or stopped: --resume continues it)"
-    if r.state == INTERRUPTED:
+    if r.state == RunState.INTERRUPTED:
         return "interrupted (--resume continues it)"
-    if r.state == MISSING:
+    if r.state == RunState.MISSING:
         return f"missing: no run in {r.run_dir} any more; its run_id stays used on this machine"
     return r.state
 

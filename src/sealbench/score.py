@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from .contract import require_locked
 from .errors import ScoreRefusal
 from .files import describe_validation_error
-from .formats import Interval95, Outcome, Rate, ScoringContract, SeedEvent
+from .formats import Interval95, Rate, ScoringContract, SeedEvent
+from .outcomes import Outcome
 from .stats import wilson_interval
 
 NOTE = "valid only for this slice, metric, and access class"

@@ -23,6 +23,7 @@ from . import conversation as cv
 from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
+from .outcomes import SHOWN_OUTCOMES, Outcome, TaskState
 from .safe_text import inert as inert
 from .usage import ENDPOINT_FAILED, unfinished, upstream_failed, usage_of
 
@@ -32,7 +33,6 @@ where the error usually is."""
 FULL_CAP = 4 * 2**20
 """Bytes of a blob read at most, even with ``--full``."""
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
-_OUTCOMES = ("pass", "fail", "abstain", "timeout", "harness_error", "infra_error", "unfinished")
 RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
 """What reading a run directory checked (a bundle's reading verifies it whole)."""
 
@@ -112,10 +112,10 @@ class AttemptStory:
         if self.finished is not None and self.finished.result:
             return self.finished.result
         if self.interrupted is not None:
-            return "interrupted"
+            return TaskState.INTERRUPTED.value
         if self.errors:
-            return "harness_error"
-        return "unfinished"
+            return Outcome.HARNESS_ERROR.value
+        return TaskState.UNFINISHED.value
 
 
 @dataclass
@@ -131,7 +131,8 @@ class TaskStory:
 
     @property
     def outcome(self) -> str:
-        return (self.finished.outcome if self.finished is not None and self.finished.outcome else "unfinished")
+        return (self.finished.outcome if self.finished is not None and self.finished.outcome
+                else TaskState.UNFINISHED.value)
 
     def attempt(self, number: int) -> AttemptStory:
         return self.attempts.setdefault(number, AttemptStory(number))
@@ -306,9 +307,9 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
     cap = task.started.max_attempts if task.started is not None else None
     used = len(task.attempts)
     tries = f"after {used} of {cap} attempts" if cap else f"after {used} attempts"
-    if outcome == "pass":
+    if outcome == Outcome.PASS:
         return f"passed on attempt {last.number if last else '?'}"
-    if outcome == "harness_error":
+    if outcome == Outcome.HARNESS_ERROR:
         error = (task.finished.error if task.finished is not None else None) or next(
             (e.error for e in [*task.errors, *(x for a in task.attempts.values() for x in a.errors)] if e.error), None)
         if last is not None and not_started(last):
@@ -318,20 +319,20 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
             return (f"the declared model endpoint failed, not the agent: {inert(error)} (recorded as a harness "
                     "error, which refuses the rate: check the endpoint, then rerun under a new run_id)")
         return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
-    if outcome == "infra_error":
+    if outcome == Outcome.INFRA_ERROR:
         reason = last.interrupted.reason if last is not None and last.interrupted is not None else None
         of = f" of {cap}" if cap else ""
         said = f"attempt {last.number}{of} was interrupted ({inert(reason or 'no reason recorded')})" \
             if last is not None else inert((task.finished.error if task.finished is not None else None) or "")
         return (f"not decided by the agent: {said}, and no attempt or time remained; the attempt stays used "
                 "(an infrastructure error, which refuses the rate: rerun under a new run_id)")
-    if outcome == "unfinished":
+    if outcome == TaskState.UNFINISHED:
         if last is not None and last.interrupted is not None:
             return f"not finished: attempt {last.number} was interrupted ({inert(last.interrupted.reason or '')})"
         return "not finished: the run stopped before this task ended (continue it with run --resume)"
     if last is None:
         return f"{outcome} without an attempt"
-    if outcome == "timeout":
+    if outcome == Outcome.TIMEOUT:
         if last.graded is not None and last.graded.oracle_timed_out:
             return "the task's wall-clock cap ran out during grading"
         if last.agent is not None and last.agent.timed_out:
@@ -348,7 +349,7 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
         parts.append(f"the workspace was refused: {inert(last.patch.rejected)}")
     elif last.agent is not None and last.agent.workdir_rejected:
         parts.append(f"the workspace was refused: {inert(last.agent.workdir_rejected)}")
-    elif outcome == "abstain" or (last.patch is not None and last.patch.empty):
+    elif outcome == Outcome.ABSTAIN or (last.patch is not None and last.patch.empty):
         words = agent_words(last.agent, blobs) if last.agent is not None else None
         if words is not None and words.startswith("the agent ended with exit code 0"):
             parts.append("the agent exited 0 without changing anything"
@@ -651,7 +652,7 @@ def why_lines(shown: Shown, limit: int = SUMMARY_LINES) -> list[str]:
     them; first, :func:`broken_agent`'s sentence when it applies. No line when every task passed."""
     import shlex
 
-    missed = [t for t in shown.tasks.values() if t.outcome != "pass"]
+    missed = [t for t in shown.tasks.values() if t.outcome != Outcome.PASS]
     if not missed:
         return []
     where = shlex.quote(str(shown.where))
@@ -664,7 +665,7 @@ def why_lines(shown: Shown, limit: int = SUMMARY_LINES) -> list[str]:
     out += [f"  {inert(t.task_id):{width}}  {t.outcome:13} {cause(t, shown.blobs)}" for t in rows]
     rest = missed[limit:]
     if rest:
-        counts = {o: n for o in _OUTCOMES if (n := sum(1 for t in rest if t.outcome == o))}
+        counts = {o: n for o in SHOWN_OUTCOMES if (n := sum(1 for t in rest if t.outcome == o))}
         out.append(f"  and {len(rest)} more ({', '.join(f'{o} {n}' for o, n in counts.items())}): "
                    f"sealbench show {where} " + " ".join(f"--outcome {o}" for o in counts))
     return out
@@ -752,7 +753,7 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
                     out.append(f"      | ... ({len(text) - SHOWN_CHARS} more characters; --full shows them)")
     g = a.graded
     if g is not None:
-        verdict = "pass" if g.task_pass else "fail"
+        verdict = Outcome.PASS.value if g.task_pass else Outcome.FAIL.value
         out.append(f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
                    f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}")
         if not g.task_pass:
