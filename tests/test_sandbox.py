@@ -42,6 +42,8 @@ from sealbench.sandbox import (
     open_sandbox,
     process_limit_method,
 )
+from sealbench.sandbox import cgroups as sandbox_cgroups
+from sealbench.sandbox import process as sandbox_process
 
 PY = sys.executable
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -687,7 +689,7 @@ def test_no_python_runs_between_fork_and_exec(tmp_path: Path, monkeypatch: pytes
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sandbox_module.subprocess, "Popen", recording)
+    monkeypatch.setattr(sandbox_process.subprocess, "Popen", recording)
     agent = Agent(tmp_path, NoSandbox())
     result, out, _ = agent.sh("ulimit -n; cat /proc/self/cgroup")
     assert result.exit_code == 0
@@ -748,7 +750,7 @@ def test_busy_cgroup_after_a_completed_run_is_deferred_not_a_harness_error(tmp_p
     t0 = time.monotonic()
     result, out, _ = agent.sh(script)
     # The command's end does not wait for its busy cgroup (retried for a second on the remover's thread).
-    assert time.monotonic() - t0 < sandbox_module._REMOVE_S / 2
+    assert time.monotonic() - t0 < sandbox_cgroups._REMOVE_S / 2
     assert result.exit_code == 0
     run_cgroup = cgroup_root().parent / out.strip().lstrip("/")
     try:
@@ -765,9 +767,9 @@ def test_busy_cgroup_after_a_completed_run_is_deferred_not_a_harness_error(tmp_p
 @needs_cgroup
 def test_run_cgroup_removed_before_admission_is_replaced() -> None:
     # An older sealbench's sweep removed every empty run cgroup, ours between mkdir and launch.
-    hierarchy = sandbox_module._pids_hierarchy()
+    hierarchy = sandbox_cgroups._pids_hierarchy()
     assert hierarchy is not None
-    cgroup = sandbox_module._RunCgroup.create(hierarchy, 8)
+    cgroup = sandbox_cgroups._RunCgroup.create(hierarchy, 8)
     first = cgroup.path
     first.rmdir()
     sleeper = subprocess.Popen(["sleep", "30"])
@@ -944,7 +946,7 @@ def test_a_start_whose_admission_fails_raises_instead_of_hanging(tmp_path: Path,
     def refuse(*args: object) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(sandbox_module.resource, "prlimit", refuse)
+    monkeypatch.setattr(sandbox_process.resource, "prlimit", refuse)
     raised: list[BaseException] = []
 
     def start() -> None:
