@@ -638,6 +638,36 @@ def test_invalid_specs_and_limits_are_rejected(tmp_path: Path) -> None:
         Limits(processes=0)
 
 
+@pytest.mark.parametrize(("change", "refusal"), [
+    ({}, None),
+    ({"argv": ("tr\0ue",)}, "argv must be a non-empty tuple of strings without NUL"),
+    ({"stdout_path": Path("out")}, "stdout_path must be absolute: out"),
+    ({"readonly_paths": (Path("ro"),)}, "readonly path must be absolute: ro"),
+    ({"writable_paths": (Path("rw"),)}, "writable path must be absolute: rw"),
+    ({"timeout_s": float("inf")}, "timeout_s must be positive and finite: inf"),
+    ({"env": {"": "x"}}, "environment entry cannot be passed to a process: ''"),
+    ({"env": {"A": "x\0y"}}, "environment entry cannot be passed to a process: 'A'"),
+    ({"env": {"HOME": "home"}}, "HOME must be absolute: 'home'"),
+    ({"links": (("/opt/repo", "/w"),)}, None),
+    ({"links": (("opt/repo", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: 'opt/repo'"),
+    ({"links": (("/usr/lib/x", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: '/usr/lib/x'"),
+    ({"links": (("/w/inside", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: '/w/inside'"),
+    ({"links": (("/", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: '/'"),
+    # the first rule broken is the one named: argv before paths before the timeout
+    ({"argv": (), "workdir": Path("rel"), "timeout_s": 0}, "argv must be"),
+    ({"workdir": Path("rel"), "timeout_s": 0}, "workdir must be absolute"),
+])
+def test_a_spec_names_the_first_rule_it_breaks(change: dict[str, Any], refusal: str | None) -> None:
+    base: dict[str, Any] = dict(argv=("true",), workdir=Path("/w"), env={}, timeout_s=1.0,
+                                stdout_path=Path("/o"), stderr_path=Path("/e"))
+    if refusal is None:
+        SandboxSpec(**{**base, **change})
+    else:
+        with pytest.raises(ValueError) as e:
+            SandboxSpec(**{**base, **change})
+        assert str(e.value).startswith(refusal), e.value
+
+
 def test_concurrent_runs_do_not_interfere(tmp_path: Path) -> None:
     sandbox = open_sandbox("bubblewrap") if HAVE_BWRAP else open_sandbox("none")
     agents = []

@@ -115,32 +115,54 @@ class SandboxSpec:
     many agents at once, whose sandboxes could otherwise starve the runner)."""
 
     def __post_init__(self) -> None:
-        if not self.argv or not all(isinstance(a, str) and "\0" not in a for a in self.argv):
-            raise ValueError(f"argv must be a non-empty tuple of strings without NUL: {self.argv!r}")
-        for name in ("workdir", "stdout_path", "stderr_path"):
-            if getattr(self, name) is not None and not Path(getattr(self, name)).is_absolute():
-                raise ValueError(f"{name} must be absolute: {getattr(self, name)}")
-        for path in self.readonly_paths:
+        for rule in (_argv_problem, _path_problem, _timeout_problem, _env_problem, _link_problem):
+            problem = rule(self)
+            if problem is not None:
+                raise ValueError(problem)
+
+
+def _argv_problem(spec: SandboxSpec) -> str | None:
+    if not spec.argv or not all(isinstance(a, str) and "\0" not in a for a in spec.argv):
+        return f"argv must be a non-empty tuple of strings without NUL: {spec.argv!r}"
+    return None
+
+
+def _timeout_problem(spec: SandboxSpec) -> str | None:
+    if not (spec.timeout_s > 0 and math.isfinite(spec.timeout_s)):
+        return f"timeout_s must be positive and finite: {spec.timeout_s!r}"
+    return None
+
+
+def _path_problem(spec: SandboxSpec) -> str | None:
+    for name in ("workdir", "stdout_path", "stderr_path"):
+        if getattr(spec, name) is not None and not Path(getattr(spec, name)).is_absolute():
+            return f"{name} must be absolute: {getattr(spec, name)}"
+    for kind, paths in (("readonly", spec.readonly_paths), ("writable", spec.writable_paths)):
+        for path in paths:
             if not Path(path).is_absolute():
-                raise ValueError(f"readonly path must be absolute: {path}")
-        for path in self.writable_paths:
-            if not Path(path).is_absolute():
-                raise ValueError(f"writable path must be absolute: {path}")
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise ValueError(f"timeout_s must be positive and finite: {self.timeout_s!r}")
-        for key, value in self.env.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"environment entry cannot be passed to a process: {key!r}")
-        home = self.env.get("HOME")
-        if home is not None and not os.path.isabs(home):
-            raise ValueError(f"HOME must be absolute: {home!r}")
-        for link, target in self.links:
-            norm = os.path.normpath(link)
-            taken = (*_SYSTEM_DIRS, *_KERNEL_DIRS, "/tmp", str(self.workdir), *(str(p) for p in self.readonly_paths),
-                     *(str(p) for p in self.writable_paths))
-            if (not os.path.isabs(link) or norm == "/" or "\0" in link or "\0" in target
-                    or any(_within(norm, d) or _within(d, norm) for d in taken)):
-                raise ValueError(f"link path must be absolute and outside the sandbox's mounts: {link!r}")
+                return f"{kind} path must be absolute: {path}"
+    return None
+
+
+def _env_problem(spec: SandboxSpec) -> str | None:
+    for key, value in spec.env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            return f"environment entry cannot be passed to a process: {key!r}"
+    home = spec.env.get("HOME")
+    if home is not None and not os.path.isabs(home):
+        return f"HOME must be absolute: {home!r}"
+    return None
+
+
+def _link_problem(spec: SandboxSpec) -> str | None:
+    taken = (*_SYSTEM_DIRS, *_KERNEL_DIRS, "/tmp", str(spec.workdir), *(str(p) for p in spec.readonly_paths),
+             *(str(p) for p in spec.writable_paths))
+    for link, target in spec.links:
+        norm = os.path.normpath(link)
+        if (not os.path.isabs(link) or norm == "/" or "\0" in link or "\0" in target
+                or any(_within(norm, d) or _within(d, norm) for d in taken)):
+            return f"link path must be absolute and outside the sandbox's mounts: {link!r}"
+    return None
 
 
 @dataclass(frozen=True)
