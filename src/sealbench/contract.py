@@ -24,6 +24,7 @@ from .formats import (
     AgentSpec,
     Budget,
     Controls,
+    ModelEndpoint,
     PackRef,
     ScoringContract,
     TaskRecord,
@@ -320,11 +321,18 @@ def _check_endpoints(contract: ScoringContract) -> None:
             raise ContractError(f"model endpoint {endpoint.name!r}: read_timeout_s {wait:g} is not under the "
                                 f"wall-clock cap of {budget.wall_clock_s:g} s: an endpoint that hangs would end the "
                                 "attempt as the agent's timeout instead of the endpoint's failure")
-    caps = [c for c in MODEL_CAPS if budget is not None and getattr(budget, c) is not None]
+    if budget is not None:
+        _check_model_budget(endpoints, budget)
+
+
+def _check_model_budget(endpoints: Sequence[ModelEndpoint], budget: Budget) -> None:
+    """Caps on model use only with endpoints to bind them; a cost cap only over prices locked for
+    every model, in one currency."""
+    caps = [c for c in MODEL_CAPS if getattr(budget, c) is not None]
     if caps and not endpoints:
         raise ContractError(f"budget: {', '.join(caps)} needs model_endpoints: a cap on model use binds only "
                             "through the gateway")
-    if budget is not None and budget.max_model_cost is not None:
+    if budget.max_model_cost is not None:
         unpriced = [f"{e.name}/{m}" for e in endpoints for m in e.models if m not in (e.prices or {})]
         if unpriced:
             raise ContractError(f"budget: max_model_cost needs a locked price for every model the endpoints allow; "
