@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sealbench import events as ev
-from sealbench.show import AttemptStory, TaskStory, cause
+from sealbench.show import AttemptStory, TaskStory, cause, grading_words
 
 
 def task(outcome: str | None, *attempts: AttemptStory, max_attempts: int | None = 2, error: str | None = None,
@@ -87,3 +87,26 @@ ROWS = [
 @pytest.mark.parametrize(("story", "words"), [pytest.param(s, w, id=name) for name, s, w in ROWS])
 def test_cause_says_why_the_task_ended(story: TaskStory, words: str) -> None:
     assert cause(story, None) == words
+
+
+GRADES = [
+    ("forbidden paths first", ev.Graded(forbidden=["conftest.py"], oracle_timed_out=True),
+     "the patch touched forbidden paths: conftest.py"),
+    ("a patch that does not apply", ev.Graded(patch_applies_clean=False, apply_message="error: patch failed\nhunk 1"),
+     "the patch did not apply to a pristine copy: hunk 1"),
+    ("the oracle out of time", ev.Graded(oracle_timed_out=True), "the hidden tests ran out of the task's time"),
+    ("a forged pass not counted", ev.Graded(flagged_pass="not_counted", forging_flags=["exit rewritten"]),
+     "the hidden tests passed while the test process was seen forging: exit rewritten"),
+    ("the JUnit report's reason", ev.Graded(junit={"ok": False}), "the hidden tests failed: the JUnit report says so"),
+    ("a JUnit failure and an oracle killed", ev.Graded(junit={"ok": False, "why": "1 error"},
+                                                       oracle=ev.ProcessFacts(exit_code=None, signal=9)),
+     "the hidden tests failed: 1 error; the oracle was killed by signal 9"),
+    ("no JUnit: the oracle's exit", ev.Graded(oracle=ev.ProcessFacts(exit_code=2)),
+     "the hidden tests failed (the oracle exited with code 2)"),
+    ("nothing to say but the fact", ev.Graded(oracle=ev.ProcessFacts(exit_code=0)), "the hidden tests did not pass"),
+]
+
+
+@pytest.mark.parametrize(("graded", "words"), [pytest.param(g, w, id=name) for name, g, w in GRADES])
+def test_grading_words_say_why_a_grade_did_not_pass(graded: ev.Graded, words: str) -> None:
+    assert grading_words(graded, None) == words

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -241,20 +241,29 @@ def grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
     if g.flagged_pass == "not_counted":
         return "the hidden tests passed while the test process was seen forging: " + ", ".join(g.forging_flags or [])
     junit = g.junit or {}
-    oracle = g.oracle
     if junit and not junit.get("ok", False):
-        names = failed_tests(blobs.read(oracle.stdout, FULL_CAP) if oracle is not None and blobs else None)
-        words = (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
-                 + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
-        if not names and oracle is not None and oracle.exit_code not in (0, 1):
-            # No test named: the test process itself ended badly (a crash, a kill); say how.
-            words += f"; the oracle {_process_end(oracle)}" + _crash_words(oracle, blobs)
-        return words
-    if oracle is not None and (oracle.exit_code not in (0, None) or oracle.signal):
-        tail = None if blobs is None else (_last_line(blobs.read(oracle.stdout, 64 * 1024))
-                                           or _last_line(blobs.read(oracle.stderr, 64 * 1024)))
-        return f"the hidden tests failed (the oracle {_process_end(oracle)})" + (f": {tail}" if tail else "")
+        return _junit_words(junit, g.oracle, blobs)
+    if g.oracle is not None and (g.oracle.exit_code not in (0, None) or g.oracle.signal):
+        return _oracle_end_words(g.oracle, blobs)
     return "the hidden tests did not pass"
+
+
+def _junit_words(junit: Mapping[str, Any], oracle: ev.ProcessFacts | None, blobs: Blobs | None) -> str:
+    """A JUnit report that says the tests failed: its reason, the tests pytest named, and how
+    the oracle ended when it named none and did not exit as pytest does."""
+    names = failed_tests(blobs.read(oracle.stdout, FULL_CAP) if oracle is not None and blobs else None)
+    words = (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
+             + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
+    if not names and oracle is not None and oracle.exit_code not in (0, 1):
+        # No test named: the test process itself ended badly (a crash, a kill); say how.
+        words += f"; the oracle {_process_end(oracle)}" + _crash_words(oracle, blobs)
+    return words
+
+
+def _oracle_end_words(oracle: ev.ProcessFacts, blobs: Blobs | None) -> str:
+    tail = None if blobs is None else (_last_line(blobs.read(oracle.stdout, 64 * 1024))
+                                       or _last_line(blobs.read(oracle.stderr, 64 * 1024)))
+    return f"the hidden tests failed (the oracle {_process_end(oracle)})" + (f": {tail}" if tail else "")
 
 
 def _process_end(p: ev.ProcessFacts) -> str:
