@@ -1102,3 +1102,14 @@ def test_closing_a_held_sandbox_while_its_copy_is_under_way_on_another_thread_is
         assert not t.is_alive() and errors == []
         with pytest.raises(HarnessError):
             held.start()  # a closed sandbox never runs its command
+
+
+def test_the_package_re_exports_what_was_importable_from_the_module() -> None:
+    """``sealbench.sandbox`` was one module; its parts are now modules of a package, and every
+    public name importers use is still importable from the package itself."""
+    assert set(sandbox_module.__all__) >= {
+        "BubblewrapSandbox", "COMMAND_NICENESS", "KILL_GRACE_S", "Limits", "NoSandbox", "Prepared", "PreparedProcess",
+        "Relay", "Sandbox", "SandboxResult", "SandboxSpec", "YIELD_ABOVE_JOBS", "command_path",
+        "deferred_cgroup_removals", "open_ahead", "open_bubblewrap", "open_none", "open_sandbox",
+        "process_limit_method", "settle_cgroup_removals", "sweep_stale_cgroups", "unescape_mount_field"}
+    assert all(getattr(sandbox_module, name) is not None for name in sandbox_module.__all__)
