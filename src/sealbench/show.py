@@ -759,6 +759,43 @@ def diffstat(patch: str) -> list[tuple[str, int, int]]:
     return out
 
 
+def _patch_lines(p: ev.PatchCaptured, blobs: Blobs, full: bool) -> list[str]:
+    if p.rejected:
+        return [f"    patch: refused ({inert(p.rejected)})"]
+    if p.empty:
+        return ["    patch: empty (nothing changed)"]
+    out = [f"    patch: {p.changed_count} path(s) changed, {p.patch_sha256}"]
+    blob = blobs.read(p.patch_sha256)
+    if blob is not None:
+        text = blob.text()
+        out += [f"      {inert(path)} | +{plus} -{minus}" for path, plus, minus in diffstat(text)]
+        shown = text if full or len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]
+        out += [f"      | {ln}" for ln in shown.rstrip("\n").split("\n")]
+        if shown is not text:
+            out.append(f"      | ... ({len(text) - SHOWN_CHARS} more characters; --full shows them)")
+    return out
+
+
+def _grading_lines(g: ev.Graded, blobs: Blobs, full: bool) -> list[str]:
+    verdict = "pass" if g.task_pass else "fail"
+    out = [f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
+           f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}"]
+    if not g.task_pass:
+        out.append(f"      why: {grading_words(g, blobs)}")
+    if g.junit:
+        j = g.junit
+        out.append(f"      JUnit: {j.get('ran', '?')} ran, {j.get('failed', '?')} failed"
+                   + (f", required tests not passed: {', '.join(map(str, j['missing_required'][:10]))}"
+                      if j.get("missing_required") else ""))
+    if g.oracle is not None:
+        o = g.oracle
+        out.append(f"      oracle: exit code {o.exit_code}" + (", timed out" if o.timed_out else "")
+                   + (f", {_seconds(o.elapsed_ms)}" if o.elapsed_ms is not None else ""))
+        out += _output("oracle stdout", o.stdout, o.stdout_bytes, blobs, full, "      ")
+        out += _output("oracle stderr", o.stderr, o.stderr_bytes, blobs, full, "      ")
+    return out
+
+
 def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
     out = [f"  attempt {a.number}: {a.result}"
            + (f" in {_seconds(a.finished.elapsed_ms)}" if a.finished is not None else "")
@@ -776,41 +813,10 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
     for lost in unfinished([*a.calls, *a.started_calls]):
         out.append(f"      #{lost.index} {inert(lost.endpoint or '?')} {inert(lost.model or '?')}: sent, and the "
                    f"runner stopped before it ended (counted against the caps, its use unknown)")
-    p = a.patch
-    if p is not None:
-        if p.rejected:
-            out.append(f"    patch: refused ({inert(p.rejected)})")
-        elif p.empty:
-            out.append("    patch: empty (nothing changed)")
-        else:
-            blob = blobs.read(p.patch_sha256)
-            out.append(f"    patch: {p.changed_count} path(s) changed, {p.patch_sha256}")
-            if blob is not None:
-                text = blob.text()
-                for path, plus, minus in diffstat(text):
-                    out.append(f"      {inert(path)} | +{plus} -{minus}")
-                shown = text if full or len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]
-                out += [f"      | {ln}" for ln in shown.rstrip("\n").split("\n")]
-                if shown is not text:
-                    out.append(f"      | ... ({len(text) - SHOWN_CHARS} more characters; --full shows them)")
-    g = a.graded
-    if g is not None:
-        verdict = "pass" if g.task_pass else "fail"
-        out.append(f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
-                   f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}")
-        if not g.task_pass:
-            out.append(f"      why: {grading_words(g, blobs)}")
-        if g.junit:
-            j = g.junit
-            out.append(f"      JUnit: {j.get('ran', '?')} ran, {j.get('failed', '?')} failed"
-                       + (f", required tests not passed: {', '.join(map(str, j['missing_required'][:10]))}"
-                          if j.get("missing_required") else ""))
-        if g.oracle is not None:
-            o = g.oracle
-            out.append(f"      oracle: exit code {o.exit_code}" + (", timed out" if o.timed_out else "")
-                       + (f", {_seconds(o.elapsed_ms)}" if o.elapsed_ms is not None else ""))
-            out += _output("oracle stdout", o.stdout, o.stdout_bytes, blobs, full, "      ")
-            out += _output("oracle stderr", o.stderr, o.stderr_bytes, blobs, full, "      ")
+    if a.patch is not None:
+        out += _patch_lines(a.patch, blobs, full)
+    if a.graded is not None:
+        out += _grading_lines(a.graded, blobs, full)
     f = a.feedback
     if f is not None:
         out.append(f"    feedback for the next attempt: policy {f.policy}")
