@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON)" ] || { echo "sealbench needs Python 3.11 or newer on PATH"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,docs]'
 	touch $@
 
 # bubblewrap is the sandbox; git captures and applies patches. chromium renders report.html
@@ -33,7 +33,7 @@ system-packages:
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null \
-		|| { echo "could not install$$missing; install it by hand (see README)"; exit 2; }; \
+		|| { echo "could not install$$missing; install it by hand (see README.md, Requirements)"; exit 2; }; \
 	fi
 
 # npm installs Codex CLI, the agent preset make test runs end to end (tests/test_agents_e2e.py
@@ -91,7 +91,8 @@ agents: setup
 test-agents: agents
 	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python -m pytest -q -s -m "agents or preset_ci" $(PYTEST_ARGS)
 
-# Each preset's time per task over a bare command agent, in the same runs (the README's table).
+# Each preset's time per task over a bare command agent, in the same runs (the table in
+# docs/tutorials/real-agent.md).
 bench-presets: agents
 	SEALBENCH_AGENTS_DIR=$(abspath $(AGENTS_DIR)) $(BIN)/python benchmarks/preset_overhead.py
 
@@ -112,17 +113,20 @@ demo: setup
 	$(BIN)/sealbench demo --dir $(CACHE)/demo
 
 # Every benchmark, each line the median and range of 3 runs beside its floor; the output also
-# becomes the README's Figures block, line for line.
+# becomes the Figures block of docs/benchmarks.md, line for line.
 bench: setup
 	@mkdir -p $(CACHE)
 	@set -o pipefail; { $(BIN)/python benchmarks/figures.py header && \
 		for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done && \
 		$(BIN)/python benchmarks/figures.py footer; } | tee $(CACHE)/bench.txt
-	$(BIN)/python benchmarks/figures.py readme $(CACHE)/bench.txt README.md
+	$(BIN)/python benchmarks/figures.py page $(CACHE)/bench.txt docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .mypy_cache .ruff_cache src/*.egg-info
 
+# The generated pages (formats, journal events, the command line, the defences) rewritten, then
+# the site built into site/ (git-ignored), failing on any warning: a broken link, a page
+# missing from the nav.
 docs: $(STAMP)
-	$(BIN)/python -c "from pathlib import Path; from sealbench.schema_doc import splice; p = Path('README.md'); p.write_text(splice(p.read_text()))"
-	$(BIN)/python tests/defences.py --readme
+	$(BIN)/python tests/docs_pages.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -92,7 +92,7 @@ def runs_argument(value: str) -> int:
 
 @dataclass(frozen=True)
 class Target:
-    """A published target: ``bound`` in the unit of the values, ``text`` as the README states it."""
+    """A published target: ``bound`` in the unit of the values, ``text`` as the docs state it."""
 
     bound: float
     text: str

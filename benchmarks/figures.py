@@ -1,8 +1,9 @@
 """`make bench` around the benchmark scripts: a header naming the machine and its load, a
-footer with the load at the end, and the README's Figures block rewritten from the output.
+footer with the load at the end, and the benchmarks page's Figures block rewritten from the output.
 
-The README's block is the output of `make bench`, line for line; nothing in it is typed by
-hand. Run: .venv/bin/python benchmarks/figures.py header | footer | readme OUTPUT README
+The block in docs/benchmarks.md is the output of `make bench`, line for line; nothing in it is
+typed by hand. Run: .venv/bin/python benchmarks/figures.py header | footer | page OUTPUT PAGE
+(``readme OUTPUT PAGE`` is the old name of ``page``).
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ def footer() -> str:
     return f"load average (1, 5, 15 min) at the end: {load()}"
 
 
-def splice(readme: str, output: str) -> str:
-    """``readme`` with the block between the figures markers replaced by ``output``, verbatim."""
-    start, end = readme.index(BEGIN), readme.index(END) + len(END)
+def splice(page: str, output: str) -> str:
+    """``page`` with the block between the figures markers replaced by ``output``, verbatim."""
+    start, end = page.index(BEGIN), page.index(END) + len(END)
     block = f"{BEGIN}\n\n```text\n{output.rstrip()}\n```\n\n{END}"
-    return readme[:start] + block + readme[end:]
+    return page[:start] + block + page[end:]
 
 
 def main(argv: list[str]) -> int:
@@ -69,10 +70,10 @@ def main(argv: list[str]) -> int:
         print(header(), flush=True)
     elif argv[:1] == ["footer"]:
         print(footer(), flush=True)
-    elif argv[:1] == ["readme"] and len(argv) == 3:
-        output, readme = Path(argv[1]), Path(argv[2])
-        readme.write_text(splice(readme.read_text(encoding="utf-8"), output.read_text(encoding="utf-8")),
-                          encoding="utf-8")
+    elif argv[:1] in (["page"], ["readme"]) and len(argv) == 3:
+        output, page = Path(argv[1]), Path(argv[2])
+        page.write_text(splice(page.read_text(encoding="utf-8"), output.read_text(encoding="utf-8")),
+                        encoding="utf-8")
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -20,10 +20,9 @@ Cli = Callable[..., tuple[int, str, str]]
 
 
 def documented_exit_codes() -> list[int]:
-    """The codes of the README's exit-code table."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
-    return [int(m) for m in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)]
+    """The codes of the exit-code table (docs/reference/exit-codes.md)."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "reference" / "exit-codes.md"
+    return [int(m) for m in re.findall(r"^\| (\d+) \|", page.read_text(encoding="utf-8"), re.MULTILINE)]
 
 
 def test_help_lists_exit_codes(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,7 +32,7 @@ def test_help_lists_exit_codes(cli: Cli, capsys: pytest.CaptureFixture[str]) -> 
     listed = re.findall(r"^  (\d+)\s+\S", capsys.readouterr().out.split("exit codes:", 1)[1], re.MULTILINE)
     documented = documented_exit_codes()
     assert len(documented) >= 6
-    assert [c for c in documented if str(c) not in listed] == [], "exit codes the README documents but --help omits"
+    assert [c for c in documented if str(c) not in listed] == [], "exit codes the docs list but --help omits"
 
 
 def test_usage_error_exits_2(cli: Cli) -> None:

@@ -1,4 +1,4 @@
-"""The defence-mutation suite itself: its list fits the source, the README lists every entry,
+"""The defence-mutation suite itself: its list fits the source, the docs list every entry,
 and the runner fails, naming the entry, when a removal goes unnoticed or the list has rotted."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from defences import LIST, ROOT, check_edits, load, splice_readme
+from defences import LIST, PAGE, ROOT, check_edits, load, splice_table
 
 RUNNER = ROOT / "tests" / "defences.py"
 
@@ -26,9 +26,9 @@ def test_every_entry_fits_the_source() -> None:
     assert [p for d in defences for p in check_edits(d, ROOT)] == []
 
 
-def test_readme_lists_every_defence_and_its_tests() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert splice_readme(readme, load(LIST)) == readme, "README's defences table is stale: run `make docs`"
+def test_the_docs_list_every_defence_and_its_tests() -> None:
+    page = (ROOT / PAGE).read_text(encoding="utf-8")
+    assert splice_table(page, load(LIST)) == page, f"{PAGE}'s defences table is stale: run `make docs`"
 
 
 def test_an_uncovered_entry_fails_the_suite_naming_it(tmp_path: Path) -> None:

@@ -29,10 +29,11 @@ def sealbench(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, check=False)
 
 
-def readme_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def tutorial_block() -> str:
+    """The block of the own-pack tutorial (docs/tutorials/own-pack.md)."""
+    text = (ROOT / "docs" / "tutorials" / "own-pack.md").read_text(encoding="utf-8")
     m = re.search(r"^## A first number from three files\n\n```sh\n(.*?)^```$", text, re.S | re.M)
-    assert m, "README.md has no 'A first number from three files' block"
+    assert m, "docs/tutorials/own-pack.md has no 'A first number from three files' block"
     return m.group(1)
 
 
@@ -40,7 +41,7 @@ def readme_block() -> str:
 def test_the_toy_job_is_three_files_and_three_commands_to_a_verified_bundle(tmp_path: Path) -> None:
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / ".venv" / "bin" / "sealbench").symlink_to(SEALBENCH)
-    block = readme_block()
+    block = tutorial_block()
     commands = [line for line in block.splitlines() if line.startswith("$S ")]
     assert len(commands) == 3
     script = tmp_path / "first.sh"

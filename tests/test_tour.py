@@ -1,5 +1,6 @@
 """The README's five-minute tour, extracted from README.md and run verbatim in a new folder:
-if the tour drifts from the code, this fails."""
+if the tour drifts from the code, this fails. The first-run tutorial
+(docs/tutorials/first-run.md) holds the same block, word for word."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ from conftest import needs_bwrap
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tour_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+TUTORIAL = ROOT / "docs" / "tutorials" / "first-run.md"
+
+
+def tour_block(page: Path = ROOT / "README.md") -> str:
+    text = page.read_text(encoding="utf-8")
     m = re.search(r"^## A five-minute tour\n\n```sh\n(.*?)^```$", text, re.S | re.M)
-    assert m, "README.md has no five-minute tour code block"
+    assert m, f"{page.name} has no five-minute tour code block"
     return m.group(1)
+
+
+def test_the_first_run_tutorial_holds_the_readme_tour_word_for_word() -> None:
+    assert tour_block(TUTORIAL) == tour_block()
 
 
 @needs_bwrap

@@ -1076,7 +1076,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("model-stub", help="a scripted model on 127.0.0.1 (OpenAI chat, Responses, Anthropic "
                        "Messages; streamed or not): check an agent setup without reaching a real model")
     p.add_argument("--script", required=True, metavar="FILE",
-                   help="replies in order: a JSON list, or TOML [[reply]] tables (see the README)")
+                   help="replies in order: a JSON list, or TOML [[reply]] tables (see docs/tutorials/real-agent.md)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one, printed)")
     p.add_argument("--latency-ms", type=int, default=0, metavar="N", help="wait N ms before each reply (default 0)")
     p.add_argument("--require-key-env", metavar="NAME",

@@ -2,7 +2,7 @@
 
 Files and JSON enter through these models (``extra="forbid"``, strict types: a boolean is not
 an integer, a string is not a number). Each model carries its format version. ``sealbench
-schema NAME`` prints the JSON Schema of each one; the README documents every field.
+schema NAME`` prints the JSON Schema of each one; docs/reference/formats.md documents every field.
 """
 
 from __future__ import annotations
