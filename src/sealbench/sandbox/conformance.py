@@ -62,7 +62,7 @@ class _Scene:
             argv=tuple(argv) if argv is not None else (shutil.which("sh") or "/bin/sh", "-c", script),
             workdir=self.workdir,
             env={"PATH": command_path(), "HOME": str(self.workdir), "LANG": "C.UTF-8",
-                 "SEALBENCH_CONFORMANCE": self.mark},
+                 "CONFORMANCE_MARK": self.mark},
             timeout_s=timeout_s,
             stdout_path=self.root / "stdout",
             stderr_path=self.root / "stderr",
@@ -78,7 +78,7 @@ class _Scene:
 
     def leftovers(self) -> list[int]:
         """Live processes of this check's commands, found by the mark in their environment."""
-        needle = f"SEALBENCH_CONFORMANCE={self.mark}".encode()
+        needle = f"CONFORMANCE_MARK={self.mark}".encode()
         found = []
         for entry in os.listdir("/proc"):
             if entry.isdigit():
