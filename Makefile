@@ -60,8 +60,10 @@ $(HUMANEVAL): | $(STAMP)
 	echo "$(HUMANEVAL_SHA256)  $@.tmp" | sha256sum -c --quiet
 	mv $@.tmp $@
 
+# ruff, then the complexity gate: no function in src/ over the complexity pyproject.toml allows.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python tests/complexity.py
 
 # The benchmarks too: they call the library directly, and nothing else would notice them break.
 typecheck: $(STAMP)

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LOCK_TIME, needs_bwrap
+from sealbench import events as ev
+from sealbench.agent_check import call_counts
 from sealbench.contract import lock_contract, new_contract
 from sealbench.files import model_json, write_atomic
 from sealbench.formats import AgentSpec, ModelEndpoint
@@ -103,3 +105,16 @@ def test_an_agent_that_cannot_reach_its_model_is_told_so(sealed_pack: Path, tmp_
     assert "model calls:            1 forwarded or refused; 0 answered, 0 refused by the gateway, 1 failed upstream" \
         in out
     assert "did not reach its model" in out and "the declared model endpoint failed" in out
+
+
+@pytest.mark.parametrize(("statuses", "counts"), [
+    ([], (0, 0, 0)),
+    ([200, 201, 302], (3, 0, 0)),
+    ([None, 500, 503, 429], (0, 0, 4)),
+    ([400, 401, 404], (0, 0, 0)),
+    (["refused", 200, 502], (1, 1, 1)),
+])
+def test_model_calls_are_counted_as_answered_refused_or_failed_upstream(
+        statuses: list[int | str | None], counts: tuple[int, int, int]) -> None:
+    calls = [ev.ModelCall(refused="max_calls") if s == "refused" else ev.ModelCall(status=s) for s in statuses]
+    assert call_counts(calls) == counts

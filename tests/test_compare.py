@@ -30,11 +30,12 @@ from sealbench.compare import (
     compare_sides,
     decide,
     discordant_needed,
+    incomparable,
     judge,
     paired_results,
 )
 from sealbench.errors import ScoreRefusal, UsageError
-from sealbench.formats import Metrics, TieRule
+from sealbench.formats import Metrics, ScoringContract, TieRule
 from sealbench.pack import seal_pack
 from sealbench.runner import RunOptions, execute
 from sealbench.signing import keygen
@@ -350,3 +351,48 @@ def test_an_unpaired_design_is_refused(sides: tuple[Side, Side], change: Any, re
     compare_sides([a, b])
     with pytest.raises(ScoreRefusal, match=refusal):
         check_comparable([a, change(b)])
+
+
+# --- pure, without runs: one row per thing two runs must share -------------------------------
+
+CONTRACT = ScoringContract.model_validate_json(
+    (Path(__file__).parent / "fixtures" / "bundles" / "made-by-9030f5e" / "demo-reference"
+     / "scoring_contract.json").read_text(encoding="utf-8"))
+A = Side(run_id="a", contract=CONTRACT, passed={}, started_at="2026-12-01T02:03:00Z", isolation="bubblewrap",
+         hidden_tests={t: "sha256:" + "2" * 64 for t in CONTRACT.task_ids})
+
+
+def budget(**update: Any) -> Any:
+    assert CONTRACT.budget is not None
+    return CONTRACT.budget.model_copy(update=update)
+
+
+@pytest.mark.parametrize(("b", "refusal"), [
+    (replace(A, run_id="b"), None),
+    (replace(A, run_id="b", passed={"csv-split-001": True}), None),
+    (with_contract(replace(A, run_id="b"), task_ids=CONTRACT.task_ids[1:]),
+     "task_ids differ between a and b: only in a ['csv-split-001'], only in b []"),
+    (with_contract(replace(A, run_id="b"), pack=None), "pack digests differ between a and b: sha256:"),
+    (replace(A, run_id="b", hidden_tests={**A.hidden_tests, "t_03_rename_helper": "sha256:" + "1" * 64}),
+     "hidden-test digests differ between a and b for ['t_03_rename_helper']"),
+    (with_contract(replace(A, run_id="b"), budget=budget(max_attempts=3)),
+     "budget policy differs between a and b: max_attempts 2, wall_clock_s 60 and max_attempts 3, wall_clock_s 60"),
+    (with_contract(replace(A, run_id="b"), budget=None), "budget policy differs between a and b: "),
+    (with_contract(replace(A, run_id="b"), metrics=Metrics(timeout="wall_seconds > 10")),
+     "metrics differ between a and b"),
+    (with_contract(replace(A, run_id="b"), budget=budget(feedback="pass_fail")),
+     "feedback policy differs between a and b: none and pass_fail"),
+    (with_contract(replace(A, run_id="b"), budget=budget(tmp_bytes=1)),
+     "budget policy differs between a and b: tmp_bytes 536870912 and 1 (None: not set)"),
+    (with_contract(replace(A, run_id="b"), forbidden_paths=None), "forbidden paths differ between a and b"),
+    (with_contract(replace(A, run_id="b"), flagged_pass="counted"),
+     "flagged-pass policies differ between a and b: a flagged pass is not_counted in one and counted in the other"),
+    (with_contract(replace(A, run_id="b"), tie_rule=TieRule(alpha=0.01)), "tie rules differ between a and b: "),
+    (replace(A, run_id="b", isolation="none"), "isolation differs between a and b: a ran in bubblewrap, b with "
+     "no sandbox"),
+])
+def test_two_runs_pair_only_when_they_share_the_design(b: Side, refusal: str | None) -> None:
+    why = incomparable(A, b)
+    assert (why is None) if refusal is None else (why is not None and why.startswith(refusal)), why
+    if refusal is not None and refusal.startswith("isolation"):
+        assert incomparable(A, b, allow_mixed_isolation=True) is None

@@ -8,9 +8,17 @@ from pathlib import Path
 import pytest
 
 from conftest import LOCK_TIME, SEED_IDS, make_contract
-from sealbench.contract import contract_digest, load_contract, lock_contract, new_contract, require_locked
+from sealbench.contract import (
+    budget_caps,
+    choose_tasks,
+    contract_digest,
+    load_contract,
+    lock_contract,
+    new_contract,
+    require_locked,
+)
 from sealbench.errors import ContractError
-from sealbench.formats import AccessClass, AgentSpec, ScoringContract
+from sealbench.formats import AccessClass, AgentSpec, ScoringContract, TaskRecord
 from sealbench.pack import load_pack
 
 SEED_004_CONTRACT = {
@@ -172,3 +180,52 @@ def test_new_contract_on_a_pack_where_every_task_is_invalid_says_so(sealed_pack:
 def test_new_contract_refuses_unsealed_pack(raw_pack: Path, tmp_path: Path) -> None:
     with pytest.raises(ContractError, match="not sealed"):
         new_contract(load_pack(raw_pack), tmp_path / "c.json", agent=AgentSpec(label="a", command="true"))
+
+
+# --- pure: the denominator and the caps, as tables ---------------------------------------------
+
+IN_PACK = ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("invalid", "requested", "chosen", "refused"), [
+    ({}, [], (["a", "b", "c"], {}), None),
+    ({"b": "the reference fails"}, [], (["a", "c"], {"b": "the reference fails"}), None),
+    ({}, ["c", "a"], (["c", "a"], {}), None),
+    ({"b": "flaky"}, ["a", "c"], (["a", "c"], {}), None),
+    ({}, ["a", "a"], None, "duplicate task_ids: ['a']"),
+    ({}, ["a", "z"], None, "task ids not in the pack: ['z']"),
+    ({"b": "flaky"}, ["a", "b"], None, "tasks whose oracle failed validation: {'b': 'flaky'}"),
+    ({"a": "x", "b": "y", "c": "z"}, [], None, "no task of the pack is valid, so there is no denominator to "
+     "measure (3 failed `pack validate`: a: x; b: y; c: z); fix the tasks' oracles, seal and validate again"),
+])
+def test_the_denominator_is_the_requested_tasks_else_every_valid_one(
+        invalid: dict[str, str], requested: list[str], chosen: tuple[list[str], dict[str, str]] | None,
+        refused: str | None) -> None:
+    if refused is None:
+        assert choose_tasks(IN_PACK, invalid, requested, where="the pack") == chosen
+    else:
+        with pytest.raises(ContractError) as e:
+            choose_tasks(IN_PACK, invalid, requested, where="the pack")
+        assert str(e.value) == refused
+
+
+def record(attempts: int, wall: float) -> TaskRecord:
+    return TaskRecord(task_id="t", prompt_template_id="p", oracle_cmd=["true"], hidden_tests_sha256="sha256:" + "0" * 64,
+                      max_attempts=attempts, wall_clock_s=wall, language="python")
+
+
+@pytest.mark.parametrize(("records", "given", "caps"), [
+    ([record(2, 60), record(2, 60)], (None, None), (2, 60.0)),
+    ([record(2, 60), record(3, 60)], (4, None), (4, 60.0)),
+    ([record(2, 60), record(2, 90)], (None, 30.0), (2, 30.0)),
+    ([record(2, 60), record(3, 90)], (1, 10.0), (1, 10.0)),
+    ([record(2, 60), record(3, 60)], (None, None), None),
+    ([record(2, 60), record(2, 90)], (5, None), None),
+])
+def test_a_cap_not_given_is_the_one_every_task_agrees_on(
+        records: list[TaskRecord], given: tuple[int | None, float | None], caps: tuple[int, float] | None) -> None:
+    if caps is None:
+        with pytest.raises(ContractError, match="tasks disagree on max_attempts or wall_clock_s"):
+            budget_caps(records, *given)
+    else:
+        assert budget_caps(records, *given) == caps

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -190,6 +191,27 @@ def test_bad_options_are_usage_errors(tmp_path: Path, options: dict[str, Any], m
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         import_pack("humaneval", tmp_path / "x.jsonl", tmp_path / "out", **options)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("options", "parsed"), [
+    ({"max_attempts": 2, "limit": None, "wall_clock_s": 30}, {"max_attempts": 2, "wall_clock_s": 30.0}),
+    ({"repo": "/r", "env_spec": Path("/e")}, {"repo": Path("/r"), "env_spec": Path("/e")}),
+    ({"repos": {"a": "/a"}}, {"repos": (("a", Path("/a")),)}),
+    ({"repos": [("a", Path("/a")), ["b", "/b"]]}, {"repos": (("a", Path("/a")), ("b", Path("/b")))}),
+    ({"repos": [("a",)]}, "repos must map repository names to paths"),
+    ({"repo": 3}, "repo must be a path, got 3"),
+    ({"python": 3.11}, "python must be a string, got 3.11"),
+    # the first wrong value in the order of the checks is the one named
+    ({"name": 3, "limit": 0, "repo": 1}, "limit must be a whole number of at least 1, got 0"),
+])
+def test_import_options_are_normalised_or_the_first_wrong_one_named(
+        options: dict[str, Any], parsed: dict[str, Any] | str) -> None:
+    if isinstance(parsed, str):
+        with pytest.raises(UsageError, match=re.escape(parsed)):
+            ImportOptions.parse(options)
+    else:
+        got = ImportOptions.parse(options)
+        assert {k: getattr(got, k) for k in parsed} == parsed
 
 
 def test_repo_option_belongs_to_swebench_only(tmp_path: Path) -> None:

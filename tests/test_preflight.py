@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import make_contract, needs_bwrap
+from sealbench.errors import HarnessError
 from sealbench.grading import command_path
-from sealbench.preflight import problems
-from sealbench.sandbox import open_sandbox
+from sealbench.preflight import _check_result, _program_problem, problems
+from sealbench.sandbox import SandboxResult, open_sandbox
 
 Cli = Callable[..., tuple[int, str, str]]
 TASK = "t_11_fix_off_by_one"
@@ -142,3 +143,49 @@ def test_odd_names_are_checked_word_for_word_inside_the_sandbox(tmp_path: Path) 
     found = problems(command, [str(folder)], box, command_path())
     assert [p.what for p in found][:1] == [f"the agent's program {str(program)!r} is not executable"]
     assert len(found) == 2
+
+
+# --- pure: what the check printed, and why a program was not found ----------------------------
+
+def result(stdout: bytes, exit_code: int = 0) -> SandboxResult:
+    return SandboxResult(exit_code=exit_code, timed_out=False, elapsed_s=0.1, stdout_bytes=len(stdout),
+                         stderr_bytes=4, stdout_truncated=False, stderr_truncated=False, signal=None,
+                         stdout=stdout, stderr=b"boom")
+
+
+@pytest.mark.parametrize(("stdout", "exit_code", "read"), [
+    (b"1\n", 0, (True, [])),
+    (b"0 2\n", 0, (False, ["/b"])),
+    (b"1 1 2\n", 0, (True, ["/a", "/b"])),
+    (b"1\n", 2, None),
+    (b"yes\n", 0, None),
+    (b"", 0, None),
+    (b"1 9\n", 0, None),
+])
+def test_the_check_s_output_is_read_or_refused_as_the_harness_s_failure(
+        stdout: bytes, exit_code: int, read: tuple[bool, list[str]] | None) -> None:
+    if read is None:
+        with pytest.raises(HarnessError, match=r"could not check the agent's command inside the none sandbox .*: boom"):
+            _check_result(result(stdout, exit_code), ["/a", "/b"], "none")
+    else:
+        assert _check_result(result(stdout, exit_code), ["/a", "/b"], "none") == read
+
+
+def test_a_program_not_found_inside_is_explained_by_what_this_machine_has(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    runnable = tmp_path / "runnable"
+    runnable.write_text("#!/bin/sh\n")
+    runnable.chmod(0o755)
+    said = {name: _program_problem(program, "bubblewrap", "/usr/bin").what for name, program in [
+        ("not executable", str(plain)), ("elsewhere", str(runnable)), ("nowhere", str(tmp_path / "gone")),
+        ("not on PATH", "no-such-agent-program-anywhere")]}
+    assert said == {
+        "not executable": f"the agent's program {str(plain)!r} is not executable",
+        "elsewhere": f"the agent's program {str(runnable)!r} is not visible inside the bubblewrap sandbox "
+                     f"(on this machine it is {runnable})",
+        "nowhere": f"the agent's program {str(tmp_path / 'gone')!r} does not exist, inside the sandbox or on this "
+                   "machine",
+        "not on PATH": "the agent's program 'no-such-agent-program-anywhere' is not on the sandbox's PATH "
+                       "(/usr/bin) nor on this machine's",
+    }

@@ -36,6 +36,7 @@ from sealbench.presets import (
     preset_names,
     read_installed,
 )
+from sealbench.presets.launch import Options, parse_options
 from sealbench.runner import RunOptions, execute
 
 TASK = "t_11_fix_off_by_one"
@@ -349,3 +350,16 @@ def test_an_install_killed_midway_is_redone_by_the_next(tmp_path: Path) -> None:
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert read_installed(root) is not None and (root / LAUNCHER).is_file()
+
+
+@pytest.mark.parametrize(("opts", "options"), [
+    ([], Options()),
+    (["--ending-json", "out.json:info.exit_status", "--tee", "log.jsonl"],
+     Options(ending_json="out.json:info.exit_status", tee="log.jsonl")),
+    (["--mkdir", "/a", "--mkdir", "/b"], Options(dirs=("/a", "/b"))),
+    (["--ending-text", "Done=done", "--ending-text", "gave up"], Options(texts=(("Done", "done"), ("gave up", "gave up")))),
+    (["--tee", "a", "--tee", "b"], Options(tee="b")),
+    (["--unknown", "x", "--tee", "t"], Options(tee="t")),
+])
+def test_the_launcher_s_options_are_flag_value_pairs(opts: list[str], options: Options) -> None:
+    assert parse_options(opts) == options

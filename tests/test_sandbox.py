@@ -42,6 +42,8 @@ from sealbench.sandbox import (
     open_sandbox,
     process_limit_method,
 )
+from sealbench.sandbox import cgroups as sandbox_cgroups
+from sealbench.sandbox import process as sandbox_process
 
 PY = sys.executable
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -636,6 +638,36 @@ def test_invalid_specs_and_limits_are_rejected(tmp_path: Path) -> None:
         Limits(processes=0)
 
 
+@pytest.mark.parametrize(("change", "refusal"), [
+    ({}, None),
+    ({"argv": ("tr\0ue",)}, "argv must be a non-empty tuple of strings without NUL"),
+    ({"stdout_path": Path("out")}, "stdout_path must be absolute: out"),
+    ({"readonly_paths": (Path("ro"),)}, "readonly path must be absolute: ro"),
+    ({"writable_paths": (Path("rw"),)}, "writable path must be absolute: rw"),
+    ({"timeout_s": float("inf")}, "timeout_s must be positive and finite: inf"),
+    ({"env": {"": "x"}}, "environment entry cannot be passed to a process: ''"),
+    ({"env": {"A": "x\0y"}}, "environment entry cannot be passed to a process: 'A'"),
+    ({"env": {"HOME": "home"}}, "HOME must be absolute: 'home'"),
+    ({"links": (("/opt/repo", "/w"),)}, None),
+    ({"links": (("opt/repo", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: 'opt/repo'"),
+    ({"links": (("/usr/lib/x", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: '/usr/lib/x'"),
+    ({"links": (("/w/inside", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: '/w/inside'"),
+    ({"links": (("/", "/w"),)}, "link path must be absolute and outside the sandbox's mounts: '/'"),
+    # the first rule broken is the one named: argv before paths before the timeout
+    ({"argv": (), "workdir": Path("rel"), "timeout_s": 0}, "argv must be"),
+    ({"workdir": Path("rel"), "timeout_s": 0}, "workdir must be absolute"),
+])
+def test_a_spec_names_the_first_rule_it_breaks(change: dict[str, Any], refusal: str | None) -> None:
+    base: dict[str, Any] = dict(argv=("true",), workdir=Path("/w"), env={}, timeout_s=1.0,
+                                stdout_path=Path("/o"), stderr_path=Path("/e"))
+    if refusal is None:
+        SandboxSpec(**{**base, **change})
+    else:
+        with pytest.raises(ValueError) as e:
+            SandboxSpec(**{**base, **change})
+        assert str(e.value).startswith(refusal), e.value
+
+
 def test_concurrent_runs_do_not_interfere(tmp_path: Path) -> None:
     sandbox = open_sandbox("bubblewrap") if HAVE_BWRAP else open_sandbox("none")
     agents = []
@@ -687,7 +719,7 @@ def test_no_python_runs_between_fork_and_exec(tmp_path: Path, monkeypatch: pytes
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sandbox_module.subprocess, "Popen", recording)
+    monkeypatch.setattr(sandbox_process.subprocess, "Popen", recording)
     agent = Agent(tmp_path, NoSandbox())
     result, out, _ = agent.sh("ulimit -n; cat /proc/self/cgroup")
     assert result.exit_code == 0
@@ -748,7 +780,7 @@ def test_busy_cgroup_after_a_completed_run_is_deferred_not_a_harness_error(tmp_p
     t0 = time.monotonic()
     result, out, _ = agent.sh(script)
     # The command's end does not wait for its busy cgroup (retried for a second on the remover's thread).
-    assert time.monotonic() - t0 < sandbox_module._REMOVE_S / 2
+    assert time.monotonic() - t0 < sandbox_cgroups._REMOVE_S / 2
     assert result.exit_code == 0
     run_cgroup = cgroup_root().parent / out.strip().lstrip("/")
     try:
@@ -765,9 +797,9 @@ def test_busy_cgroup_after_a_completed_run_is_deferred_not_a_harness_error(tmp_p
 @needs_cgroup
 def test_run_cgroup_removed_before_admission_is_replaced() -> None:
     # An older sealbench's sweep removed every empty run cgroup, ours between mkdir and launch.
-    hierarchy = sandbox_module._pids_hierarchy()
+    hierarchy = sandbox_cgroups._pids_hierarchy()
     assert hierarchy is not None
-    cgroup = sandbox_module._RunCgroup.create(hierarchy, 8)
+    cgroup = sandbox_cgroups._RunCgroup.create(hierarchy, 8)
     first = cgroup.path
     first.rmdir()
     sleeper = subprocess.Popen(["sleep", "30"])
@@ -944,7 +976,7 @@ def test_a_start_whose_admission_fails_raises_instead_of_hanging(tmp_path: Path,
     def refuse(*args: object) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(sandbox_module.resource, "prlimit", refuse)
+    monkeypatch.setattr(sandbox_process.resource, "prlimit", refuse)
     raised: list[BaseException] = []
 
     def start() -> None:
@@ -1070,3 +1102,14 @@ def test_closing_a_held_sandbox_while_its_copy_is_under_way_on_another_thread_is
         assert not t.is_alive() and errors == []
         with pytest.raises(HarnessError):
             held.start()  # a closed sandbox never runs its command
+
+
+def test_the_package_re_exports_what_was_importable_from_the_module() -> None:
+    """``sealbench.sandbox`` was one module; its parts are now modules of a package, and every
+    public name importers use is still importable from the package itself."""
+    assert set(sandbox_module.__all__) >= {
+        "BubblewrapSandbox", "COMMAND_NICENESS", "KILL_GRACE_S", "Limits", "NoSandbox", "Prepared", "PreparedProcess",
+        "Relay", "Sandbox", "SandboxResult", "SandboxSpec", "YIELD_ABOVE_JOBS", "command_path",
+        "deferred_cgroup_removals", "open_ahead", "open_bubblewrap", "open_none", "open_sandbox",
+        "process_limit_method", "settle_cgroup_removals", "sweep_stale_cgroups", "unescape_mount_field"}
+    assert all(getattr(sandbox_module, name) is not None for name in sandbox_module.__all__)

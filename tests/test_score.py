@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sealbench.errors import ContractError, ScoreRefusal
-from sealbench.formats import ScoringContract
-from sealbench.score import parse_events, parse_events_json, score
+from sealbench.formats import Outcome, ScoringContract, SeedEvent
+from sealbench.score import contradiction, counted_as, parse_events, parse_events_json, score
 
 SEED_EVENTS: list[dict[str, Any]] = [
     {"task_id": "t_03_rename_helper", "task_pass": True, "abstain": False, "wall_seconds": 40},
@@ -174,3 +174,27 @@ def test_any_edit_to_a_locked_contract_is_caught(
     edited = ScoringContract.model_validate(raw)
     with pytest.raises(ContractError, match="contract edited after lock"):
         rate_of(edited, SEED_EVENTS)
+
+
+# --- pure: how one event is counted, and when it contradicts itself ---------------------------
+
+@pytest.mark.parametrize(("task_pass", "abstain", "outcome", "counted", "contradicts"), [
+    (True, False, None, Outcome.PASS, None),
+    (False, False, None, Outcome.FAIL, None),
+    (False, True, None, Outcome.ABSTAIN, None),
+    (True, True, None, None, "abstain cannot pass: t"),
+    (False, False, Outcome.TIMEOUT, Outcome.TIMEOUT, None),
+    (False, True, Outcome.ABSTAIN, Outcome.ABSTAIN, None),
+    (False, False, Outcome.ABSTAIN, None, "outcome abstain without abstain flag: t"),
+    (True, False, Outcome.PASS, Outcome.PASS, None),
+    (False, False, Outcome.PASS, None, "task_pass False contradicts outcome pass: t"),
+    (True, False, Outcome.FAIL, None, "task_pass True contradicts outcome fail: t"),
+    (False, False, Outcome.HARNESS_ERROR, Outcome.HARNESS_ERROR, None),
+])
+def test_an_event_is_counted_under_its_outcome_else_its_flags_unless_it_contradicts_itself(
+        task_pass: bool, abstain: bool, outcome: Outcome | None, counted: Outcome | None,
+        contradicts: str | None) -> None:
+    ev = SeedEvent(task_id="t", task_pass=task_pass, abstain=abstain, outcome=outcome)
+    assert contradiction(ev) == contradicts
+    if contradicts is None:
+        assert counted_as(ev) is counted

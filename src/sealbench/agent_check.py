@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import secrets
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from . import events as ev
 from . import scratch
 from .contract import UNSPECIFIED, load_contract, lock_contract, pack_path
 from .errors import ContractError
@@ -28,7 +30,7 @@ from .formats import AccessClass, Controls
 from .outcomes import Outcome
 from .pack import check_pack
 from .runner import RunOptions, execute
-from .show import Shown, agent_words, cause, inert, last_text_line, not_started, read_run
+from .show import AttemptStory, Blobs, Shown, agent_words, cause, inert, last_text_line, not_started, read_run
 
 
 @dataclass(frozen=True)
@@ -126,26 +128,31 @@ def _checked_access(access: AccessClass | None) -> AccessClass:
     return given.model_copy(update=update)
 
 
-def _result(shown: Shown, tid: str, endpoints: bool) -> CheckResult:
-    story = shown.tasks[tid]
-    attempt = story.attempts.get(1)
-    agent = attempt.agent if attempt is not None else None
-    # A command the sandbox could not exec leaves no agent_finished, only a harness error.
-    started = agent is not None and not (attempt is not None and not_started(attempt))
-    stderr = None
-    if agent is not None and agent.stderr is not None:
-        blob = shown.blobs.read(agent.stderr)
-        stderr = last_text_line(blob.data.decode("utf-8", "replace")) if blob is not None else None
-    calls = attempt.calls if attempt is not None else []
+def call_counts(calls: Sequence[ev.ModelCall]) -> tuple[int, int, int]:
+    """(answered, refused by the gateway, failed by the upstream) among an attempt's model calls."""
     refused = sum(1 for c in calls if c.refused is not None)
     failed = sum(1 for c in calls if c.refused is None and (c.status is None or c.status >= 500 or c.status == 429))
     answered = sum(1 for c in calls if c.refused is None and c.status is not None and c.status < 400)
-    patch = attempt.patch if attempt is not None else None
-    graded = attempt.graded if attempt is not None else None
+    return answered, refused, failed
+
+
+def _stderr_tail(agent: ev.AgentFinished | None, blobs: Blobs) -> str | None:
+    blob = blobs.read(agent.stderr) if agent is not None and agent.stderr is not None else None
+    return last_text_line(blob.data.decode("utf-8", "replace")) if blob is not None else None
+
+
+def _result(shown: Shown, tid: str, endpoints: bool) -> CheckResult:
+    story = shown.tasks[tid]
+    attempt = story.attempts.get(1) or AttemptStory(1)
+    agent = attempt.agent
+    # A command the sandbox could not exec leaves no agent_finished, only a harness error.
+    started = agent is not None and not not_started(attempt)
+    answered, refused, failed = call_counts(attempt.calls)
+    patch, graded = attempt.patch, attempt.graded
     why = cause(story, shown.blobs) if story.finished is not None and story.finished.outcome != Outcome.PASS else (
         agent_words(agent, shown.blobs) if agent is not None else "the agent did not run")
     return CheckResult(task_id=tid, started=started, exit_code=agent.exit_code if agent is not None else None,
-                       stderr_tail=stderr, calls=len(calls), answered=answered, refused=refused,
-                       failed_upstream=failed, endpoints=endpoints,
+                       stderr_tail=_stderr_tail(agent, shown.blobs), calls=len(attempt.calls), answered=answered,
+                       refused=refused, failed_upstream=failed, endpoints=endpoints,
                        patch_files=(patch.changed_count or 0) if patch is not None and not patch.empty else 0,
                        passed=bool(graded.task_pass) if graded is not None else None, why=why)

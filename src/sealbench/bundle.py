@@ -639,15 +639,8 @@ def check_bundle(
     problems += sig_problems
     problems += _chain_problems(chain, JOURNAL) + _chain_problems(probe_chain, PROBE_JOURNAL)
     problems += _scorecard_problems(files.get("scorecards.jsonl"))
-    contract: ScoringContract | None = None
-    if CONTRACT not in files:
-        problems.append(f"{CONTRACT}: missing")
-    else:
-        try:
-            contract = parse_contract(files[CONTRACT])
-            require_locked(contract)
-        except ContractError as e:
-            problems.append(f"{CONTRACT}: {e}" if not str(e).startswith(CONTRACT) else str(e))
+    contract, contract_problems = _read_contract(files)
+    problems += contract_problems
     if chain is None:
         problems.append(f"{JOURNAL}: missing")
     pack_note = "not checked (pass --pack)"
@@ -662,7 +655,47 @@ def check_bundle(
     # The typed lines: a line whose event this release does not read is among the chain's problems.
     events = chain.lines
     probe_events = probe_chain.lines if probe_chain is not None else None
-    problems += run_pins(contract, events, JOURNAL, probe=False)
+    problems += _journal_problems(contract, events, probe_events, pack)
+    blobs = {rel.removeprefix("blobs/"): data for rel, data in files.items()
+             if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
+    withheld = withheld_blobs(events, probe_events) if PUBLIC in files else []
+    problems += _public_problems(files, withheld, sealed)
+    r = rederive(contract, events, probe_events, blobs, withheld)
+    problems += _derived_problems(files, contract, r, withheld, probe=probe_chain is not None)
+    if problems or r.rate is None:
+        return problems, None
+    first = events[0]
+    headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
+    opened = bool(headers) and first.event is headers[0]
+    facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
+                   probe_sentence=r.probe.get("sentence") if r.probe else None,
+                   started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
+                   isolation=isolation_of(headers), run_nonce=headers[0].run_nonce if opened else None,
+                   replay_of=headers[0].replay_of if opened else None,
+                   withheld=len(withheld) if PUBLIC in files else None, sealed_checked=sealed is not None)
+    return [], facts
+
+
+def _read_contract(files: Mapping[str, bytes]) -> tuple[ScoringContract | None, list[str]]:
+    """The bundle's contract (parsed even when it is not locked, which is a problem) and what is
+    wrong with it."""
+    problems: list[str] = []
+    contract: ScoringContract | None = None
+    if CONTRACT not in files:
+        problems.append(f"{CONTRACT}: missing")
+    else:
+        try:
+            contract = parse_contract(files[CONTRACT])
+            require_locked(contract)
+        except ContractError as e:
+            problems.append(f"{CONTRACT}: {e}" if not str(e).startswith(CONTRACT) else str(e))
+    return contract, problems
+
+
+def _journal_problems(contract: ScoringContract, events: Sequence[ev.Line], probe_events: Sequence[ev.Line] | None,
+                      pack: PackFinding | None) -> list[str]:
+    """What the journals' lines contradict: the contract's pins, the pack's hidden tests, each other."""
+    problems = run_pins(contract, events, JOURNAL, probe=False)
     if pack is not None and pack.hidden:
         problems += _pack_pins(pack, events, JOURNAL)
     # The chain shows the journal was not edited, unless every hash was recomputed: what the
@@ -675,12 +708,13 @@ def check_bundle(
         if pack is not None and pack.hidden:
             problems += _pack_pins(pack, probe_events, PROBE_JOURNAL)
         problems += journal_contradictions(probe_events, contract, source=PROBE_JOURNAL, probe=True)
-    blobs = {rel.removeprefix("blobs/"): data for rel, data in files.items()
-             if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
-    withheld = withheld_blobs(events, probe_events) if PUBLIC in files else []
-    problems += _public_problems(files, withheld, sealed)
-    r = rederive(contract, events, probe_events, blobs, withheld)
-    problems += r.problems
+    return problems
+
+
+def _derived_problems(files: Mapping[str, bytes], contract: ScoringContract, r: Rederived,
+                      withheld: Sequence[str], *, probe: bool) -> list[str]:
+    """Where the derived files differ from what the journals derive, and files nothing explains."""
+    problems = list(r.problems)
     if r.refusal is not None:
         problems.append(f"{RATE}: score refuses the journal's events: {r.refusal}")
     gap = probe_gap(contract, r.probe)
@@ -699,22 +733,11 @@ def check_bundle(
                       *(f"blobs/{h}" for h in r.blob_refs if h not in withheld)}
     if PUBLIC in files:
         expected_names.add(PUBLIC)
-    if probe_chain is not None:
+    if probe:
         expected_names |= {PROBE_JOURNAL, PROBE_SUMMARY}
     for rel in sorted(set(files) - expected_names):
         problems.append(f"{rel}: not part of this bundle (nothing derives or references it)")
-    if problems or r.rate is None:
-        return problems, None
-    first = events[0]
-    headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
-    nonce = headers[0].run_nonce if headers and first.event is headers[0] else None
-    facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
-                   probe_sentence=r.probe.get("sentence") if r.probe else None,
-                   started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
-                   isolation=isolation_of(headers), run_nonce=nonce,
-                   replay_of=headers[0].replay_of if headers and first.event is headers[0] else None,
-                   withheld=len(withheld) if PUBLIC in files else None, sealed_checked=sealed is not None)
-    return [], facts
+    return problems
 
 
 def _public_problems(files: Mapping[str, bytes], withheld: Sequence[str],

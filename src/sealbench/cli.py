@@ -16,7 +16,11 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from .formats import AgentSpec, ModelEndpoint, ScoringContract
+    from .pack import Pack
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, EXIT_REFUSED, EXIT_VERIFY = 0, 1, 2, 3, 4
 EXIT_SIGINT, EXIT_SIGPIPE, EXIT_SIGTERM = 130, 141, 143
@@ -332,11 +336,42 @@ def cmd_env_build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _contract_agent(args: argparse.Namespace, preset_name: str | None) -> tuple[AgentSpec | None,
+                                                                               list[ModelEndpoint] | None]:
+    """The agent ``contract new`` names, and the model endpoint its preset declares."""
+    from .formats import AgentSpec
+
+    if preset_name is not None:
+        from .presets import agent_for, endpoint_for
+
+        agent, preset = agent_for(preset_name, args.model, version=args.agent_version, label=args.agent_label)
+        return agent, [endpoint_for(preset, args.model, args.model_base_url, args.model_key_env)]
+    if args.agent:
+        return AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount)), None
+    return None, None
+
+
+def _warn_about_the_new_contract(contract: ScoringContract, pack: Pack, agent: AgentSpec | None) -> None:
+    """What would bite later, said now: caps that leave grading little room, an agent command
+    that cannot start, oracles that run pytest unguarded."""
+    from .contract import headroom_warnings
+    from .pytest_oracle import runs_pytest_unguarded
+
+    for line in headroom_warnings(contract, pack):
+        print(line)
+    if agent is not None and not agent.command.startswith("builtin:"):
+        _warn_if_agent_cannot_start(agent)
+    unguarded = [t for t in contract.task_ids if runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd)]
+    if unguarded:
+        print(f"note: {len(unguarded)} task(s) run pytest unguarded (an oracle_cmd from before sealbench-pytest, "
+              f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
+              "to guard them")
+
+
 def cmd_contract_new(args: argparse.Namespace) -> int:
-    from .contract import headroom_warnings, new_contract
+    from .contract import new_contract
     from .errors import UsageError
     from .files import model_json, write_atomic
-    from .formats import AgentSpec
     from .pack import check_pack
     from .scratch import sweep_temp_files
 
@@ -349,15 +384,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise UsageError(f"{out} exists; pass --force to overwrite an unlocked draft")
     pack = check_pack(Path(args.pack))
-    endpoints = None
-    agent: AgentSpec | None = None
-    if preset_name is not None:
-        from .presets import agent_for, endpoint_for
-
-        agent, preset = agent_for(preset_name, args.model, version=args.agent_version, label=args.agent_label)
-        endpoints = [endpoint_for(preset, args.model, args.model_base_url, args.model_key_env)]
-    elif args.agent:
-        agent = AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount))
+    agent, endpoints = _contract_agent(args, preset_name)
     contract, left_out = new_contract(
         pack,
         out,
@@ -402,17 +429,7 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
               f"check model_endpoints (base_url, key_env, prices) in {out} before the lock")
     for tid, why in left_out.items():
         print(f"left out before lock: {tid}: {why}")
-    for line in headroom_warnings(contract, pack):
-        print(line)
-    if agent is not None and not agent.command.startswith("builtin:"):
-        _warn_if_agent_cannot_start(agent)
-    from .pytest_oracle import runs_pytest_unguarded
-
-    unguarded = [t for t in contract.task_ids if runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd)]
-    if unguarded:
-        print(f"note: {len(unguarded)} task(s) run pytest unguarded (an oracle_cmd from before sealbench-pytest, "
-              f"e.g. {unguarded[0]}): the workspace's pytest configuration is honoured; re-import the pack "
-              "to guard them")
+    _warn_about_the_new_contract(contract, pack, agent)
     from .contract import UNSPECIFIED
 
     if contract.access_class is None or contract.access_class.host in UNSPECIFIED:  # lock refuses it: say so now

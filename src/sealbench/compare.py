@@ -19,11 +19,11 @@ and the tie rule's alpha.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .bundle import SIGNATURE, SUMS, VerifyReport, verify_bundle
 from .derive import IN_PROCESS, NO_SANDBOX, NOT_RECORDED
@@ -441,54 +441,104 @@ def check_comparable(sides: Sequence[Side], *, allow_mixed_isolation: bool = Fal
         if s.run_id in seen:
             raise _refuse(f"run_id {s.run_id} given twice: a run cannot be paired with itself")
         seen.add(s.run_id)
-    first = sides[0]
-    fc = first.contract
     for s in sides[1:]:
-        sc = s.contract
-        pair = f"{first.run_id} and {s.run_id}"
-        if set(fc.task_ids) != set(sc.task_ids):
-            only_a = sorted(set(fc.task_ids) - set(sc.task_ids))
-            only_b = sorted(set(sc.task_ids) - set(fc.task_ids))
-            raise _refuse(f"task_ids differ between {pair}: only in {first.run_id} {only_a[:5]}, "
-                          f"only in {s.run_id} {only_b[:5]}")
-        fp, sp = (fc.pack.sha256 if fc.pack else None), (sc.pack.sha256 if sc.pack else None)
-        if fp != sp:
-            raise _refuse(f"pack digests differ between {pair}: {fp} and {sp}")
-        hidden = sorted(t for t in fc.task_ids if first.hidden_tests.get(t) != s.hidden_tests.get(t))
-        if hidden:
-            raise _refuse(f"hidden-test digests differ between {pair} for {hidden[:5]}")
-        fb, sb = fc.budget, sc.budget
-        if fb is None or sb is None or (fb.max_attempts, fb.wall_clock_s) != (sb.max_attempts, sb.wall_clock_s):
-            raise _refuse(f"budget policy differs between {pair}: {_caps(fc)} and {_caps(sc)}")
-        if fc.metrics != sc.metrics:
-            raise _refuse(f"metrics differ between {pair}")
-        if fb.feedback != sb.feedback:
-            raise _refuse(f"feedback policy differs between {pair}: {fb.feedback} and {sb.feedback}")
-        # The rest of the budget is the budget policy too: the pause between attempts, the caps
-        # on model use, the sandbox's sizes (unset, a size is this release's default).
-        fv, sv = _budget_policy(fb), _budget_policy(sb)
-        differ = [f"{k} {fv[k]!r} and {sv[k]!r}" for k in fv if fv[k] != sv[k]]
-        if differ:
-            raise _refuse(f"budget policy differs between {pair}: {'; '.join(differ)} (None: not set)")
-        if sorted(fc.forbidden_paths or []) != sorted(sc.forbidden_paths or []) or (
-            (fc.forbidden_paths is None) != (sc.forbidden_paths is None)
-        ):
-            raise _refuse(f"forbidden paths differ between {pair}")
-        if (fc.flagged_pass or "not_counted") != (sc.flagged_pass or "not_counted"):
-            raise _refuse(f"flagged-pass policies differ between {pair}: a flagged pass is "
-                          f"{fc.flagged_pass or 'not_counted'} in one and {sc.flagged_pass or 'not_counted'} in the other")
-        if fc.tie_rule != sc.tie_rule:
-            raise _refuse(f"tie rules differ between {pair}: {_rule(fc.tie_rule)} and {_rule(sc.tie_rule)}")
-        if first.isolation != s.isolation and not allow_mixed_isolation:
-            raise _refuse(f"isolation differs between {pair}: {first.run_id} ran {_isolated(first.isolation)}, "
-                          f"{s.run_id} {_isolated(s.isolation)}; the agents were not held to the same rules. "
-                          f"Pass --allow-mixed-isolation to compare anyway (the comparison then says so)")
+        why = incomparable(sides[0], s, allow_mixed_isolation=allow_mixed_isolation)
+        if why is not None:
+            raise _refuse(why)
     for s in sides:
         locked = _when(s.contract.locked_at, "locked_at", s.run_id)
         started = _when(s.started_at, "run_started time", s.run_id)
         if locked > started:
             raise _refuse(f"{s.run_id}: its contract was locked at {s.contract.locked_at}, after its run "
                           f"began at {s.started_at}: the tie rule was not fixed before the run")
+
+
+def _task_ids(a: Side, b: Side, pair: str) -> str | None:
+    ta, tb = set(a.contract.task_ids), set(b.contract.task_ids)
+    if ta == tb:
+        return None
+    return f"task_ids differ between {pair}: only in {a.run_id} {sorted(ta - tb)[:5]}, only in {b.run_id} {sorted(tb - ta)[:5]}"
+
+
+def _pack(a: Side, b: Side, pair: str) -> str | None:
+    fp, sp = (a.contract.pack.sha256 if a.contract.pack else None), (b.contract.pack.sha256 if b.contract.pack else None)
+    return None if fp == sp else f"pack digests differ between {pair}: {fp} and {sp}"
+
+
+def _hidden_tests(a: Side, b: Side, pair: str) -> str | None:
+    hidden = sorted(t for t in a.contract.task_ids if a.hidden_tests.get(t) != b.hidden_tests.get(t))
+    return f"hidden-test digests differ between {pair} for {hidden[:5]}" if hidden else None
+
+
+def _attempts_and_time(a: Side, b: Side, pair: str) -> str | None:
+    fb, sb = a.contract.budget, b.contract.budget
+    if fb is None or sb is None or (fb.max_attempts, fb.wall_clock_s) != (sb.max_attempts, sb.wall_clock_s):
+        return f"budget policy differs between {pair}: {_caps(a.contract)} and {_caps(b.contract)}"
+    return None
+
+
+def _metrics(a: Side, b: Side, pair: str) -> str | None:
+    return None if a.contract.metrics == b.contract.metrics else f"metrics differ between {pair}"
+
+
+def _feedback(a: Side, b: Side, pair: str) -> str | None:
+    fb, sb = a.contract.budget, b.contract.budget
+    if fb is None or sb is None or fb.feedback == sb.feedback:
+        return None
+    return f"feedback policy differs between {pair}: {fb.feedback} and {sb.feedback}"
+
+
+def _rest_of_budget(a: Side, b: Side, pair: str) -> str | None:
+    # The rest of the budget is the budget policy too: the pause between attempts, the caps
+    # on model use, the sandbox's sizes (unset, a size is this release's default).
+    if a.contract.budget is None or b.contract.budget is None:
+        return None
+    fv, sv = _budget_policy(a.contract.budget), _budget_policy(b.contract.budget)
+    differ = [f"{k} {fv[k]!r} and {sv[k]!r}" for k in fv if fv[k] != sv[k]]
+    return f"budget policy differs between {pair}: {'; '.join(differ)} (None: not set)" if differ else None
+
+
+def _forbidden_paths(a: Side, b: Side, pair: str) -> str | None:
+    fa, fb = a.contract.forbidden_paths, b.contract.forbidden_paths
+    same = sorted(fa or []) == sorted(fb or []) and (fa is None) == (fb is None)
+    return None if same else f"forbidden paths differ between {pair}"
+
+
+def _flagged_pass(a: Side, b: Side, pair: str) -> str | None:
+    fa, fb = a.contract.flagged_pass or "not_counted", b.contract.flagged_pass or "not_counted"
+    return None if fa == fb else (f"flagged-pass policies differ between {pair}: a flagged pass is {fa} in one "
+                                     f"and {fb} in the other")
+
+
+def _tie_rule(a: Side, b: Side, pair: str) -> str | None:
+    ra, rb = a.contract.tie_rule, b.contract.tie_rule
+    return None if ra == rb else f"tie rules differ between {pair}: {_rule(ra)} and {_rule(rb)}"
+
+
+def _isolation(a: Side, b: Side, pair: str) -> str | None:
+    if a.isolation == b.isolation:
+        return None
+    return (f"isolation differs between {pair}: {a.run_id} ran {_isolated(a.isolation)}, {b.run_id} {_isolated(b.isolation)}; "
+            "the agents were not held to the same rules. Pass --allow-mixed-isolation to compare anyway "
+            "(the comparison then says so)")
+
+
+PAIRED_DESIGN: Final[tuple[Callable[[Side, Side, str], str | None], ...]] = (
+    _task_ids, _pack, _hidden_tests, _attempts_and_time, _metrics, _feedback, _rest_of_budget, _forbidden_paths,
+    _flagged_pass, _tie_rule,
+)
+"""What two runs must share to be compared, in the order a refusal names the first difference."""
+
+
+def incomparable(a: Side, b: Side, *, allow_mixed_isolation: bool = False) -> str | None:
+    """The first way ``a`` and ``b`` do not form a paired design (see :func:`check_comparable`;
+    the times a contract was locked are checked there), in words naming both runs; None when
+    they do. Reads nothing: a pure decision."""
+    for rule in PAIRED_DESIGN if allow_mixed_isolation else (*PAIRED_DESIGN, _isolation):
+        why = rule(a, b, f"{a.run_id} and {b.run_id}")
+        if why is not None:
+            return why
+    return None
 
 
 def _budget_policy(budget: Budget) -> dict[str, Any]:

@@ -24,8 +24,10 @@ from .formats import (
     AgentSpec,
     Budget,
     Controls,
+    ModelEndpoint,
     PackRef,
     ScoringContract,
+    TaskRecord,
     check_id,
 )
 from .pack import Pack
@@ -122,6 +124,74 @@ def pack_path(contract: ScoringContract, contract_file: Path) -> Path:
     return p if p.is_absolute() else (contract_file.parent / p)
 
 
+def choose_tasks(in_pack: Sequence[str], invalid: Mapping[str, str], requested: Sequence[str], *,
+                 where: str) -> tuple[list[str], dict[str, str]]:
+    """The denominator and the tasks left out of it, with why: the ``requested`` ids, each
+    in the pack, once, and valid; else every valid task of the pack, the ``invalid`` ones (task
+    id -> the reason its oracle failed validation) left out. Reads nothing: a pure decision.
+
+    Raises:
+        ContractError: a requested id twice, not in the pack or invalid; no valid task at all.
+    """
+    if requested:
+        ids = list(requested)
+        dup = sorted({t for t in ids if ids.count(t) > 1})
+        if dup:
+            raise ContractError(f"duplicate task_ids: {dup}")
+        unknown = [t for t in ids if t not in in_pack]
+        if unknown:
+            raise ContractError(f"task ids not in the pack: {unknown}")
+        bad = {t: invalid[t] for t in ids if t in invalid}
+        if bad:
+            raise ContractError(f"tasks whose oracle failed validation: {bad}")
+        return ids, {}
+    ids = [t for t in in_pack if t not in invalid]
+    left_out = {t: invalid[t] for t in in_pack if t in invalid}
+    if not ids:
+        shown = "; ".join(f"{t}: {why}" for t, why in list(left_out.items())[:5])
+        raise ContractError(f"no task of {where} is valid, so there is no denominator to measure "
+                            f"({len(left_out)} failed `pack validate`: {shown}{'; ...' if len(left_out) > 5 else ''}); "
+                            f"fix the tasks' oracles, seal and validate again")
+    return ids, left_out
+
+
+def budget_caps(records: Sequence[TaskRecord], max_attempts: int | None,
+                wall_clock_s: float | None) -> tuple[int, float]:
+    """The attempts and wall-clock caps: the ones given, else the one value every task agrees on.
+
+    Raises:
+        ContractError: a cap not given on which the tasks disagree.
+    """
+    def uniform(field: str) -> float | None:
+        values = {getattr(r, field) for r in records}
+        return values.pop() if len(values) == 1 else None
+
+    attempts = max_attempts if max_attempts is not None else uniform("max_attempts")
+    wall = wall_clock_s if wall_clock_s is not None else uniform("wall_clock_s")
+    if attempts is None or wall is None:
+        raise ContractError(
+            "tasks disagree on max_attempts or wall_clock_s; pass --max-attempts and --wall-clock-s"
+        )
+    return int(attempts), float(wall)
+
+
+def _forbidden_paths(pack: Pack, ids: Sequence[str]) -> list[str]:
+    """What an agent may not touch: the defaults, pytest's start-up files when an oracle runs
+    pytest unguarded, and each task's hidden files and the files its oracle command names."""
+    forbidden = list(DEFAULT_FORBIDDEN)
+    if any(runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd) for t in ids):
+        forbidden.extend(UNGUARDED_PYTEST_FORBIDDEN)
+    for t in ids:
+        task = pack.tasks[t]
+        if task.record.test_files == "reset":
+            continue  # its hidden files replace the workspace's at grading: a change to them is discarded
+        forbidden.extend(p for p in task.hidden_paths() if p not in forbidden)
+        for arg in task.record.oracle_cmd[1:]:
+            if (task.hidden / arg).is_file() and arg not in forbidden:
+                forbidden.append(arg)
+    return forbidden
+
+
 def new_contract(
     pack: Pack,
     contract_file: Path,
@@ -161,64 +231,18 @@ def new_contract(
     if seal is None:
         raise ContractError(f"{pack.root}: the pack is not sealed (run `sealbench pack seal`)")
     validity = pack.manifest.validity
-    left_out: dict[str, str] = {}
-    if task_ids:
-        ids = list(task_ids)
-        dup = sorted({t for t in ids if ids.count(t) > 1})
-        if dup:
-            raise ContractError(f"duplicate task_ids: {dup}")
-        unknown = [t for t in ids if t not in pack.tasks]
-        if unknown:
-            raise ContractError(f"task ids not in the pack: {unknown}")
-        if validity is not None:
-            bad = {t: validity.tasks[t].reason or "invalid" for t in ids
-                   if t in validity.tasks and not validity.tasks[t].valid}
-            if bad:
-                raise ContractError(f"tasks whose oracle failed validation: {bad}")
-    else:
-        ids = []
-        for tid in pack.tasks:
-            ev = validity.tasks.get(tid) if validity is not None else None
-            if ev is not None and not ev.valid:
-                left_out[tid] = ev.reason or "invalid"
-            else:
-                ids.append(tid)
-    if not ids:
-        shown = "; ".join(f"{t}: {why}" for t, why in list(left_out.items())[:5])
-        raise ContractError(f"no task of {pack.root} is valid, so there is no denominator to measure "
-                            f"({len(left_out)} failed `pack validate`: {shown}{'; ...' if len(left_out) > 5 else ''}); "
-                            f"fix the tasks' oracles, seal and validate again")
-    records = [pack.tasks[t].record for t in ids]
+    invalid = {t: v.reason or "invalid" for t, v in validity.tasks.items() if not v.valid} if validity else {}
+    ids, left_out = choose_tasks(list(pack.tasks), invalid, task_ids, where=str(pack.root))
     fresh = None
     if fresh_after is not None:
         from .freshness import fresh_after as claim
 
         fresh = claim({t: pack.tasks[t].record for t in ids}, fresh_after)
-
-    def uniform(field: str) -> float | None:
-        values = {getattr(r, field) for r in records}
-        return values.pop() if len(values) == 1 else None
-
-    attempts = max_attempts if max_attempts is not None else uniform("max_attempts")
-    wall = wall_clock_s if wall_clock_s is not None else uniform("wall_clock_s")
-    if attempts is None or wall is None:
-        raise ContractError(
-            "tasks disagree on max_attempts or wall_clock_s; pass --max-attempts and --wall-clock-s"
-        )
-    forbidden = list(DEFAULT_FORBIDDEN)
-    if any(runs_pytest_unguarded(pack.tasks[t].record.oracle_cmd) for t in ids):
-        forbidden.extend(UNGUARDED_PYTEST_FORBIDDEN)
-    for t in ids:
-        task = pack.tasks[t]
-        if task.record.test_files == "reset":
-            continue  # its hidden files replace the workspace's at grading: a change to them is discarded
-        forbidden.extend(p for p in task.hidden_paths() if p not in forbidden)
-        for arg in task.record.oracle_cmd[1:]:
-            if (task.hidden / arg).is_file() and arg not in forbidden:
-                forbidden.append(arg)
+    attempts, wall = budget_caps([pack.tasks[t].record for t in ids], max_attempts, wall_clock_s)
+    forbidden = _forbidden_paths(pack, ids)
     rel = os.path.relpath(pack.root, contract_file.resolve().parent)
     try:
-        budget = Budget.model_validate({"max_attempts": int(attempts), "wall_clock_s": float(wall),
+        budget = Budget.model_validate({"max_attempts": attempts, "wall_clock_s": wall,
                                         "feedback": feedback, "attempt_gap_s": attempt_gap_s,
                                         **dict(model_caps or {}), **dict(sandbox_caps or {})})
     except ValidationError as e:
@@ -311,11 +335,18 @@ def _check_endpoints(contract: ScoringContract) -> None:
             raise ContractError(f"model endpoint {endpoint.name!r}: read_timeout_s {wait:g} is not under the "
                                 f"wall-clock cap of {budget.wall_clock_s:g} s: an endpoint that hangs would end the "
                                 "attempt as the agent's timeout instead of the endpoint's failure")
-    caps = [c for c in MODEL_CAPS if budget is not None and getattr(budget, c) is not None]
+    if budget is not None:
+        _check_model_budget(endpoints, budget)
+
+
+def _check_model_budget(endpoints: Sequence[ModelEndpoint], budget: Budget) -> None:
+    """Caps on model use only with endpoints to bind them; a cost cap only over prices locked for
+    every model, in one currency."""
+    caps = [c for c in MODEL_CAPS if getattr(budget, c) is not None]
     if caps and not endpoints:
         raise ContractError(f"budget: {', '.join(caps)} needs model_endpoints: a cap on model use binds only "
                             "through the gateway")
-    if budget is not None and budget.max_model_cost is not None:
+    if budget.max_model_cost is not None:
         unpriced = [f"{e.name}/{m}" for e in endpoints for m in e.models if m not in (e.prices or {})]
         if unpriced:
             raise ContractError(f"budget: max_model_cost needs a locked price for every model the endpoints allow; "

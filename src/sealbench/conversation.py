@@ -464,28 +464,37 @@ def _responses_event(s: _Stream, kind: str, obj: dict[str, Any]) -> None:
     elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta") and isinstance(delta, str):
         s.reasoning.append(delta)
     elif kind in ("response.output_item.added", "response.output_item.done"):
-        item = obj.get("item")
-        if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call"):
-            call = s.call(("r", at))
-            call[0] = _str(item.get("call_id")) or call[0]
-            call[1] = _str(item.get("name")) or call[1]
-            if kind.endswith(".done"):
-                args = item.get("arguments", item.get("input"))
-                call[3] = args if isinstance(args, str) else call[3]
+        _responses_output_item(s, kind, at, obj.get("item"))
     elif kind == "response.function_call_arguments.delta" and isinstance(delta, str):
         s.call(("r", at))[2].append(delta)
     elif kind == "response.function_call_arguments.done" and isinstance(obj.get("arguments"), str):
         s.call(("r", at))[3] = obj["arguments"]
     response = obj.get("response")
     if isinstance(response, dict):
-        s.model = _str(response.get("model")) or s.model
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
-            s.stop = _str(response.get("status")) or s.stop
-            if response.get("error"):
-                s.error = _error_words(response["error"])
-            details = response.get("incomplete_details")
-            if isinstance(details, dict) and isinstance(details.get("reason"), str):
-                s.stop = f"{s.stop or 'incomplete'}: {details['reason']}"
+        _responses_end(s, kind, response)
+
+
+def _responses_output_item(s: _Stream, kind: str, at: Any, item: Any) -> None:
+    """An output item added or done: a tool call's id and name, and its whole arguments when done."""
+    if isinstance(item, dict) and item.get("type") in ("function_call", "custom_tool_call"):
+        call = s.call(("r", at))
+        call[0] = _str(item.get("call_id")) or call[0]
+        call[1] = _str(item.get("name")) or call[1]
+        if kind.endswith(".done"):
+            args = item.get("arguments", item.get("input"))
+            call[3] = args if isinstance(args, str) else call[3]
+
+
+def _responses_end(s: _Stream, kind: str, response: dict[str, Any]) -> None:
+    """The response object an event carries: its model, and how it ended when it did."""
+    s.model = _str(response.get("model")) or s.model
+    if kind in ("response.completed", "response.incomplete", "response.failed"):
+        s.stop = _str(response.get("status")) or s.stop
+        if response.get("error"):
+            s.error = _error_words(response["error"])
+        details = response.get("incomplete_details")
+        if isinstance(details, dict) and isinstance(details.get("reason"), str):
+            s.stop = f"{s.stop or 'incomplete'}: {details['reason']}"
 
 
 _ANTHROPIC_EVENTS: Final = frozenset({"message_start", "content_block_start", "content_block_delta",

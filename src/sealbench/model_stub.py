@@ -230,49 +230,84 @@ async def _answer(request: web.BaseRequest, script: Script, latency_s: float, ke
     if reply.status != 200:
         return web.json_response(model_api.error_body(style, reply.text or f"scripted status {reply.status}",
                                                       "api_error"), status=reply.status)
-    usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens,
-                            reply.usage.cache_write_tokens)
-    reply_id = f"stub-{script.served}"
-    calls = _tool_calls(style, reply, script.served)
-    text = reply.text
-    secret = (credential or "").encode() if reply.reflect else b""
-    extra: dict[str, str] = {}
-    if reply.reflect:
+    return await _reply(request, _Rendered.of(request, style, model, reply, script.served, credential),
+                        body.get("stream") is True, stop)
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    """What a scripted reply says, in the request's API style."""
+
+    style: str
+    model: str
+    reply: StubReply
+    text: str
+    usage: model_api.Usage
+    reply_id: str
+    calls: list[model_api.ToolCall]
+    secret: bytes
+    """Written in two writes a moment apart (a reflected credential), else empty."""
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, request: web.BaseRequest, style: str, model: str, reply: StubReply, served: int,
+           credential: str | None) -> _Rendered:
+        usage = model_api.Usage(reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.cached_tokens,
+                                reply.usage.cache_write_tokens)
+        if not reply.reflect:
+            return cls(style, model, reply, reply.text, usage, f"stub-{served}", _tool_calls(style, reply, served),
+                       b"", {})
         text = "".join(f"{name}: {value}\n" for name, value in request.headers.items())
-        extra["x-request-id"] = credential or ""
-    if body.get("stream") is True:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **extra})
-        if reply.compress:
-            resp.enable_compression(web.ContentCoding.gzip)
-        await resp.prepare(request)
-        pieces = [text] if reply.reflect else _pieces(text)
-        try:
-            started = False
-            for chunk in model_api.reply_stream(style, model, pieces, usage, reply_id, calls):
-                if started and reply.pause_ms and b"delta" in chunk:
-                    await asyncio.sleep(reply.pause_ms / 1000)
-                started = started or b"delta" in chunk
-                await _write_split(resp, chunk, secret)
-                if reply.hang == "stream" and b"delta" in chunk:
-                    await stop.wait()
-            await resp.write_eof()
-        except ConnectionError:  # the client went away mid-stream: what clients do
-            pass
-        return resp
-    if not reply.reflect:
-        answer = web.json_response(model_api.reply_body(style, model, text, usage, reply_id, calls))
-        if reply.compress:
+        return cls(style, model, reply, text, usage, f"stub-{served}", _tool_calls(style, reply, served),
+                   (credential or "").encode(), {"x-request-id": credential or ""})
+
+    def body(self) -> dict[str, Any]:
+        return model_api.reply_body(self.style, self.model, self.text, self.usage, self.reply_id, self.calls)
+
+
+async def _reply(request: web.BaseRequest, r: _Rendered, stream: bool, stop: asyncio.Event) -> web.StreamResponse:
+    from aiohttp import web
+
+    if stream:
+        return await _stream(request, r, stop)
+    if not r.reply.reflect:
+        answer = web.json_response(r.body())
+        if r.reply.compress:
             answer.enable_compression(web.ContentCoding.gzip)
         return answer
-    whole = json.dumps(model_api.reply_body(style, model, text, usage, reply_id, calls)).encode()
-    resp = web.StreamResponse(headers={"Content-Type": "application/json", **extra})
-    if reply.compress:
+    whole = json.dumps(r.body()).encode()
+    resp = web.StreamResponse(headers={"Content-Type": "application/json", **r.headers})
+    if r.reply.compress:
         resp.enable_compression(web.ContentCoding.gzip)
     else:
         resp.content_length = len(whole)
     await resp.prepare(request)
-    await _write_split(resp, whole, secret)
+    await _write_split(resp, whole, r.secret)
     await resp.write_eof()
+    return resp
+
+
+async def _stream(request: web.BaseRequest, r: _Rendered, stop: asyncio.Event) -> web.StreamResponse:
+    from aiohttp import web
+
+    reply = r.reply
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **r.headers})
+    if reply.compress:
+        resp.enable_compression(web.ContentCoding.gzip)
+    await resp.prepare(request)
+    pieces = [r.text] if reply.reflect else _pieces(r.text)
+    try:
+        started = False
+        for chunk in model_api.reply_stream(r.style, r.model, pieces, r.usage, r.reply_id, r.calls):
+            if started and reply.pause_ms and b"delta" in chunk:
+                await asyncio.sleep(reply.pause_ms / 1000)
+            started = started or b"delta" in chunk
+            await _write_split(resp, chunk, r.secret)
+            if reply.hang == "stream" and b"delta" in chunk:
+                await stop.wait()
+        await resp.write_eof()
+    except ConnectionError:  # the client went away mid-stream: what clients do
+        pass
     return resp
 
 

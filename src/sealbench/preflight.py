@@ -31,7 +31,7 @@ from typing import Final
 
 from . import scratch
 from .errors import HarnessError, RunRefusal
-from .sandbox import Sandbox, SandboxSpec, command_path, open_ahead
+from .sandbox import Sandbox, SandboxResult, SandboxSpec, command_path, open_ahead
 
 # Runs inside the sandbox with the agent's PATH: what resolves there. argv: program, paths...
 # Prints 1 when the program resolves (else 0), then the 1-based index of each path that does
@@ -61,6 +61,7 @@ _SHELL: Final = "/bin/sh"
 _TIMEOUT_S: Final = 30.0
 _PLACEHOLDER: Final = "{"
 _WRITABLE: Final = ("/tmp", "/dev/shm")
+_MOUNT_IT: Final = "add --agent-mount PATH (the file or its folder) to `contract new` and lock the contract again"
 
 
 @dataclass(frozen=True)
@@ -188,37 +189,46 @@ def _problems(command: str, mounts: Sequence[str], sandbox: Sandbox, path_env: s
         res = sandbox.run(spec)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    found, missing = _check_result(res, paths, sandbox.kind)
+    out = [_program_problem(program, sandbox.kind, path_env)] if check_program and not found else []
+    for path in missing:
+        out.append(Problem(f"{path}, named in the agent's command, exists on this machine but is not visible "
+                           f"inside the {sandbox.kind} sandbox", _MOUNT_IT))
+    return out + nowhere
+
+
+def _check_result(res: SandboxResult, paths: Sequence[str], kind: str) -> tuple[bool, list[str]]:
+    """Whether the check found the program, and which of ``paths`` it did not see.
+
+    Raises:
+        HarnessError: the check's own output is not what it prints (it failed, not the agent).
+    """
     try:
         head, *rest = (res.stdout or b"").decode("ascii").split()
         if res.exit_code != 0 or head not in ("0", "1"):
             raise ValueError(head)
-        found = head == "1"
-        missing = [paths[int(i) - 1] for i in rest]
+        return head == "1", [paths[int(i) - 1] for i in rest]
     except (ValueError, IndexError, UnicodeDecodeError):
         tail = (res.stderr or b"").decode("utf-8", "replace").strip().splitlines()[-1:]
-        raise HarnessError(f"could not check the agent's command inside the {sandbox.kind} sandbox "
+        raise HarnessError(f"could not check the agent's command inside the {kind} sandbox "
                            f"(exit {res.exit_code}): {' '.join(tail) or 'no output'}") from None
-    out: list[Problem] = []
-    mend = "add --agent-mount PATH (the file or its folder) to `contract new` and lock the contract again"
-    if check_program and not found:
-        host = _on_host(program)
-        if "/" in program and host is not None and not os.access(program, os.X_OK):
-            out.append(Problem(f"the agent's program {program!r} is not executable",
-                               "make it executable (chmod +x), or run it through its interpreter"))
-        elif host is not None:
-            out.append(Problem(f"the agent's program {program!r} is not visible inside the {sandbox.kind} sandbox "
-                               f"(on this machine it is {host})", mend))
-        elif "/" in program:
-            out.append(Problem(f"the agent's program {program!r} does not exist, inside the sandbox or on this "
-                               "machine", "check the contract's agent command"))
-        else:
-            out.append(Problem(f"the agent's program {program!r} is not on the sandbox's PATH ({path_env}) "
-                               "nor on this machine's", "install it, or give its absolute path and mount it "
-                               "with --agent-mount"))
-    for path in missing:
-        out.append(Problem(f"{path}, named in the agent's command, exists on this machine but is not visible "
-                           f"inside the {sandbox.kind} sandbox", mend))
-    return out + nowhere
+
+
+def _program_problem(program: str, kind: str, path_env: str) -> Problem:
+    """Why the agent's program was not found inside the sandbox, from what this machine has."""
+    host = _on_host(program)
+    if "/" in program and host is not None and not os.access(program, os.X_OK):
+        return Problem(f"the agent's program {program!r} is not executable",
+                       "make it executable (chmod +x), or run it through its interpreter")
+    if host is not None:
+        return Problem(f"the agent's program {program!r} is not visible inside the {kind} sandbox "
+                       f"(on this machine it is {host})", _MOUNT_IT)
+    if "/" in program:
+        return Problem(f"the agent's program {program!r} does not exist, inside the sandbox or on this "
+                       "machine", "check the contract's agent command")
+    return Problem(f"the agent's program {program!r} is not on the sandbox's PATH ({path_env}) "
+                   "nor on this machine's", "install it, or give its absolute path and mount it "
+                   "with --agent-mount")
 
 
 def refuse_unless_starts(command: str, mounts: Sequence[str], sandbox: Sandbox, path_env: str) -> None:

@@ -41,7 +41,7 @@ from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
 from .errors import Refusal, ScoreRefusal, VerificationFailed
 from .files import read_model, write_atomic
-from .formats import ModelUsage, Provenance, Rate, Scorecard, ScoringContract
+from .formats import AccessClass, Budget, ModelUsage, Provenance, Rate, Scorecard, ScoringContract
 from .journal import read_chain
 from .outcomes import Outcome, TaskState
 from .score import NOTE, score
@@ -366,62 +366,83 @@ def _banners(view: RunView) -> list[Block]:
     return out
 
 
-def _header(view: RunView) -> Section:
+def _code(value: str | None, missing: str = "not recorded") -> tuple[Span, ...]:
+    return spans(Span(value, code=True)) if value else spans(missing)
+
+
+def _run_fields(view: RunView) -> Fields:
     c = view.contract
-    b, a, spec, controls = c.budget, c.access_class, c.agent, c.controls
-
-    def code(value: str | None, missing: str = "not recorded") -> tuple[Span, ...]:
-        return spans(Span(value, code=True)) if value else spans(missing)
-
-    run = Fields("Run", (
-        ("run_id", code(c.run_id, "not locked")),
-        ("locked_at", code(c.locked_at, "not locked")),
-        ("contract sha256", code(c.contract_sha256, "none")),
-        ("pack digest", code(c.pack.sha256 if c.pack else None, "none")),
+    return Fields("Run", (
+        ("run_id", _code(c.run_id, "not locked")),
+        ("locked_at", _code(c.locked_at, "not locked")),
+        ("contract sha256", _code(c.contract_sha256, "none")),
+        ("pack digest", _code(c.pack.sha256 if c.pack else None, "none")),
         ("denominator", spans(f"{view.n} locked task id{'' if view.n == 1 else 's'}")),
         ("checked", spans(view.checked)),
     ), wide=True)
-    caps = Fields("Caps", (
+
+
+def _caps_fields(b: Budget | None) -> Fields:
+    return Fields("Caps", (
         ("max_attempts", spans(str(b.max_attempts) if b else "not set")),
         ("wall_clock_s", spans(f"{b.wall_clock_s:g} per task, oracle included" if b else "not set")),
-        ("feedback policy", code(b.feedback if b else None, "not set")),
+        ("feedback policy", _code(b.feedback if b else None, "not set")),
     ))
-    access = Fields("Access class", (
-        ("host", code(a.host if a else None)),
-        ("model_access", code(a.model_access if a else None)),
+
+
+def _access_fields(a: AccessClass | None) -> Fields:
+    return Fields("Access class", (
+        ("host", _code(a.host if a else None)),
+        ("model_access", _code(a.model_access if a else None)),
         ("quota_assumed", spans(str(a.quota_assumed).lower() if a else "not recorded")),
         ("permanence_assumed", spans(str(a.permanence_assumed).lower() if a else "not recorded")),
-        ("terms_read_on", code(a.terms_read_on if a else None)),
+        ("terms_read_on", _code(a.terms_read_on if a else None)),
     ))
+
+
+def _controls_fields(view: RunView) -> Fields:
+    controls = view.contract.controls
     probe_text = ("the contract declares no narration probe" if controls is None or controls.narration_probe is None
                   else view.probe.sentence if view.probe else "narration probe not run")
-    ctrl = Fields("Controls", (
+    return Fields("Controls", (
         ("narration probe", spans(probe_text)),
         ("oracle validity", spans(controls.oracle_validity if controls else "not declared")),
         ("contamination", spans(contamination(view) or "contamination unknown")),
     ))
+
+
+def _ran_as(agent: Mapping[str, Any] | None, unsafe: bool) -> tuple[Span, ...]:
+    """How the agent ran: its kind and command, and where (sandboxed or not, isolated or not)."""
+    if not agent:
+        return spans("not recorded")
+    if agent.get("sandboxed"):
+        where = "as a subprocess without isolation" if unsafe else "inside the sandbox"
+    else:
+        where = "in-process, outside the sandbox" + ("" if unsafe else " (only the oracle ran sandboxed)")
+    return spans(str(agent.get("kind", "?")), " ", Span(str(agent.get("command", "")), code=True), f", {where}")
+
+
+def _agent_fields(view: RunView) -> Fields:
+    spec = view.contract.agent
     kinds = _sandbox_kinds(view)
     unsafe = "none" in kinds or "not recorded" in kinds
     sandbox_text = ("no sandbox: " if "none" in kinds else "") + ", then ".join(kinds)
     network = view.sandboxes[0].get("network") if view.sandboxes else None
-    if view.agent:
-        if view.agent.get("sandboxed"):
-            where = "as a subprocess without isolation" if unsafe else "inside the sandbox"
-        else:
-            where = "in-process, outside the sandbox" + ("" if unsafe else " (only the oracle ran sandboxed)")
-        ran_as = spans(str(view.agent.get("kind", "?")), " ", Span(str(view.agent.get("command", "")), code=True),
-                       f", {where}")
-    else:
-        ran_as = spans("not recorded")
-    agent = Fields("Agent and sandbox", (
-        ("agent", code(spec.label if spec else None)),
-        ("command", code(spec.command if spec else None)),
-        ("ran as", ran_as),
+    return Fields("Agent and sandbox", (
+        ("agent", _code(spec.label if spec else None)),
+        ("command", _code(spec.command if spec else None)),
+        ("ran as", _ran_as(view.agent, unsafe)),
         ("sandbox", spans(Span(sandbox_text, strong=unsafe, mark="alert" if unsafe else None),
                           *((f"; network: {network}",) if network else ()))),
         ("harness", spans(", ".join(f"{k} {v}" for k, v in view.harness.items()) or "not recorded")),
     ), wide=True)
-    return Section("How this run was measured", (run, caps, access, ctrl, agent))
+
+
+def _header(view: RunView) -> Section:
+    c = view.contract
+    return Section("How this run was measured", (_run_fields(view), _caps_fields(c.budget),
+                                                 _access_fields(c.access_class), _controls_fields(view),
+                                                 _agent_fields(view)))
 
 
 def _evidence(view: RunView) -> Section:

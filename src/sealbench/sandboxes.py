@@ -7,8 +7,10 @@ lists the choices without loading any of them. ``auto`` opens the first isolatin
 works, in the order they were registered; a backend that does not isolate (``none``) is never
 chosen for the user.
 
-Another package adds one with :func:`register`; the conformance suite
-(``tests/test_sandbox.py``) runs over every registered backend.
+Another package adds one with :func:`register` and proves it with
+:func:`sealbench.sandbox.conformance.check`, which sealbench's tests run over every registered
+backend (``tests/test_sandbox_conformance.py``), as they run their exploits
+(``tests/test_sandbox.py``).
 
 ``fake`` is for sealbench's own tests only: its opener lives in ``tests/fake_sandbox.py``, so it
 opens only where the tests are importable; ``--sandbox`` never offers it and ``auto`` never

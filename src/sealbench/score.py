@@ -7,7 +7,7 @@ events.json.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -64,24 +64,19 @@ def evidence_sentence(passed: int, n: int) -> str:
     return f"{passed} of {n} task_pass on this locked run_id"
 
 
-def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
-    """Score events under a locked contract, or refuse.
-
-    Raises:
-        ContractError: unlocked or edited contract.
-        ScoreRefusal: assumed quota or permanence, duplicate task_ids, an event outside the
-            slice, a post-lock exclusion, a silent rerun, denominator drift, an abstain that
-            passes, harness errors, infrastructure errors.
-    """
-    require_locked(contract)
-    access = contract.access_class
-    if access is None or access.quota_assumed or access.permanence_assumed:
-        raise ScoreRefusal("assumed quota or permanence; no rate emitted")
+def _denominator(contract: ScoringContract) -> list[str]:
+    """The locked task_ids, refused when empty or when one is listed twice."""
     allowed = list(contract.task_ids)
     if not allowed:
         raise ScoreRefusal("empty denominator: the contract locks no task_ids; no rate emitted")
     if len(allowed) != len(set(allowed)):
         raise ScoreRefusal("duplicate task_ids")
+    return allowed
+
+
+def _one_event_per_task(allowed: Sequence[str], events: Sequence[SeedEvent]) -> dict[str, SeedEvent]:
+    """Each task's one event: none outside the slice, none excluded after the lock, no task
+    twice (a silent rerun) and none missing (denominator drift)."""
     allowed_set = set(allowed)
     ordered = sorted(events, key=lambda e: (e.task_id, e.model_dump_json()))
     by_id: dict[str, SeedEvent] = {}
@@ -97,14 +92,22 @@ def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
     missing = [tid for tid in allowed if tid not in by_id]
     if missing:
         raise ScoreRefusal(f"denominator drift, missing {missing}")
-    for tid in sorted(allowed):
-        ev = by_id[tid]
-        if ev.abstain and ev.task_pass:
-            raise ScoreRefusal(f"abstain cannot pass: {tid}")
-        if ev.outcome is Outcome.ABSTAIN and not ev.abstain:
-            raise ScoreRefusal(f"outcome abstain without abstain flag: {tid}")
-        if ev.outcome is not None and ev.task_pass != (ev.outcome is Outcome.PASS):
-            raise ScoreRefusal(f"task_pass {ev.task_pass} contradicts outcome {ev.outcome}: {tid}")
+    return by_id
+
+
+def contradiction(ev: SeedEvent) -> str | None:
+    """How an event contradicts itself (an abstain that passes, an outcome its flags deny), or None."""
+    if ev.abstain and ev.task_pass:
+        return f"abstain cannot pass: {ev.task_id}"
+    if ev.outcome is Outcome.ABSTAIN and not ev.abstain:
+        return f"outcome abstain without abstain flag: {ev.task_id}"
+    if ev.outcome is not None and ev.task_pass != (ev.outcome is Outcome.PASS):
+        return f"task_pass {ev.task_pass} contradicts outcome {ev.outcome}: {ev.task_id}"
+    return None
+
+
+def _refuse_unrated(by_id: Mapping[str, SeedEvent]) -> None:
+    """Refuse tasks the agent did not decide: harness errors, infrastructure errors."""
     harness = sorted(t for t, ev in by_id.items() if ev.outcome is Outcome.HARNESS_ERROR)
     if harness:
         raise ScoreRefusal(
@@ -120,17 +123,44 @@ def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
             "something other than the agent (a crash, a stop, a full disk, a lost node); rerun under a new "
             "run_id; no rate emitted"
         )
+
+
+def counted_as(ev: SeedEvent) -> Outcome:
+    """The outcome an event is counted under: its own, else what its flags say (an event of a
+    release before outcomes were recorded)."""
+    if ev.outcome is not None:
+        return ev.outcome
+    if ev.abstain:
+        return Outcome.ABSTAIN
+    return Outcome.PASS if ev.task_pass else Outcome.FAIL
+
+
+def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
+    """Score events under a locked contract, or refuse.
+
+    Raises:
+        ContractError: unlocked or edited contract.
+        ScoreRefusal: assumed quota or permanence, duplicate task_ids, an event outside the
+            slice, a post-lock exclusion, a silent rerun, denominator drift, an abstain that
+            passes, harness errors, infrastructure errors.
+    """
+    require_locked(contract)
+    access = contract.access_class
+    if access is None or access.quota_assumed or access.permanence_assumed:
+        raise ScoreRefusal("assumed quota or permanence; no rate emitted")
+    allowed = _denominator(contract)
+    by_id = _one_event_per_task(allowed, events)
+    for tid in sorted(allowed):
+        why = contradiction(by_id[tid])
+        if why is not None:
+            raise ScoreRefusal(why)
+    _refuse_unrated(by_id)
     n = len(allowed)
     passed = sum(1 for ev in by_id.values() if ev.task_pass)
     # infra_error never reaches a rate, and rate.json keeps the keys it always had.
     outcomes = {o.value: 0 for o in Outcome if o is not Outcome.INFRA_ERROR}
     for ev in by_id.values():
-        if ev.outcome is not None:
-            outcomes[ev.outcome.value] += 1
-        elif ev.abstain:
-            outcomes[Outcome.ABSTAIN.value] += 1
-        else:
-            outcomes[(Outcome.PASS if ev.task_pass else Outcome.FAIL).value] += 1
+        outcomes[counted_as(ev).value] += 1
     lo, hi = wilson_interval(passed, n)
     assert contract.run_id is not None and contract.locked_at is not None
     assert contract.contract_sha256 is not None

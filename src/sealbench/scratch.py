@@ -9,8 +9,9 @@ command that works in the same place removes the scratch whose process is gone:
 * ``.<pack>.importing-<pid>-<random>``: a pack being imported beside its target;
 * ``sealbench-<what>-<pid>-<random>`` in the temporary directory: validation scratch, the
   sandbox's smoke test, the agent command's check before a run, ``agent check``'s run, the
-  sandbox's loopback resolv.conf, the model gateway's sockets and each Ray runner's pack and
-  workspaces (:data:`TEMP_DIR_KINDS`: :func:`temp_dir` makes no other kind, so none escapes the sweep).
+  sandbox's loopback resolv.conf, the model gateway's sockets, each Ray runner's pack and
+  workspaces, and a sandbox backend's conformance check (:data:`TEMP_DIR_KINDS`: :func:`temp_dir`
+  makes no other kind, so none escapes the sweep).
 
 Scratch of a live process is never touched. Liveness is judged by pid on this machine: a
 dead writer's pid reused by another process only delays the removal until that one is gone,
@@ -31,7 +32,7 @@ TEMP_FILE: Final = re.compile(r"^\..+\.tmp-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 PARTIAL_BUNDLE: Final = re.compile(r"^\..+\.partial-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 IMPORTING_PACK: Final = re.compile(r"^\..+\.importing-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
 TEMP_DIR_KINDS: Final = ("validate", "smoke", "resolv", "gateway", "preflight", "agentcheck", "ray-node", "pycache",
-                         "pycache-root")
+                         "pycache-root", "conformance")
 TEMP_DIR_SCRATCH: Final = re.compile(
     rf"^sealbench-(?:{'|'.join(re.escape(k) for k in TEMP_DIR_KINDS)})-(?P<pid>\d{{1,10}})-[A-Za-z0-9_]+$")
 

@@ -14,10 +14,10 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from . import conversation as cv
 from . import events as ev
@@ -242,20 +242,29 @@ def grading_words(g: ev.Graded, blobs: Blobs | None) -> str:
     if g.flagged_pass == "not_counted":
         return "the hidden tests passed while the test process was seen forging: " + ", ".join(g.forging_flags or [])
     junit = g.junit or {}
-    oracle = g.oracle
     if junit and not junit.get("ok", False):
-        names = failed_tests(blobs.read(oracle.stdout, FULL_CAP) if oracle is not None and blobs else None)
-        words = (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
-                 + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
-        if not names and oracle is not None and oracle.exit_code not in (0, 1):
-            # No test named: the test process itself ended badly (a crash, a kill); say how.
-            words += f"; the oracle {_process_end(oracle)}" + _crash_words(oracle, blobs)
-        return words
-    if oracle is not None and (oracle.exit_code not in (0, None) or oracle.signal):
-        tail = None if blobs is None else (_last_line(blobs.read(oracle.stdout, 64 * 1024))
-                                           or _last_line(blobs.read(oracle.stderr, 64 * 1024)))
-        return f"the hidden tests failed (the oracle {_process_end(oracle)})" + (f": {tail}" if tail else "")
+        return _junit_words(junit, g.oracle, blobs)
+    if g.oracle is not None and (g.oracle.exit_code not in (0, None) or g.oracle.signal):
+        return _oracle_end_words(g.oracle, blobs)
     return "the hidden tests did not pass"
+
+
+def _junit_words(junit: Mapping[str, Any], oracle: ev.ProcessFacts | None, blobs: Blobs | None) -> str:
+    """A JUnit report that says the tests failed: its reason, the tests pytest named, and how
+    the oracle ended when it named none and did not exit as pytest does."""
+    names = failed_tests(blobs.read(oracle.stdout, FULL_CAP) if oracle is not None and blobs else None)
+    words = (f"the hidden tests failed: {inert(str(junit.get('why') or 'the JUnit report says so'))}"
+             + (f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""))
+    if not names and oracle is not None and oracle.exit_code not in (0, 1):
+        # No test named: the test process itself ended badly (a crash, a kill); say how.
+        words += f"; the oracle {_process_end(oracle)}" + _crash_words(oracle, blobs)
+    return words
+
+
+def _oracle_end_words(oracle: ev.ProcessFacts, blobs: Blobs | None) -> str:
+    tail = None if blobs is None else (_last_line(blobs.read(oracle.stdout, 64 * 1024))
+                                       or _last_line(blobs.read(oracle.stderr, 64 * 1024)))
+    return f"the hidden tests failed (the oracle {_process_end(oracle)})" + (f": {tail}" if tail else "")
 
 
 def _process_end(p: ev.ProcessFacts) -> str:
@@ -298,71 +307,105 @@ def _start_detail(error: str) -> str:
     return said if colon else error
 
 
+def _tries(task: TaskStory) -> str:
+    cap = task.started.max_attempts if task.started is not None else None
+    used = len(task.attempts)
+    return f"after {used} of {cap} attempts" if cap else f"after {used} attempts"
+
+
+def _harness_failed(task: TaskStory, last: AttemptStory | None) -> str:
+    error = (task.finished.error if task.finished is not None else None) or next(
+        (e.error for e in [*task.errors, *(x for a in task.attempts.values() for x in a.errors)] if e.error), None)
+    if last is not None and not_started(last):
+        return (f"the agent's command could not start in the sandbox: {inert(_start_detail(error or ''))} "
+                "(recorded as a harness error, which refuses the rate: check the contract's agent command)")
+    if error is not None and error.startswith(ENDPOINT_FAILED):
+        return (f"the declared model endpoint failed, not the agent: {inert(error)} (recorded as a harness "
+                "error, which refuses the rate: check the endpoint, then rerun under a new run_id)")
+    return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
+
+
+def _infra_failed(task: TaskStory, last: AttemptStory | None) -> str:
+    cap = task.started.max_attempts if task.started is not None else None
+    reason = last.interrupted.reason if last is not None and last.interrupted is not None else None
+    of = f" of {cap}" if cap else ""
+    said = f"attempt {last.number}{of} was interrupted ({inert(reason or 'no reason recorded')})" \
+        if last is not None else inert((task.finished.error if task.finished is not None else None) or "")
+    return (f"not decided by the agent: {said}, and no attempt or time remained; the attempt stays used "
+            "(an infrastructure error, which refuses the rate: rerun under a new run_id)")
+
+
+def _unfinished(task: TaskStory, last: AttemptStory | None) -> str:
+    if last is not None and last.interrupted is not None:
+        return f"not finished: attempt {last.number} was interrupted ({inert(last.interrupted.reason or '')})"
+    return "not finished: the run stopped before this task ended (continue it with run --resume)"
+
+
+def _timed_out(task: TaskStory, last: AttemptStory) -> str:
+    if last.graded is not None and last.graded.oracle_timed_out:
+        return "the task's wall-clock cap ran out during grading"
+    if last.agent is not None and last.agent.timed_out:
+        return "the task's wall-clock cap ran out while the agent ran"
+    wall = task.started.wall_clock_s if task.started is not None else None
+    return f"the task's wall-clock cap{f' of {wall:g} s' if wall else ''} ran out"
+
+
+def _endpoint_words(last: AttemptStory) -> list[str]:
+    """The model endpoint's failures during the attempt, which are the infrastructure's."""
+    failing = [c for c in last.calls if upstream_failed(c)]
+    if not failing:
+        return []
+    what = failing[-1].error or f"HTTP {failing[-1].status}"
+    return [f"the model endpoint failed {len(failing)} of the attempt's {len(last.calls)} call(s) "
+            f"(last: {inert(what)}): the infrastructure's failure, not the agent's"]
+
+
+def _unchanged_words(last: AttemptStory, blobs: Blobs | None) -> list[str]:
+    words = agent_words(last.agent, blobs) if last.agent is not None else None
+    if words is not None and words.startswith("the agent ended with exit code 0"):
+        return ["the agent exited 0 without changing anything" + words.removeprefix("the agent ended with exit code 0")]
+    return ["the agent changed nothing", *([words] if words else [])]
+
+
+def _result_words(outcome: str, last: AttemptStory, blobs: Blobs | None) -> list[str]:
+    """What the attempt left decided its result: a refused workspace first, then no change,
+    then the grade (with the agent's own failure beside it), else the agent's end."""
+    if last.patch is not None and last.patch.rejected:
+        return [f"the workspace was refused: {inert(last.patch.rejected)}"]
+    if last.agent is not None and last.agent.workdir_rejected:
+        return [f"the workspace was refused: {inert(last.agent.workdir_rejected)}"]
+    if outcome == "abstain" or (last.patch is not None and last.patch.empty):
+        return _unchanged_words(last, blobs)
+    if last.graded is not None:
+        agent = last.agent
+        failed = agent is not None and (agent.exit_code not in (0, None) or bool(agent.error))
+        return [grading_words(last.graded, blobs), *([agent_words(agent, blobs)] if agent is not None and failed else [])]
+    return [agent_words(last.agent, blobs)] if last.agent is not None else []
+
+
+_NOT_THE_AGENTS: Final[dict[str, Callable[[TaskStory, AttemptStory | None], str]]] = {
+    "harness_error": _harness_failed,
+    "infra_error": _infra_failed,
+    "unfinished": _unfinished,
+}
+"""Outcomes the agent did not decide, each told from the task's events alone."""
+
+
 def cause(task: TaskStory, blobs: Blobs | None) -> str:
     """Why the task ended as it did, in plain words (one line). With ``blobs`` the words quote
     stored output (the agent's last line, the failed tests pytest named); without, only the
     journal's facts."""
     outcome = task.outcome
     last = task.last_attempt()
-    cap = task.started.max_attempts if task.started is not None else None
-    used = len(task.attempts)
-    tries = f"after {used} of {cap} attempts" if cap else f"after {used} attempts"
-    if outcome == Outcome.PASS:
+    if outcome == "pass":
         return f"passed on attempt {last.number if last else '?'}"
-    if outcome == Outcome.HARNESS_ERROR:
-        error = (task.finished.error if task.finished is not None else None) or next(
-            (e.error for e in [*task.errors, *(x for a in task.attempts.values() for x in a.errors)] if e.error), None)
-        if last is not None and not_started(last):
-            return (f"the agent's command could not start in the sandbox: {inert(_start_detail(error or ''))} "
-                    "(recorded as a harness error, which refuses the rate: check the contract's agent command)")
-        if error is not None and error.startswith(ENDPOINT_FAILED):
-            return (f"the declared model endpoint failed, not the agent: {inert(error)} (recorded as a harness "
-                    "error, which refuses the rate: check the endpoint, then rerun under a new run_id)")
-        return f"the harness failed, not the agent: {inert(error or 'no message recorded')}"
-    if outcome == Outcome.INFRA_ERROR:
-        reason = last.interrupted.reason if last is not None and last.interrupted is not None else None
-        of = f" of {cap}" if cap else ""
-        said = f"attempt {last.number}{of} was interrupted ({inert(reason or 'no reason recorded')})" \
-            if last is not None else inert((task.finished.error if task.finished is not None else None) or "")
-        return (f"not decided by the agent: {said}, and no attempt or time remained; the attempt stays used "
-                "(an infrastructure error, which refuses the rate: rerun under a new run_id)")
-    if outcome == TaskState.UNFINISHED:
-        if last is not None and last.interrupted is not None:
-            return f"not finished: attempt {last.number} was interrupted ({inert(last.interrupted.reason or '')})"
-        return "not finished: the run stopped before this task ended (continue it with run --resume)"
+    if outcome in _NOT_THE_AGENTS:
+        return _NOT_THE_AGENTS[outcome](task, last)
     if last is None:
         return f"{outcome} without an attempt"
-    if outcome == Outcome.TIMEOUT:
-        if last.graded is not None and last.graded.oracle_timed_out:
-            return "the task's wall-clock cap ran out during grading"
-        if last.agent is not None and last.agent.timed_out:
-            return "the task's wall-clock cap ran out while the agent ran"
-        wall = task.started.wall_clock_s if task.started is not None else None
-        return f"the task's wall-clock cap{f' of {wall:g} s' if wall else ''} ran out"
-    parts: list[str] = []
-    failing = [c for c in last.calls if upstream_failed(c)]
-    if failing:
-        what = failing[-1].error or f"HTTP {failing[-1].status}"
-        parts.append(f"the model endpoint failed {len(failing)} of the attempt's {len(last.calls)} call(s) "
-                     f"(last: {inert(what)}): the infrastructure's failure, not the agent's")
-    if last.patch is not None and last.patch.rejected:
-        parts.append(f"the workspace was refused: {inert(last.patch.rejected)}")
-    elif last.agent is not None and last.agent.workdir_rejected:
-        parts.append(f"the workspace was refused: {inert(last.agent.workdir_rejected)}")
-    elif outcome == Outcome.ABSTAIN or (last.patch is not None and last.patch.empty):
-        words = agent_words(last.agent, blobs) if last.agent is not None else None
-        if words is not None and words.startswith("the agent ended with exit code 0"):
-            parts.append("the agent exited 0 without changing anything"
-                         + words.removeprefix("the agent ended with exit code 0"))
-        else:
-            parts += ["the agent changed nothing", *([words] if words else [])]
-    elif last.graded is not None:
-        parts.append(grading_words(last.graded, blobs))
-        if last.agent is not None and (last.agent.exit_code not in (0, None) or last.agent.error):
-            parts.append(agent_words(last.agent, blobs))
-    elif last.agent is not None:
-        parts.append(agent_words(last.agent, blobs))
-    return "; ".join(parts) + f" ({tries})"
+    if outcome == "timeout":
+        return _timed_out(task, last)
+    return "; ".join([*_endpoint_words(last), *_result_words(outcome, last, blobs)]) + f" ({_tries(task)})"
 
 
 # --------------------------------------------------------------------------- transcripts
@@ -717,6 +760,43 @@ def diffstat(patch: str) -> list[tuple[str, int, int]]:
     return out
 
 
+def _patch_lines(p: ev.PatchCaptured, blobs: Blobs, full: bool) -> list[str]:
+    if p.rejected:
+        return [f"    patch: refused ({inert(p.rejected)})"]
+    if p.empty:
+        return ["    patch: empty (nothing changed)"]
+    out = [f"    patch: {p.changed_count} path(s) changed, {p.patch_sha256}"]
+    blob = blobs.read(p.patch_sha256)
+    if blob is not None:
+        text = blob.text()
+        out += [f"      {inert(path)} | +{plus} -{minus}" for path, plus, minus in diffstat(text)]
+        shown = text if full or len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]
+        out += [f"      | {ln}" for ln in shown.rstrip("\n").split("\n")]
+        if shown is not text:
+            out.append(f"      | ... ({len(text) - SHOWN_CHARS} more characters; --full shows them)")
+    return out
+
+
+def _grading_lines(g: ev.Graded, blobs: Blobs, full: bool) -> list[str]:
+    verdict = "pass" if g.task_pass else "fail"
+    out = [f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
+           f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}"]
+    if not g.task_pass:
+        out.append(f"      why: {grading_words(g, blobs)}")
+    if g.junit:
+        j = g.junit
+        out.append(f"      JUnit: {j.get('ran', '?')} ran, {j.get('failed', '?')} failed"
+                   + (f", required tests not passed: {', '.join(map(str, j['missing_required'][:10]))}"
+                      if j.get("missing_required") else ""))
+    if g.oracle is not None:
+        o = g.oracle
+        out.append(f"      oracle: exit code {o.exit_code}" + (", timed out" if o.timed_out else "")
+                   + (f", {_seconds(o.elapsed_ms)}" if o.elapsed_ms is not None else ""))
+        out += _output("oracle stdout", o.stdout, o.stdout_bytes, blobs, full, "      ")
+        out += _output("oracle stderr", o.stderr, o.stderr_bytes, blobs, full, "      ")
+    return out
+
+
 def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
     out = [f"  attempt {a.number}: {a.result}"
            + (f" in {_seconds(a.finished.elapsed_ms)}" if a.finished is not None else "")
@@ -734,41 +814,10 @@ def _attempt_lines(a: AttemptStory, blobs: Blobs, full: bool) -> list[str]:
     for lost in unfinished([*a.calls, *a.started_calls]):
         out.append(f"      #{lost.index} {inert(lost.endpoint or '?')} {inert(lost.model or '?')}: sent, and the "
                    f"runner stopped before it ended (counted against the caps, its use unknown)")
-    p = a.patch
-    if p is not None:
-        if p.rejected:
-            out.append(f"    patch: refused ({inert(p.rejected)})")
-        elif p.empty:
-            out.append("    patch: empty (nothing changed)")
-        else:
-            blob = blobs.read(p.patch_sha256)
-            out.append(f"    patch: {p.changed_count} path(s) changed, {p.patch_sha256}")
-            if blob is not None:
-                text = blob.text()
-                for path, plus, minus in diffstat(text):
-                    out.append(f"      {inert(path)} | +{plus} -{minus}")
-                shown = text if full or len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS]
-                out += [f"      | {ln}" for ln in shown.rstrip("\n").split("\n")]
-                if shown is not text:
-                    out.append(f"      | ... ({len(text) - SHOWN_CHARS} more characters; --full shows them)")
-    g = a.graded
-    if g is not None:
-        verdict = Outcome.PASS.value if g.task_pass else Outcome.FAIL.value
-        out.append(f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
-                   f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}")
-        if not g.task_pass:
-            out.append(f"      why: {grading_words(g, blobs)}")
-        if g.junit:
-            j = g.junit
-            out.append(f"      JUnit: {j.get('ran', '?')} ran, {j.get('failed', '?')} failed"
-                       + (f", required tests not passed: {', '.join(map(str, j['missing_required'][:10]))}"
-                          if j.get("missing_required") else ""))
-        if g.oracle is not None:
-            o = g.oracle
-            out.append(f"      oracle: exit code {o.exit_code}" + (", timed out" if o.timed_out else "")
-                       + (f", {_seconds(o.elapsed_ms)}" if o.elapsed_ms is not None else ""))
-            out += _output("oracle stdout", o.stdout, o.stdout_bytes, blobs, full, "      ")
-            out += _output("oracle stderr", o.stderr, o.stderr_bytes, blobs, full, "      ")
+    if a.patch is not None:
+        out += _patch_lines(a.patch, blobs, full)
+    if a.graded is not None:
+        out += _grading_lines(a.graded, blobs, full)
     f = a.feedback
     if f is not None:
         out.append(f"    feedback for the next attempt: policy {f.policy}")

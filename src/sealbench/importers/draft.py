@@ -8,10 +8,10 @@ pack behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import ValidationError
 
@@ -122,33 +122,51 @@ class ImportOptions:
         if unknown:
             raise UsageError(f"unknown import option(s) {', '.join(unknown)}; known: {', '.join(known)}")
         given = {k: v for k, v in options.items() if v is not None}
-        for key in ("max_attempts", "limit"):
-            value = given.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise UsageError(f"{key} must be a whole number of at least 1, got {value!r}")
-        wall = given.get("wall_clock_s")
-        if wall is not None:
-            if isinstance(wall, bool) or not isinstance(wall, int | float) or not wall > 0:
-                raise UsageError(f"wall_clock_s must be a number of seconds above 0, got {wall!r}")
-            given["wall_clock_s"] = float(wall)
-        for key in ("repo", "env_spec"):
-            path = given.get(key)
-            if path is not None:
-                if not isinstance(path, str | Path):
-                    raise UsageError(f"{key} must be a path, got {path!r}")
-                given[key] = Path(path)
-        repos = given.get("repos")
-        if repos is not None:
-            pairs = list(repos.items()) if isinstance(repos, Mapping) else repos
-            if not isinstance(pairs, list | tuple) or not all(
-                    isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str | Path)
-                    for p in pairs):
-                raise UsageError(f"repos must map repository names to paths, got {repos!r}")
-            given["repos"] = tuple((str(n), Path(p)) for n, p in pairs)
-        for key in ("name", "license", "python"):
-            if key in given and not isinstance(given[key], str):
-                raise UsageError(f"{key} must be a string, got {given[key]!r}")
+        # checked in this order, so that the first of several wrong values is the one named
+        for key, check in _OPTION_CHECKS.items():
+            if key in given:
+                given[key] = check(key, given[key])
         return cls(**given)  # type: ignore[arg-type]
+
+
+def _count(key: str, value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{key} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
+def _seconds(key: str, value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise UsageError(f"{key} must be a number of seconds above 0, got {value!r}")
+    return float(value)
+
+
+def _path(key: str, value: object) -> object:
+    if not isinstance(value, str | Path):
+        raise UsageError(f"{key} must be a path, got {value!r}")
+    return Path(value)
+
+
+def _repos(key: str, value: object) -> object:
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    if not isinstance(pairs, list | tuple) or not all(
+            isinstance(p, tuple | list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str | Path)
+            for p in pairs):
+        raise UsageError(f"{key} must map repository names to paths, got {value!r}")
+    return tuple((str(n), Path(p)) for n, p in pairs)
+
+
+def _text(key: str, value: object) -> object:
+    if not isinstance(value, str):
+        raise UsageError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+_OPTION_CHECKS: Final[dict[str, Callable[[str, object], object]]] = {
+    "max_attempts": _count, "limit": _count, "wall_clock_s": _seconds, "repo": _path, "env_spec": _path,
+    "repos": _repos, "name": _text, "license": _text, "python": _text,
+}
+"""Each import option's check, which returns its value as ImportOptions holds it."""
 
 
 def make_record(

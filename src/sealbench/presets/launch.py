@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 TAIL_BYTES = 1 << 20
 """How much of the agent's output is kept for --ending-text (the last MiB of each stream)."""
@@ -74,31 +74,33 @@ def _json_ending(trace: Path, spec: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def main(argv: list[str]) -> int:
-    if "--" not in argv:
-        print("sealbench-launch: usage: launch.py [--ending-json F:K] [--ending-text T=L] -- ARGV", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    opts, command = argv[:split], argv[split + 1:]
+class Options(NamedTuple):
+    """The launcher's own options, before ``--``."""
+
     ending_json: str | None = None
     tee: str | None = None
-    dirs: list[str] = []
-    texts: list[tuple[str, str]] = []
-    while opts:
-        flag, value = opts[0], opts[1]
-        opts = opts[2:]
+    dirs: tuple[str, ...] = ()
+    texts: tuple[tuple[str, str], ...] = ()
+    """(text, label): the agent said ``label`` when ``text`` is in its output."""
+
+
+def parse_options(opts: list[str]) -> Options:
+    """``--flag VALUE`` pairs; a later ``--ending-json`` or ``--tee`` wins, an unknown flag is ignored."""
+    found = Options()
+    for flag, value in zip(opts[::2], opts[1::2], strict=False):
         if flag == "--ending-json":
-            ending_json = value
+            found = found._replace(ending_json=value)
         elif flag == "--tee":
-            tee = value
+            found = found._replace(tee=value)
         elif flag == "--mkdir":
-            dirs.append(value)
+            found = found._replace(dirs=(*found.dirs, value))
         elif flag == "--ending-text":
             text, _, label = value.partition("=")
-            texts.append((text, label or text))
-    trace = os.environ.get("SEALBENCH_TRACE_DIR", "")
-    prompt_file = os.environ.get("SEALBENCH_PROMPT_FILE", "")
-    prompt = Path(prompt_file).read_text(encoding="utf-8") if prompt_file else ""
+            found = found._replace(texts=(*found.texts, (text, label or text)))
+    return found
+
+
+def _make_folders(trace: str, dirs: tuple[str, ...]) -> None:
     if trace:
         Path(trace).mkdir(parents=True, exist_ok=True)
     for sub in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
@@ -106,19 +108,27 @@ def main(argv: list[str]) -> int:
             Path(os.environ[sub]).mkdir(parents=True, exist_ok=True)
     for folder in dirs:
         Path(folder).mkdir(parents=True, exist_ok=True)
-    command = [_fill(a, prompt, trace) for a in command]
-    copy: IO[bytes] | None = None
-    if tee and trace:
-        try:
-            copy = open(Path(trace, tee), "wb")  # noqa: SIM115 (closed below)
-        except OSError as e:
-            print(f"sealbench-launch: no copy of the agent's output in {tee}: {e}", file=sys.stderr)
+
+
+def _open_copy(trace: str, tee: str | None) -> IO[bytes] | None:
+    if not (tee and trace):
+        return None
+    try:
+        return open(Path(trace, tee), "wb")
+    except OSError as e:
+        print(f"sealbench-launch: no copy of the agent's output in {tee}: {e}", file=sys.stderr)
+        return None
+
+
+def _run(command: list[str], copy: IO[bytes] | None) -> tuple[int, str] | None:
+    """The agent's exit code and the tail of its output, passed through as it comes; None when it
+    did not start."""
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
     except OSError as e:
         print(f"sealbench-launch: the agent did not start: {e}", file=sys.stderr)
-        return 127
+        return None
     tails = (bytearray(), bytearray())
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, tails[0], copy)),
@@ -128,12 +138,32 @@ def main(argv: list[str]) -> int:
     code = proc.wait()
     for pump in pumps:
         pump.join()
-    if copy is not None:
-        with contextlib.suppress(OSError):
-            copy.close()
-    output = bytes(tails[0] + tails[1]).decode("utf-8", "replace")
-    said = [label for text, label in texts if text in output]
-    ending = _json_ending(Path(trace), ending_json) if ending_json and trace else None
+    return code, bytes(tails[0] + tails[1]).decode("utf-8", "replace")
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print("sealbench-launch: usage: launch.py [--ending-json F:K] [--ending-text T=L] -- ARGV", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    options, command = parse_options(argv[:split]), argv[split + 1:]
+    trace = os.environ.get("SEALBENCH_TRACE_DIR", "")
+    prompt_file = os.environ.get("SEALBENCH_PROMPT_FILE", "")
+    prompt = Path(prompt_file).read_text(encoding="utf-8") if prompt_file else ""
+    _make_folders(trace, options.dirs)
+    command = [_fill(a, prompt, trace) for a in command]
+    copy = _open_copy(trace, options.tee)
+    try:
+        ran = _run(command, copy)
+    finally:
+        if copy is not None:
+            with contextlib.suppress(OSError):
+                copy.close()
+    if ran is None:
+        return 127
+    code, output = ran
+    said = [label for text, label in options.texts if text in output]
+    ending = _json_ending(Path(trace), options.ending_json) if options.ending_json and trace else None
     record = {"exit_code": code, "ending": ending, "said": said}
     if trace:
         Path(trace, "sealbench-ending.json").write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
