@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "sealbench"
 
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("values: words, formats, digests; and the programs that run alone inside a sandbox",
-     frozenset({"errors", "formats", "events", "digest", "safe_text", "stats", "progress",
+     frozenset({"errors", "outcomes", "formats", "freshness", "events", "digest", "safe_text", "stats", "progress",
                 "relay", "function_oracle", "pytest_guard", "repo_install", "trivial"})),
     ("files: scratch, atomic writes, trees, locks, signatures, the clock, usage counts",
      frozenset({"scratch", "files", "agentfs", "lock", "signing", "gitrepo", "clock", "usage", "bytecode",
@@ -34,8 +34,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
      frozenset({"grading", "bundle", "scoring_io", "runs_index", "show"})),
     ("attempts: one attempt, the executors, the coordinator, the model gateway",
      frozenset({"attempt", "executors", "coordinator", "gateway", "replay", "ray_executor"})),
-    ("runs: a contract executed, a pack validated",
-     frozenset({"runner", "validate"})),
+    ("runs: a contract executed, a pack validated, tasks mined",
+     frozenset({"runner", "validate", "mine"})),
     ("commands and pages: reports, comparisons, the demo, agent checks",
      frozenset({"report", "render", "compare", "compare_page", "task_pages", "agent_check", "demo"})),
     ("the interface: the CLI, the public API, the generated docs",

@@ -374,7 +374,7 @@ def _result_words(outcome: str, last: AttemptStory, blobs: Blobs | None) -> list
         return [f"the workspace was refused: {inert(last.patch.rejected)}"]
     if last.agent is not None and last.agent.workdir_rejected:
         return [f"the workspace was refused: {inert(last.agent.workdir_rejected)}"]
-    if outcome == "abstain" or (last.patch is not None and last.patch.empty):
+    if outcome == Outcome.ABSTAIN or (last.patch is not None and last.patch.empty):
         return _unchanged_words(last, blobs)
     if last.graded is not None:
         agent = last.agent
@@ -384,9 +384,9 @@ def _result_words(outcome: str, last: AttemptStory, blobs: Blobs | None) -> list
 
 
 _NOT_THE_AGENTS: Final[dict[str, Callable[[TaskStory, AttemptStory | None], str]]] = {
-    "harness_error": _harness_failed,
-    "infra_error": _infra_failed,
-    "unfinished": _unfinished,
+    Outcome.HARNESS_ERROR: _harness_failed,
+    Outcome.INFRA_ERROR: _infra_failed,
+    TaskState.UNFINISHED: _unfinished,
 }
 """Outcomes the agent did not decide, each told from the task's events alone."""
 
@@ -397,13 +397,13 @@ def cause(task: TaskStory, blobs: Blobs | None) -> str:
     journal's facts."""
     outcome = task.outcome
     last = task.last_attempt()
-    if outcome == "pass":
+    if outcome == Outcome.PASS:
         return f"passed on attempt {last.number if last else '?'}"
     if outcome in _NOT_THE_AGENTS:
         return _NOT_THE_AGENTS[outcome](task, last)
     if last is None:
         return f"{outcome} without an attempt"
-    if outcome == "timeout":
+    if outcome == Outcome.TIMEOUT:
         return _timed_out(task, last)
     return "; ".join([*_endpoint_words(last), *_result_words(outcome, last, blobs)]) + f" ({_tries(task)})"
 
@@ -778,7 +778,7 @@ def _patch_lines(p: ev.PatchCaptured, blobs: Blobs, full: bool) -> list[str]:
 
 
 def _grading_lines(g: ev.Graded, blobs: Blobs, full: bool) -> list[str]:
-    verdict = "pass" if g.task_pass else "fail"
+    verdict = Outcome.PASS.value if g.task_pass else Outcome.FAIL.value
     out = [f"    grading: {verdict}: applies cleanly {_yes(g.patch_applies_clean)}, no forbidden path "
            f"{_yes(g.no_forbidden_path)}, hidden tests green {_yes(g.tests_green)}"]
     if not g.task_pass:
