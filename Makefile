@@ -124,3 +124,8 @@ clean:
 docs: $(STAMP)
 	$(BIN)/python -c "from pathlib import Path; from sealbench.schema_doc import splice; p = Path('README.md'); p.write_text(splice(p.read_text()))"
 	$(BIN)/python tests/defences.py --readme
+
+# The reference page of every refusal, read from the code (a test fails when it is stale).
+.PHONY: refusals
+refusals: $(STAMP)
+	$(BIN)/python -m sealbench.refusal_catalogue docs/reference/refusals.md
