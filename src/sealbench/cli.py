@@ -336,6 +336,10 @@ def cmd_contract_new(args: argparse.Namespace) -> int:
         endpoints = [endpoint_for(preset, args.model, args.model_base_url, args.model_key_env)]
     elif args.agent:
         agent = AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount))
+        if not agent.command.startswith("builtin:"):
+            from .preflight import refuse_missing_paths
+
+            refuse_missing_paths(agent.command, agent.mounts)  # a typo'd path would spend the run_id
     contract, left_out = new_contract(
         pack,
         out,

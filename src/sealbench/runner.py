@@ -506,6 +506,7 @@ def _execute_checked(contract_file: Path, contract: ScoringContract, run_dir: Pa
         from .gateway import read_keys
 
         read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
+    preflight.refuse_unreachable(contract.model_endpoints, replayed=record is not None)  # before any line
     limits, tree_caps = sized(contract.budget, opts.limits, opts.tree_caps)
     if sandbox.kind == "bubblewrap" and opts.ray is None:  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)

@@ -24,7 +24,7 @@ from . import events as ev
 from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
 from .safe_text import inert as inert
-from .usage import ENDPOINT_FAILED, unfinished, upstream_failed, usage_of
+from .usage import ENDPOINT_FAILED, NEVER_STARTED, unfinished, upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
@@ -283,8 +283,10 @@ _NOT_STARTED = "sandbox failed to start "
 
 def not_started(a: AttemptStory) -> bool:
     """Whether the attempt's agent command never started: the sandbox could not exec it (no
-    such program, not executable), so no agent_finished was journaled, only a harness error."""
-    return a.agent is None and any(_NOT_STARTED in (e.error or "") for e in a.errors)
+    such program, not executable), so no agent_finished was journaled, only a harness error; or
+    it exited 126 or 127 having done nothing (:data:`~sealbench.usage.NEVER_STARTED`)."""
+    return any(e.error.startswith(NEVER_STARTED) for e in a.errors if e.error) or (
+        a.agent is None and any(_NOT_STARTED in (e.error or "") for e in a.errors))
 
 
 def _start_detail(error: str) -> str:
@@ -626,9 +628,15 @@ def broken_agent(shown: Shown) -> str | None:
     could not start in the sandbox, or it exited non-zero with an empty patch. It names the exit
     codes and the last line of its stderr, since the cause is then the agent's setup, not the tasks."""
     attempts = [a for t in shown.tasks.values() for a in t.attempts.values()]
+    tasks = sum(1 for t in shown.tasks.values() if t.attempts)
+    endpoint = [a for a in attempts if any(ENDPOINT_FAILED in (e.error or "") for e in a.errors)]
+    if endpoint:
+        # The task lines say the endpoint failed: the first line must not blame the agent.
+        return (f"the model endpoint failed while {len(endpoint)} of the {len(attempts)} attempt(s) of {tasks} "
+                "task(s) ran: those are not the agent's failures, and no rate is emitted; check the endpoint, "
+                "then run a new contract under a new run_id")
     if not attempts or not all(_failed_to_work(a) for a in attempts):
         return None
-    tasks = sum(1 for t in shown.tasks.values() if t.attempts)
     first = attempts[0]
     if all(not_started(a) for a in attempts):
         error = next((e.error for e in first.errors if e.error), "")
