@@ -603,7 +603,7 @@ def test_exploit_upstream_stopped_is_a_harness_error_that_refuses_the_rate_never
     dead = _Hangup()
     plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}]}
     try:
-        run_dir, events, cards = gateway_run(sealed_pack, tmp_path, dead, plan, name="down")  # type: ignore[arg-type]
+        run_dir, events, cards = gateway_run(sealed_pack, tmp_path, dead, plan, name="down")
     finally:
         dead.close()
     made = calls(events)

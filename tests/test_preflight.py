@@ -92,7 +92,7 @@ def test_a_typo_in_the_scripts_absolute_path_is_refused_before_any_journal_line(
     err = _refused_before_any_line(cli, contract, tmp_path / "run")
     assert f"{typo}, named in the agent's command, does not exist on this machine" in err
     assert "a typo?" in err
-    code, out, err = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {typo}",
+    code, _, err = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {typo}",
                          "--agent-label", "mine", "--task", TASK, "--agent-mount", script.parent)
     assert code == 3 and f"{typo} does not exist (the nearest existing path is {script})" in err
 

@@ -47,7 +47,7 @@ def test_a_new_raise_makes_the_page_stale(tmp_path: Path) -> None:
         "    raise ContractError(f\"{path}: a refusal nobody listed; run `sealbench contract new`\")\n"),
         encoding="utf-8")
     new = rc.page(copy)
-    assert new != PAGE.read_text(encoding="utf-8")
+    assert new != rc.page()  # the committed page, once current, is now stale
     assert "{path}: a refusal nobody listed; run `sealbench contract new`" in new
     entry = next(e for e in rc.entries(copy) if e.function == "_new_refusal")
     assert (entry.error, entry.exit_code, entry.own_way_out) == ("ContractError", 3, "run `sealbench contract new`")
