@@ -8,6 +8,7 @@ answers only requests that carry the real key, so a reply proves the gateway swa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -593,6 +594,8 @@ class _Hangup:
             conn.close()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept, which then ends
         self._server.close()
 
 
