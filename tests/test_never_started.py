@@ -77,9 +77,10 @@ def test_a_typo_d_script_path_is_refused_with_the_path_and_never_scored_as_fail(
     assert "could not start" in why[1] and typo in why[1]
     assert "fail " not in out
     code, out, err = cli("score", contract, run_dir)
-    assert code == 3 and "no rate emitted" in err
+    assert code == 3 and "no rate emitted" in err and f"(bash: {typo}: No such file" in err
     code, out, err = cli("bundle", run_dir, "--out", tmp_path / "bundles")
     assert code == 3, (out, err)
+    assert f"the agent never started: its command exited 127 (bash: {typo}: No such file" in err
 
 
 @needs_bwrap

@@ -295,6 +295,18 @@ def rederive(
                      blob_refs=all_refs, problems=problems)
 
 
+def never_started_error(events: Sequence[Any]) -> str | None:
+    """The first harness error of ``events`` saying the agent never started, if any."""
+    from .safe_text import inert
+    from .usage import NEVER_STARTED
+
+    for line in typed_lines(events, JOURNAL):
+        error = line.event.error if isinstance(line.event, ev.HarnessErrorEvent) else None
+        if isinstance(error, str) and error.startswith(NEVER_STARTED):
+            return str(inert(error))
+    return None
+
+
 def probe_declared(contract: ScoringContract) -> bool:
     """Whether the contract declares the narration probe control."""
     return contract.controls is not None and contract.controls.narration_probe is not None
@@ -365,6 +377,9 @@ def bundle_files(
     if r.problems:
         raise VerificationFailed(r.problems)
     if r.refusal is not None:
+        setup = never_started_error(events)
+        if setup is not None:  # the refusal says which path, and the way out, not only "harness errors"
+            raise ScoreRefusal(f"{r.refusal}; {setup}") from None
         raise r.refusal
     for card in r.scorecards:
         try:

@@ -479,7 +479,7 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .contract import load_contract
-    from .errors import Refusal
+    from .errors import Refusal, ScoreRefusal
     from .score import score
     from .scoring_io import events_from
 
@@ -489,9 +489,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     summary = where.is_dir() and not args.json
     try:
         rate = score(contract, events)
-    except Refusal:
+    except Refusal as e:
         if summary:  # the why comes before the refusal, as run prints it: a harness error's cause
             _print_run_cards(contract.run_id, where)
+        setup = _never_started(where) if where.is_dir() else None
+        if setup is not None:  # the refusal names the path and the way out, not only "harness errors"
+            raise ScoreRefusal(f"{e}; {setup}") from None
         raise
     if args.json:
         _print_json(rate.model_dump(mode="json"))
@@ -504,6 +507,17 @@ def cmd_score(args: argparse.Namespace) -> int:
     for line in rate_lines(rate):
         print(line)
     return EXIT_OK
+
+
+def _never_started(run_dir: Path) -> str | None:
+    """The run's first harness error saying its agent never started, if its journal reads."""
+    from .bundle import never_started_error
+    from .journal import read_chain
+
+    try:
+        return never_started_error(read_chain(run_dir / "journal.jsonl").events)
+    except Exception:  # the refusal stands as score said it; this only adds to its words
+        return None
 
 
 def _print_run_cards(run_id: str | None, run_dir: Path) -> None:
