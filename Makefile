@@ -129,4 +129,10 @@ clean:
 # missing from the nav.
 docs: $(STAMP)
 	$(BIN)/python tests/docs_pages.py
+	$(BIN)/python -m sealbench.refusal_catalogue docs/reference/refusals.md
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The reference page of every refusal, read from the code (a test fails when it is stale).
+.PHONY: refusals
+refusals: $(STAMP)
+	$(BIN)/python -m sealbench.refusal_catalogue docs/reference/refusals.md

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import socket
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +22,6 @@ from sealbench.agent_check import call_counts
 from sealbench.contract import lock_contract, new_contract
 from sealbench.files import model_json, write_atomic
 from sealbench.formats import AgentSpec, ModelEndpoint
-from sealbench.model_stub import StubReply, start
 from sealbench.pack import load_pack
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -90,9 +91,21 @@ def test_an_agent_that_cannot_reach_its_model_is_told_so(sealed_pack: Path, tmp_
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     key = "sk-check-" + secrets.token_hex(8)
     monkeypatch.setenv(KEY_ENV, key)
-    stub = start([StubReply(text="x", repeat=True)], key=key)
-    url = stub.url
-    stub.close()  # nobody answers there
+    # It accepts each connection and hangs up unanswered: the check starts, and the call fails.
+    # (One that accepts no connection at all refuses before the check: see the end.)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+
+    def hang_up() -> None:
+        while True:
+            try:
+                server.accept()[0].close()
+            except OSError:
+                return
+
+    threading.Thread(target=hang_up, daemon=True).start()
     home = tmp_path / "agent"
     home.mkdir()
     shutil.copy(GATEWAY_AGENT, home / "agent.py")
@@ -100,11 +113,17 @@ def test_an_agent_that_cannot_reach_its_model_is_told_so(sealed_pack: Path, tmp_
     endpoint = ModelEndpoint(name="openai", style="openai-chat", base_url=url + "/v1", models=["stub-model"],
                              key_env=KEY_ENV)
     contract = _contract(sealed_pack, tmp_path, f"python {home}/agent.py", [str(home)], endpoints=[endpoint])
-    code, out, _ = cli("agent", "check", contract, "--task", TASK)
+    try:
+        code, out, _ = cli("agent", "check", contract, "--task", TASK)
+    finally:
+        server.shutdown(socket.SHUT_RDWR)  # wakes the accept, which then ends
+        server.close()
     assert code == 3
     assert "model calls:            1 forwarded or refused; 0 answered, 0 refused by the gateway, 1 failed upstream" \
         in out
     assert "did not reach its model" in out and "the declared model endpoint failed" in out
+    code, _, err = cli("agent", "check", contract, "--task", TASK)  # now nobody listens there
+    assert code == 3 and "the model endpoint does not accept connections" in err
 
 
 @pytest.mark.parametrize(("statuses", "counts"), [

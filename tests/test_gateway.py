@@ -8,6 +8,7 @@ answers only requests that carry the real key, so a reply proves the gateway swa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -573,12 +574,41 @@ def _stub_of(key: str, replies: list[StubReply]) -> StubServer:
     return start(replies, key=key)
 
 
+class _Hangup:
+    """An endpoint that accepts each connection and closes it unanswered (a crashed upstream
+    behind a live load balancer): the run starts, and every call fails."""
+
+    def __init__(self) -> None:
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen()
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept, which then ends
+        self._server.close()
+
+
 def test_exploit_upstream_stopped_is_a_harness_error_that_refuses_the_rate_never_the_agent_s_fail(
         sealed_pack: Path, tmp_path: Path, key: str, cli: Any) -> None:
-    dead = _stub_of(key, [StubReply(text=FIX, repeat=True)])
-    dead.close()  # the declared endpoint is down for the whole run
+    # The declared endpoint fails every call of the run (one that accepts no connection at all
+    # is refused before the run: tests/test_never_started.py).
+    dead = _Hangup()
     plan = {"1": [{"do": "chat", "model": "stub-model", "write": "window.py"}]}
-    run_dir, events, cards = gateway_run(sealed_pack, tmp_path, dead, plan, name="down")
+    try:
+        run_dir, events, cards = gateway_run(sealed_pack, tmp_path, dead, plan, name="down")
+    finally:
+        dead.close()
     made = calls(events)
     assert [c["payload"]["status"] for c in made] == [502]
     assert made[0]["payload"]["error"].startswith("the model endpoint failed")
@@ -588,6 +618,10 @@ def test_exploit_upstream_stopped_is_a_harness_error_that_refuses_the_rate_never
     code, out, err = cli("score", run_dir / "scoring_contract.json", run_dir)
     assert code == 3 and "task_pass" not in out.split("why")[0]
     assert "the model endpoint failed" in out + err and "0 of 1" not in out
+    # The summary's first line under "why" says the endpoint failed, never that the agent did.
+    why = out.split("did not pass", 1)[1].splitlines()
+    assert why[1].strip().startswith("the model endpoint failed while 1 of the 1 attempt(s)"), out
+    assert "check the agent" not in out
 
 
 @pytest.mark.parametrize("status", [429, 503])

@@ -1,6 +1,6 @@
 """Mistakes caught before the journal exists: an agent whose program or script the sandbox
 cannot see is refused by `run` (exit 3) before any line, and its run_id is not spent; `contract
-new` warns about the same at once. Every run here is real: the CLI, bubblewrap, the sample pack.
+new` warns about the same at once (and refuses a path that exists nowhere). Every run here is real: the CLI, bubblewrap, the sample pack.
 """
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ def test_a_typo_in_the_scripts_absolute_path_is_refused_before_any_journal_line(
     err = _refused_before_any_line(cli, contract, tmp_path / "run")
     assert f"{typo}, named in the agent's command, does not exist on this machine" in err
     assert "a typo?" in err
-    code, out, _ = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {typo}",
-                       "--agent-label", "mine", "--task", TASK, "--agent-mount", script.parent)
-    assert code == 0 and f"warning: {typo}, named in the agent's command, does not exist" in out
+    code, _, err = cli("contract", "new", sealed_pack, "-o", tmp_path / "c.json", "--agent", f"python3 {typo}",
+                         "--agent-label", "mine", "--task", TASK, "--agent-mount", script.parent)
+    assert code == 3 and f"{typo} does not exist (the nearest existing path is {script})" in err
 
 
 @needs_bwrap

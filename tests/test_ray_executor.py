@@ -266,6 +266,9 @@ def test_a_model_backed_agent_on_the_cluster_calls_through_its_node_s_gateway(
         done = run_cli("run", str(contract_file), "--out", str(run_dir), "--no-progress", "--executor", "ray",
                        "--address", cluster.address)
         assert done.returncode == 0, done.stderr
+        # The probe while the endpoint is still up: one down refuses a run (the probe's too).
+        probed = run_cli("probe", str(contract_file), "--out", str(run_dir), "--no-progress", "--executor", "ray",
+                         "--address", cluster.address)
     finally:
         stub.close()
     events = events_of(run_dir)
@@ -276,8 +279,6 @@ def test_a_model_backed_agent_on_the_cluster_calls_through_its_node_s_gateway(
     for field in ("request", "response"):
         assert (run_dir / "blobs" / call["payload"][field].removeprefix("sha256:")).is_file()
     assert cards_of(run_dir)[TASK]["outcome"] == "pass"
-    probed = run_cli("probe", str(contract_file), "--out", str(run_dir), "--no-progress", "--executor", "ray",
-                     "--address", cluster.address)
     assert probed.returncode == 0, probed.stderr
     assert run_cli("bundle", str(run_dir), "--out", str(tmp_path / "b")).returncode == 0
     verified = run_cli("verify", str(tmp_path / "b" / "ray-gateway"))

@@ -19,7 +19,7 @@ from .errors import RunRefusal
 if TYPE_CHECKING:
     from .pack import Task
 
-# seed 000's signature: agent(task, workspace, attempt) -> anything JSON-serialisable
+# the scorecard rules' signature: agent(task, workspace, attempt) -> anything JSON-serialisable
 PythonAgent = Callable[[dict[str, Any], Path, int], Any]
 PLACEHOLDERS = ("prompt_file", "workspace", "attempt", "max_attempts", "task_id")
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")

@@ -57,7 +57,7 @@ from .grading import (
 from .outcomes import AttemptResult, Outcome
 from .pack import Task
 from .sandbox import Prepared
-from .usage import ENDPOINT_FAILED
+from .usage import ENDPOINT_FAILED, NEVER_STARTED
 from .workspace import META_DIR, TaskWorkspace
 
 if TYPE_CHECKING:
@@ -113,6 +113,51 @@ def classify(end: AgentEnd, grading: Grading | None, *, probe: bool = False, gra
     if grading.oracle_timed_out:
         return AttemptResult.TIMEOUT
     return AttemptResult.FAIL
+
+
+EXEC_FAILED: Final = frozenset({126, 127})
+"""The exit codes of a command the shell could not execute (not executable, not found)."""
+_EXEC_SAID: Final = 1024
+
+
+def never_started(exit_code: int | None, stdout: bytes, stderr: bytes, *, changed: bool, called: bool) -> str | None:
+    """Why the agent never started on this attempt, or None when it did.
+
+    The command exited 126 or 127 (the exec failed: a typo'd script path, a missing
+    interpreter), printed nothing but the short complaint of whatever could not execute it,
+    changed nothing in its workspace and reached no model. That is a setup mistake, never a
+    measured attempt. An agent that printed, changed a file or called a model did start, whatever
+    its exit code: that is its own failure.
+    """
+    if exit_code not in EXEC_FAILED or stdout.strip() or changed or called:
+        return None
+    said = stderr.decode("utf-8", "replace").strip()
+    if len(stderr) > _EXEC_SAID or len(said.splitlines()) > 2:
+        return None
+    last = said.splitlines()[-1][:300] if said else "nothing on stderr"
+    return (f"{NEVER_STARTED}: its command exited {exit_code} ({last}) before doing anything (no output, no "
+            "change in its workspace, no model call); check the paths in the contract's agent command and write "
+            "a new contract under a new run_id")
+
+
+def _never_started(ready: Ready | None, cap: Capture, exit_code: int | None) -> str | None:
+    """:func:`never_started` for the attempt's command agent, once its workspace was captured."""
+    if ready is not None and ready.output is not None and not cap.changed and not cap.rejected:
+        # A command that could not be executed is a setup mistake, not a measured attempt.
+        return never_started(exit_code, *ready.output, changed=bool(cap.patch),
+                             called=ready.access is not None and ready.access.called())
+    return None
+
+
+def _endpoint_failed(ready: Ready | None, attempt: int, result: str) -> str | None:
+    """The harness error of an attempt that did not pass while its model endpoint was failing."""
+    upstream = ready.access.endpoint_failure() if ready is not None and ready.access is not None else None
+    if upstream is not None and result not in (AttemptResult.PASS, AttemptResult.PROBE_PASS):
+        # The attempt ended while the declared model endpoint was failing: what the agent
+        # could not do without its model is the infrastructure's failure, never the agent's.
+        return (f"{ENDPOINT_FAILED} while attempt {attempt} ran ({upstream}); the attempt "
+                f"ended {result}, which is not counted as the agent's")
+    return None
 
 
 def final_outcome(result: str) -> Outcome:
@@ -193,6 +238,8 @@ class Ready:
     prepared: Prepared | None
     access: AttemptAccess | None = None
     """The attempt's way to the model gateway (a model-backed command agent), closed with ``prepared``."""
+    output: tuple[bytes, bytes] | None = None
+    """What the command agent printed (stdout, stderr, as kept), once it has run."""
 
 
 def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, feedback: str) -> str:
@@ -266,6 +313,7 @@ def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWork
             res = cancel.start(prepared, max(0.0, remaining))
         finally:
             prepared.close()
+        ready.output = (res.stdout or b"", res.stderr or b"")
         return process_facts(settings, res)
     started = time.monotonic()
     if agent.kind == "builtin":
@@ -536,6 +584,9 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
                                                         capture_timed_out=True if cap.timed_out else None))
         end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=not patch,
                        capture_timed_out=cap.timed_out, rejected=cap.rejected)
+        never = _never_started(ready, cap, agent.exit_code)
+        if never is not None:
+            return facts(error=never)
         grading: Grading | None = None
         if must_grade(end, probe=settings.probe):
             remaining = deadline - time.monotonic()
@@ -553,12 +604,9 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
         assert result is not None
         done["finished"] = ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
                                               elapsed_ms=int((time.monotonic() - started) * 1000))
-        upstream = ready.access.endpoint_failure() if ready is not None and ready.access is not None else None
-        if upstream is not None and result not in (AttemptResult.PASS, AttemptResult.PROBE_PASS):
-            # The attempt ended while the declared model endpoint was failing: what the agent
-            # could not do without its model is the infrastructure's failure, never the agent's.
-            return facts(error=f"{ENDPOINT_FAILED} while attempt {attempt} ran ({upstream}); the attempt "
-                               f"ended {result}, which is not counted as the agent's")
+        upstream = _endpoint_failed(ready, attempt, result)
+        if upstream is not None:
+            return facts(error=upstream)
         if settings.probe or result != AttemptResult.FAIL or attempt >= settings.max_attempts:
             return facts()
         gap_s = settings.budget.attempt_gap_s

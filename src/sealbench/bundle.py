@@ -1,4 +1,4 @@
-"""Run bundles (seed 004, step 5): a directory a stranger can check and re-derive.
+"""Run bundles: a directory a stranger can check and re-derive.
 
 :func:`make_bundle` turns a finished run directory into ``OUT_ROOT/<run_id>/``::
 
@@ -7,7 +7,7 @@
     probe/journal.jsonl      the narration probe's journal, when the probe ran
     blobs/<hex>              every output and patch the journals reference, named by its sha256
     scorecards.jsonl         \\
-    events.json               | derived from journal.jsonl (derive.derive), seed 004's shape
+    events.json               | derived from journal.jsonl (derive.derive), the scoring contract's shape
     traces/<task_id>.json    /
     patches/<task_id>.patch  each task's final patch: the blob its task_finished event names
     rate.json                score() of the contract over the derived events
@@ -295,6 +295,18 @@ def rederive(
                      blob_refs=all_refs, problems=problems)
 
 
+def never_started_error(events: Sequence[Any]) -> str | None:
+    """The first harness error of ``events`` saying the agent never started, if any."""
+    from .safe_text import inert
+    from .usage import NEVER_STARTED
+
+    for line in typed_lines(events, JOURNAL):
+        error = line.event.error if isinstance(line.event, ev.HarnessErrorEvent) else None
+        if isinstance(error, str) and error.startswith(NEVER_STARTED):
+            return str(inert(error))
+    return None
+
+
 def probe_declared(contract: ScoringContract) -> bool:
     """Whether the contract declares the narration probe control."""
     return contract.controls is not None and contract.controls.narration_probe is not None
@@ -350,7 +362,7 @@ def bundle_files(
             (see :mod:`.consistency`), or a referenced blob is missing or does not match its name.
         ScoreRefusal: what ``score`` refuses, and a declared narration probe that has not run
             (or not on every task).
-        IncompleteScorecard: a scorecard fails seed 000's validate_scorecard.
+        IncompleteScorecard: a scorecard fails the scorecard rules (validate_scorecard).
     """
     contract = parse_contract(contract_bytes)
     require_locked(contract)
@@ -365,6 +377,9 @@ def bundle_files(
     if r.problems:
         raise VerificationFailed(r.problems)
     if r.refusal is not None:
+        setup = never_started_error(events)
+        if setup is not None:  # the refusal says which path, and the way out, not only "harness errors"
+            raise ScoreRefusal(f"{r.refusal}; {setup}") from None
         raise r.refusal
     for card in r.scorecards:
         try:
@@ -836,7 +851,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     Checks SHA256SUMS (every listed file, and no unlisted one), the signature when ``pubkey``
     is given, both journals' hash chains, the contract's lock and sha256, that the journals
     pin that contract and its pack, the pack against its seal when ``pack`` is given, every
-    scorecard against seed 000's rules, and re-derives scorecards.jsonl, events.json,
+    scorecard against the scorecard rules, and re-derives scorecards.jsonl, events.json,
     traces/, patches/, rate.json, narration_probe.json, commands.txt and README.md from the
     journals, byte for byte, and checks that each task's events agree with its outcome
     (:func:`consistency.journal_contradictions`). Without ``pubkey`` this proves internal
@@ -974,7 +989,7 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None, 
         ScoreRefusal: no journal, what ``score`` refuses (harness errors, unfinished tasks,
             ...), a narration probe the contract declares that has not run on every task, or
             a run or probe writing ``run_dir`` now.
-        IncompleteScorecard: a scorecard fails seed 000's validate_scorecard.
+        IncompleteScorecard: a scorecard fails the scorecard rules (validate_scorecard).
         VerificationFailed: a broken journal chain, journals pinning another contract or
             pack, a missing or altered blob, or a derived file in ``run_dir`` that differs
             from what the journal derives.

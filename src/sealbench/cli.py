@@ -347,7 +347,12 @@ def _contract_agent(args: argparse.Namespace, preset_name: str | None) -> tuple[
         agent, preset = agent_for(preset_name, args.model, version=args.agent_version, label=args.agent_label)
         return agent, [endpoint_for(preset, args.model, args.model_base_url, args.model_key_env)]
     if args.agent:
-        return AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount)), None
+        agent = AgentSpec(label=args.agent_label, command=args.agent, mounts=list(args.agent_mount))
+        if not agent.command.startswith("builtin:"):
+            from .preflight import refuse_missing_paths
+
+            refuse_missing_paths(agent.command, agent.mounts)  # a typo'd path would spend the run_id
+        return agent, None
     return None, None
 
 
@@ -520,7 +525,7 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .contract import load_contract
-    from .errors import Refusal
+    from .errors import Refusal, ScoreRefusal
     from .score import score
     from .scoring_io import events_from
 
@@ -530,9 +535,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     summary = where.is_dir() and not args.json
     try:
         rate = score(contract, events)
-    except Refusal:
+    except Refusal as e:
         if summary:  # the why comes before the refusal, as run prints it: a harness error's cause
             _print_run_cards(contract.run_id, where)
+        setup = _never_started(where) if where.is_dir() else None
+        if setup is not None:  # the refusal names the path and the way out, not only "harness errors"
+            raise ScoreRefusal(f"{e}; {setup}") from None
         raise
     if args.json:
         _print_json(rate.model_dump(mode="json"))
@@ -550,6 +558,17 @@ def cmd_score(args: argparse.Namespace) -> int:
     if fresh is not None:
         print(fresh)
     return EXIT_OK
+
+
+def _never_started(run_dir: Path) -> str | None:
+    """The run's first harness error saying its agent never started, if its journal reads."""
+    from .bundle import never_started_error
+    from .journal import read_chain
+
+    try:
+        return never_started_error(read_chain(run_dir / "journal.jsonl").events)
+    except Exception:  # the refusal stands as score said it; this only adds to its words
+        return None
 
 
 def _print_run_cards(run_id: str | None, run_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Scoring contracts (seed 004): write one, lock it, and prove it was not edited since.
+"""Scoring contracts: write one, lock it, and prove it was not edited since.
 
 The pure functions here take values (a contract, a clock reading) and return values; the CLI
 reads and writes the files.

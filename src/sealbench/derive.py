@@ -357,7 +357,7 @@ def _one_line(text: object) -> str:
 
 
 def readme_bytes(contract: ScoringContract, probe: Mapping[str, Any] | None) -> bytes:
-    """README.md: exactly five lines (seed 004, step 5)."""
+    """README.md: exactly five lines (the scoring contract's bundle, step 5)."""
     agent = contract.agent.label if contract.agent else "an unnamed agent"
     pack = contract.pack
     where = f"the pack at {pack.path} ({pack.sha256})" if pack else "an unnamed pack"

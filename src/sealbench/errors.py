@@ -6,7 +6,7 @@
     +-- UsageError                  exit 2: the command line itself is wrong
     +-- Refusal                     exit 3: no rate emitted (bad input included)
     |   +-- PackError               a task pack or task record is malformed or unsafe
-    |   +-- IncompleteScorecard     seed 000: a scorecard or task lacks its controls
+    |   +-- IncompleteScorecard     a scorecard or task lacks its controls (the scorecard rules)
     |   +-- ContractError           a scoring contract cannot be locked or is not locked
     |   +-- ScoreRefusal            events cannot be scored under the locked contract
     |   +-- RunRefusal              a run cannot start or resume (another writer included)
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import ClassVar
 
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 """Errors of the storage itself (full, over quota, failing, read-only), not of what is stored."""
@@ -38,11 +39,17 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 class SealbenchError(Exception):
     """Base of every error sealbench raises on purpose."""
 
+    way_out: ClassVar[str] = "read the message: it names what was wrong; rerun with --debug for the traceback"
+
     exit_code = 1
 
 
 class UsageError(SealbenchError):
     """The command line is wrong (exit 2)."""
+
+    way_out: ClassVar[str] = (
+        "fix the command line; `sealbench COMMAND --help` lists the command's arguments, with examples"
+    )
 
     exit_code = 2
 
@@ -50,35 +57,64 @@ class UsageError(SealbenchError):
 class Refusal(SealbenchError):
     """sealbench refuses to go on; no rate is emitted (exit 3)."""
 
+    way_out: ClassVar[str] = "mend the input the message names and run the command again: nothing was recorded"
+
     exit_code = 3
 
 
 class PackError(Refusal):
     """A pack, task record or template is malformed, unsafe or does not match its seal."""
 
+    way_out: ClassVar[str] = (
+        "mend the pack the message names (`sealbench pack check PACK` says what is wrong), then seal it again "
+        "with `sealbench pack seal PACK`"
+    )
+
 
 class IncompleteScorecard(Refusal):
-    """A task or scorecard is missing a control (seed 000's name for the refusal)."""
+    """A task or scorecard is missing a control (the scorecard rules' name for the refusal)."""
+
+    way_out: ClassVar[str] = (
+        "give the task or scorecard the control it lacks (the message names it), then seal or score again"
+    )
 
 
 class ContractError(Refusal):
     """A scoring contract is incomplete, already locked, not locked, or edited after lock."""
 
+    way_out: ClassVar[str] = (
+        "mend the contract the message names (or write it again with `sealbench contract new`); an unlocked one "
+        "is locked with `sealbench contract lock FILE --run-id NAME`; one edited after its lock cannot be used: "
+        "restore it, or write a new contract under a new run_id"
+    )
+
 
 class ScoreRefusal(Refusal):
     """Events cannot be scored under the locked contract: no rate emitted."""
+
+    way_out: ClassVar[str] = (
+        "score the run under the contract it was locked with; an unfinished run is resumed first with `sealbench run CONTRACT --resume RUN_DIR`"
+    )
 
 
 class RunRefusal(Refusal):
     """A run cannot start or resume (no sandbox, different contract, ...)."""
 
+    way_out: ClassVar[str] = "mend what the message names and start the run again: its run_id was not spent"
+
 
 class EnvironmentRefused(RunRefusal):
     """A task's environment is not built, changed since it was built, or cannot be built here."""
 
+    way_out: ClassVar[str] = "build the task's environment with `sealbench env build PACK`, then run again"
+
 
 class RunsIndexError(Refusal):
     """The local index of runs cannot be read or written (a read-only data directory, ...)."""
+
+    way_out: ClassVar[str] = (
+        "make the data directory readable and writable (or point SEALBENCH_DATA_DIR elsewhere), then run the command again"
+    )
 
 
 class StorageError(Refusal):
@@ -88,6 +124,10 @@ class StorageError(Refusal):
     undecided (no task outcome is written), and the command can be repeated, or the run
     resumed, once the storage works again.
     """
+
+    way_out: ClassVar[str] = (
+        "free space (or fix the storage), then run the command again or resume the run: nothing was decided"
+    )
 
 
 def storage_failure(exc: BaseException) -> OSError | None:
@@ -112,13 +152,23 @@ def describe_storage_failure(err: OSError) -> str:
 class NotABundle(Refusal):
     """``verify`` was given a run directory: it must be bundled first (nothing is recorded)."""
 
+    way_out: ClassVar[str] = (
+        "bundle the run directory first (`sealbench bundle RUN_DIR --out DIR`), then verify the bundle"
+    )
+
 
 class HarnessError(SealbenchError):
     """The harness itself (sandbox, grading, storage) failed: not the agent's fault."""
 
+    way_out: ClassVar[str] = "the harness failed, not the input: rerun with --debug and report the traceback"
+
 
 class VerificationFailed(SealbenchError):
     """A bundle or journal does not verify; ``problems`` lists every discrepancy found."""
+
+    way_out: ClassVar[str] = (
+        "the bundle or journal was changed after it was made: get it again from its publisher"
+    )
 
     exit_code = 4
 
@@ -130,6 +180,8 @@ class VerificationFailed(SealbenchError):
 class MadeByNewerRelease(VerificationFailed):
     """A bundle made by a newer release: this one cannot re-derive it, which says nothing about
     tampering. Exit 4, like any bundle that does not verify."""
+
+    way_out: ClassVar[str] = "verify it with the release that made it (named in the message), or a newer one"
 
 
 class Terminated(KeyboardInterrupt):

@@ -1146,6 +1146,11 @@ class AttemptAccess:
         infrastructure was failing, which is not the agent's failure."""
         return self._att.upstream_failing if self._closed else None
 
+    def called(self) -> bool:
+        """Whether the attempt reached the gateway at all (a call made, refused, or a connection)."""
+        att = self._att
+        return bool(att.calls or att.refusals or att.refused_more or att.refused_connections)
+
     def guard(self, prepared: Prepared) -> Prepared:
         """``prepared``, closing this access when it is closed (the sandbox is gone by then)."""
         return _Guarded(prepared, self)

@@ -4,7 +4,7 @@ A pack is a directory::
 
     pack.json                         name, description, provenance, seal, validity
     prompts/<prompt_template_id>.txt  frozen prompt templates
-    tasks/<task_id>/task.json         the task record (seed 000 plus runner fields)
+    tasks/<task_id>/task.json         the task record (the scorecard rules' fields plus the runner's)
     tasks/<task_id>/prompt.md         the task's prompt text
     tasks/<task_id>/workspace/        what the agent starts from
     tasks/<task_id>/hidden/           hidden tests, overlaid on a workspace copy at grading
@@ -259,7 +259,7 @@ def _leak_lines(text: str) -> set[str]:
 
 
 def visible_test_leaks(task: Task) -> list[str]:
-    """Where hidden test content is visible to the agent (seed 000: refuse to grade then).
+    """Where hidden test content is visible to the agent (the scorecard rules: refuse to grade then).
 
     A leak is a hidden test file's name appearing in the prompt, the template or a workspace
     file; one of its non-trivial lines (at least 16 characters, not a comment, an import or

@@ -27,11 +27,14 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from . import scratch
-from .errors import HarnessError, RunRefusal
+from .errors import ContractError, HarnessError, RunRefusal
 from .sandbox import Sandbox, SandboxResult, SandboxSpec, command_path, open_ahead
+
+if TYPE_CHECKING:
+    from .formats import ModelEndpoint
 
 # Runs inside the sandbox with the agent's PATH: what resolves there. argv: program, paths...
 # Prints 1 when the program resolves (else 0), then the 1-based index of each path that does
@@ -242,3 +245,89 @@ def refuse_unless_starts(command: str, mounts: Sequence[str], sandbox: Sandbox, 
     if found:
         raise RunRefusal("the agent's command would not start inside the sandbox, so the run did not start "
                          "(its run_id is not spent): " + "; ".join(str(p) for p in found))
+
+
+CONNECT_TIMEOUT_S: Final = 3.0
+"""How long an endpoint has to accept a TCP connection before the run is refused."""
+
+
+def unreachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why ``base_url``'s host does not accept a TCP connection within ``timeout_s``, or None."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except TimeoutError:
+        return f"no TCP connection to {host}:{port} within {timeout_s:g} s"
+    except OSError as e:
+        return f"no TCP connection to {host}:{port} ({e.strerror or type(e).__name__})"
+
+
+def refuse_unreachable(endpoints: Sequence[ModelEndpoint] | None, *, replayed: bool = False,
+                       timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse (before any journal line) a run whose model endpoints do not accept a TCP
+    connection: every call its agent made would fail, and each attempt would end as the
+    endpoint's failure, spending the run_id. A replay calls no endpoint, and is not checked.
+
+    Raises:
+        RunRefusal: naming each endpoint, its URL and why; the run_id is not spent.
+    """
+    if replayed or not endpoints:
+        return
+    down = [f"endpoint {e.name!r} at {e.base_url}: {why}" for e in endpoints
+            if (why := unreachable(e.base_url, timeout_s)) is not None]
+    if down:
+        raise RunRefusal("the model endpoint does not accept connections, so the run did not start (its run_id "
+                         "is not spent): " + "; ".join(down) + "; start the endpoint (or fix its base_url among the "
+                         "contract's model_endpoints, in a new contract) and run again")
+
+
+def nearest(path: str) -> str | None:
+    """The existing path nearest to ``path`` (which does not exist): its closest sibling by name
+    (``/opt/agent/run.sh`` for ``/opt/agent/rnu.sh``), else its deepest existing folder; None
+    when not even its first folder exists."""
+    import difflib
+
+    parent, name = os.path.split(os.path.normpath(path))
+    while parent != "/" and not os.path.isdir(parent):
+        parent, name = os.path.split(parent)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    if close:
+        return os.path.join(parent, close[0])
+    return parent if parent != "/" else None
+
+
+def refuse_missing_paths(command: str, mounts: Sequence[str]) -> None:
+    """Refuse (at ``contract new``) an agent command naming an absolute path that exists nowhere:
+    not on this machine, and not in a place the agent could create it (:func:`_never_there`),
+    the program included. Every attempt would fail before the agent started.
+
+    Raises:
+        ContractError: naming each such path and the nearest existing one; nothing is written.
+    """
+    from .agents import split_template
+
+    tokens = split_template(command)
+    program = tokens[0]
+    missing = _never_there(tokens, "", mounts)
+    if program.startswith("/") and _PLACEHOLDER not in program and not os.path.lexists(program) \
+            and os.path.normpath(program) not in missing:
+        missing.insert(0, os.path.normpath(program))
+    if not missing:
+        return
+    said = []
+    for path in missing:
+        near = nearest(path)
+        said.append(f"{path} does not exist" + (f" (the nearest existing path is {near})" if near else ""))
+    raise ContractError("the agent's command names a path that does not exist, so every attempt would fail "
+                        "before the agent started: " + "; ".join(said) + "; fix the path in --agent and run "
+                        "`sealbench contract new` again")

@@ -118,6 +118,18 @@ def rate_lines(rate: Rate) -> list[str]:
     ]
 
 
+def _setup_mistake(stories: dict[str, TaskStory]) -> str | None:
+    """The first harness error saying the agent never started (its path and the fix), if any."""
+    from .usage import NEVER_STARTED
+
+    for story in stories.values():
+        for attempt in story.attempts.values():
+            for error in attempt.errors:
+                if error.error and error.error.startswith(NEVER_STARTED):
+                    return inert(error.error)
+    return None
+
+
 def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | None = None) -> int:
     """Print a run's scorecards and its rate, or the refusal; returns the exit code.
 
@@ -144,6 +156,9 @@ def print_run_summary(contract_file: Path, run_dir: Path, result: RunResult | No
         raise
     except Refusal as e:
         print(f"no rate emitted: {e}", file=sys.stderr)
+        setup = _setup_mistake(result.stories) if result is not None and result.stories else None
+        if setup is not None:
+            print(f"no rate emitted: {setup}", file=sys.stderr)
         return e.exit_code
     write_atomic(run_dir / "rate.json", rate_bytes(rate), durable=False)
     from .runs_index import replay_of

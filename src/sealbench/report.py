@@ -7,7 +7,7 @@ Everything a report prints is derived from the run's journal: the scorecards thr
 refused with every disagreement listed: a report never shows a number its journal does
 not support.
 
-The voice is seed 004's left column: counts on a locked run_id ("2 of 4 task_pass on this
+The voice is the scoring contract's: counts on a locked run_id ("2 of 4 task_pass on this
 locked run_id") with the Wilson 95% interval beside them, never a bare percentage. When
 scoring refuses (harness errors, unfinished tasks, an edited contract), the report says
 "no rate emitted" and prints counts and tasks, but no rate, interval or curve.

@@ -496,6 +496,7 @@ def _plan(contract_file: Path, run_dir: Path, opts: RunOptions, *, python_agent:
         from .gateway import read_keys
 
         keys = read_keys(contract, sandbox.kind)  # an unset key variable refuses before anything is written
+    preflight.refuse_unreachable(contract.model_endpoints, replayed=record is not None)  # before any line
     limits, tree_caps = sized(contract.budget, opts.limits, opts.tree_caps)
     if sandbox.kind == "bubblewrap" and opts.ray is None:  # no tmpfs, and no quota, without it
         check_memory(max(1, opts.jobs), limits, tree_caps, quota=opts.workspace_quota)

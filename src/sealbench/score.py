@@ -1,4 +1,4 @@
-"""Scoring (seed 004): a rate for a locked contract, or a refusal. Pure functions.
+"""Scoring: a rate for a locked contract, or a refusal. Pure functions.
 
 Every check runs over events in task-id order so the verdict never depends on the order of
 events.json.

@@ -25,7 +25,7 @@ from .digest import sha256_bytes
 from .errors import ScoreRefusal, VerificationFailed
 from .outcomes import SHOWN_OUTCOMES, Outcome, TaskState
 from .safe_text import inert as inert
-from .usage import ENDPOINT_FAILED, unfinished, upstream_failed, usage_of
+from .usage import ENDPOINT_FAILED, NEVER_STARTED, unfinished, upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
@@ -293,8 +293,10 @@ _NOT_STARTED = "sandbox failed to start "
 
 def not_started(a: AttemptStory) -> bool:
     """Whether the attempt's agent command never started: the sandbox could not exec it (no
-    such program, not executable), so no agent_finished was journaled, only a harness error."""
-    return a.agent is None and any(_NOT_STARTED in (e.error or "") for e in a.errors)
+    such program, not executable), so no agent_finished was journaled, only a harness error; or
+    it exited 126 or 127 having done nothing (:data:`~sealbench.usage.NEVER_STARTED`)."""
+    return any(e.error.startswith(NEVER_STARTED) for e in a.errors if e.error) or (
+        a.agent is None and any(_NOT_STARTED in (e.error or "") for e in a.errors))
 
 
 def _start_detail(error: str) -> str:
@@ -670,23 +672,40 @@ def broken_agent(shown: Shown) -> str | None:
     could not start in the sandbox, or it exited non-zero with an empty patch. It names the exit
     codes and the last line of its stderr, since the cause is then the agent's setup, not the tasks."""
     attempts = [a for t in shown.tasks.values() for a in t.attempts.values()]
+    tasks = sum(1 for t in shown.tasks.values() if t.attempts)
+    endpoint = [a for a in attempts if any(ENDPOINT_FAILED in (e.error or "") for e in a.errors)]
+    if endpoint:
+        # The task lines say the endpoint failed: the first line must not blame the agent.
+        return (f"the model endpoint failed while {len(endpoint)} of the {len(attempts)} attempt(s) of {tasks} "
+                "task(s) ran: those are not the agent's failures, and no rate is emitted; check the endpoint, "
+                "then run a new contract under a new run_id")
     if not attempts or not all(_failed_to_work(a) for a in attempts):
         return None
-    tasks = sum(1 for t in shown.tasks.values() if t.attempts)
     first = attempts[0]
     if all(not_started(a) for a in attempts):
         error = next((e.error for e in first.errors if e.error), "")
         return (f"the agent's command could not start in the sandbox on any of the {len(attempts)} attempt(s) of "
                 f"{tasks} task(s): {inert(_start_detail(error or ''))}; check the contract's agent command")
-    codes = sorted({a.agent.exit_code for a in attempts if a.agent is not None and a.agent.exit_code is not None})
-    code = (f"exit code {codes[0]}" if len(codes) == 1 else
-            f"exit codes {', '.join(map(str, codes))}" if codes else "no exit code")
-    last = next((a.agent for a in reversed(attempts) if a.agent is not None), None)
-    tail = (_last_line(shown.blobs.read(last.stderr, 64 * 1024)) or (inert(last.error) if last.error else None)
-            if last is not None else None)
+    tail = _stderr_tail(attempts, shown.blobs)
     return (f"the agent exited non-zero with an empty patch on every one of its {len(attempts)} attempt(s) of "
-            f"{tasks} task(s) ({code})" + (f"; its stderr ends: {tail}" if tail else "; its stderr is empty")
+            f"{tasks} task(s) ({_exit_codes(attempts)})"
+            + (f"; its stderr ends: {tail}" if tail else "; its stderr is empty")
             + "; check the agent's command and setup")
+
+
+def _exit_codes(attempts: Sequence[AttemptStory]) -> str:
+    """"exit code 2", "exit codes 1, 2" or "no exit code": how the attempts' agents ended."""
+    codes = sorted({a.agent.exit_code for a in attempts if a.agent is not None and a.agent.exit_code is not None})
+    return (f"exit code {codes[0]}" if len(codes) == 1 else
+            f"exit codes {', '.join(map(str, codes))}" if codes else "no exit code")
+
+
+def _stderr_tail(attempts: Sequence[AttemptStory], blobs: Blobs) -> str | None:
+    """The last agent's last line of stderr, else its error, inert; None when it left neither."""
+    last = next((a.agent for a in reversed(attempts) if a.agent is not None), None)
+    if last is None:
+        return None
+    return _last_line(blobs.read(last.stderr, 64 * 1024)) or (inert(last.error) if last.error else None)
 
 
 def why_lines(shown: Shown, limit: int = SUMMARY_LINES) -> list[str]:

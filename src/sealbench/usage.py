@@ -23,6 +23,9 @@ ANTHROPIC_STYLES = frozenset({"anthropic-messages"})
 ENDPOINT_FAILED: Final = "the model endpoint failed"
 """How the harness error of an attempt that ended while its model endpoint was failing begins
 (:func:`sealbench.attempt.run_attempt`): a cause that is neither the agent's nor the harness's."""
+NEVER_STARTED: Final = "the agent never started"
+"""How the harness error of an attempt whose agent command could not be executed begins
+(:func:`sealbench.attempt.never_started`): a setup mistake, never a measured attempt."""
 _MILLION = 1_000_000
 
 
