@@ -56,6 +56,7 @@ OUTCOME_HOMONYMS = {
     ("function_oracle.py", "fail"): "the sealed oracle's own summary line, read in the sandbox",
     ("demo.py", "abstain"): "the field of an events.json entry",
     ("show.py", "interrupted"): "the key of an attempt's attempt_interrupted line in show --json",
+    ("refusal_catalogue.py", "pass"): "the verb that starts a way out (\"pass --force\")",
     ("task_pages.py", "interrupted"): "the key of an attempt's attempt_interrupted line in a task page",
 }
 

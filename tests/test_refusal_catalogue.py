@@ -55,14 +55,14 @@ def test_a_new_raise_makes_the_page_stale(tmp_path: Path) -> None:
 
 def test_a_message_that_cannot_be_read_must_be_described(tmp_path: Path) -> None:
     copy = _package_copy(tmp_path)
-    runner = copy / "sandbox.py"
+    runner = copy / "runner.py"
     runner.write_text(runner.read_text(encoding="utf-8") + (
         "\n\ndef _built_elsewhere(parts: list[str]) -> None:\n"
         "    why = ''\n"
         "    for part in parts:\n"
         "        why += part\n"
         "    raise RunRefusal(why)\n"), encoding="utf-8")
-    assert [(r.module, r.function) for r in rc.unlisted(rc.raises(copy))] == [("sealbench.sandbox", "_built_elsewhere")]
+    assert [(r.module, r.function) for r in rc.unlisted(rc.raises(copy))] == [("sealbench.runner", "_built_elsewhere")]
     with pytest.raises(ValueError, match="_built_elsewhere"):
         rc.page(copy)
 
