@@ -88,6 +88,9 @@ class _Task:
     finished: events.Line | None = None
     last_patch: events.Line | None = None
     """The task's last patch_captured event."""
+    finished_seq: Any = _MISSING
+    """The seq of the task's task_finished, once checked: all that is kept of a finished task,
+    so a journal read as a stream is never held."""
 
 
 def _at(line: events.Line) -> str:
@@ -153,8 +156,8 @@ class _Reader:
         if task is None:
             task = self.tasks[tid] = _Task()
         kind = line.kind
-        if task.finished is not None:
-            self.say(tid, f"{_at(line)} comes after the task's task_finished (seq {task.finished.raw.get('seq')}); "
+        if task.finished_seq is not _MISSING:
+            self.say(tid, f"{_at(line)} comes after the task's task_finished (seq {task.finished_seq}); "
                           f"nothing of a task is journaled after it ends")
             return
         event = line.event
@@ -177,6 +180,7 @@ class _Reader:
         elif isinstance(event, events.TaskFinished):
             task.finished = line
             self.task_finished(tid, task, line, event)
+            self.tasks[tid] = _Task(finished_seq=line.raw.get("seq"))
         else:
             attempt = line.attempt
             if attempt is not None and attempt not in task.attempts:

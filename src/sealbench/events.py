@@ -575,6 +575,8 @@ class Line:
     boot_id: str | None
     event: Event
     raw: Mapping[str, Any]
+    canonical: bytes | None = None
+    """The line's canonical bytes when its reader kept them (:func:`journal.scan_chain`), else None."""
 
     @property
     def kind(self) -> str:
@@ -594,9 +596,9 @@ class Line:
         return "mono_ms" in self.raw
 
 
-def line_of(raw: Mapping[str, Any], where: str | Callable[[], str]) -> Line:
+def line_of(raw: Mapping[str, Any], where: str | Callable[[], str], canonical: bytes | None = None) -> Line:
     """The typed line of one parsed journal line; ``where`` names it (or makes its name, only
-    when needed).
+    when needed); ``canonical``, its canonical bytes when the reader has them.
 
     Raises:
         EventError: see :func:`parse`.
@@ -608,7 +610,7 @@ def line_of(raw: Mapping[str, Any], where: str | Callable[[], str]) -> Line:
     seq, mono, boot = raw.get("seq"), raw.get("mono_ms"), raw.get("boot_id")
     return Line(seq=seq if type(seq) is int else -1, time=str(raw.get("time")),
                 mono_ms=mono if type(mono) is int else None, boot_id=boot if isinstance(boot, str) else None,
-                event=event, raw=raw)
+                event=event, raw=raw, canonical=canonical)
 
 
 def where_in(source: str, raw: Any, index: int) -> str:
