@@ -54,8 +54,10 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
             meaning.feed(line)
             yield line
 
-    files = dict(derive_iter(checked(), contract.task_ids, contract.model_endpoints or ()))
+    cards: list[Scorecard] = []
+    # Each trace is dropped as soon as it is made: only the scorecards are kept.
+    for _ in derive_iter(checked(), contract.task_ids, contract.model_endpoints or (), cards):
+        pass
     if meaning.problems:
         raise VerificationFailed(meaning.problems)
-    cards = files["scorecards.jsonl"].splitlines()
-    return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]
+    return [seed_event(card) for card in cards]
