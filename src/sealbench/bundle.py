@@ -140,9 +140,11 @@ def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, s
     return refs, problems
 
 
-def note_blob_refs(line: ev.Line, source: str, refs: dict[str, str], problems: list[str]) -> None:
-    """:func:`blob_refs` of one line, added to ``refs`` and ``problems``."""
-    for name, value in ev.blob_fields(line.event):
+def note_blob_refs(line: ev.Line, source: str, refs: dict[str, str], problems: list[str],
+                   fields: Iterable[tuple[str, str]] | None = None) -> None:
+    """:func:`blob_refs` of one line, added to ``refs`` and ``problems`` (``fields``: the line's
+    :func:`events.blob_fields`, when the caller has them)."""
+    for name, value in ev.blob_fields(line.event) if fields is None else fields:
         if not DIGEST_RE.match(value):
             problems.append(f"{_where(source, line)}: {name} {value!r} is not a blob digest")
             continue
@@ -161,10 +163,11 @@ def withheld_blobs(events: Iterable[Any], probe_events: Iterable[Any] | None = N
     return sorted(oracle - other)
 
 
-def note_oracle_outputs(line: ev.Line, oracle: set[str], other: set[str]) -> None:
+def note_oracle_outputs(line: ev.Line, oracle: set[str], other: set[str],
+                        fields: Iterable[tuple[str, str]] | None = None) -> None:
     """The blobs one line names, as :func:`withheld_blobs` sorts them: what the hidden tests
-    printed into ``oracle``, any other into ``other``."""
-    for name, value in ev.blob_fields(line.event):
+    printed into ``oracle``, any other into ``other`` (``fields`` as :func:`note_blob_refs`)."""
+    for name, value in ev.blob_fields(line.event) if fields is None else fields:
         if DIGEST_RE.match(value):
             hexname = value.removeprefix("sha256:")
             graded = isinstance(line.event, ev.Graded) and name in _ORACLE_OUTPUT
@@ -676,8 +679,10 @@ def _journal_pass(path: Path, source: str, contract: ScoringContract, notes: Com
             if hidden is not None:
                 found.pack_pins += _pack_pins(hidden, pack.path if pack is not None else "", (line,), source)
             meaning.feed(line)
-            note_blob_refs(line, source, found.refs, found.bad_refs)
-            note_oracle_outputs(line, found.oracle, found.other)
+            fields = list(ev.blob_fields(line.event))
+            if fields:
+                note_blob_refs(line, source, found.refs, found.bad_refs, fields)
+                note_oracle_outputs(line, found.oracle, found.other, fields)
             if not probe:
                 note_patch(found.last_patch, line)
             notes.feed(source, line)
@@ -961,9 +966,11 @@ def sha256_hex_of(path: Path) -> str:
     """The sha256 of a file's bytes, read in pieces of :data:`CHUNK` bytes without following a link."""
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        while chunk := f.read(CHUNK):
+    try:
+        while chunk := os.read(fd, CHUNK):
             h.update(chunk)
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
@@ -1027,32 +1034,35 @@ def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
         with contextlib.suppress(UnicodeDecodeError):
             listed = {m.group(2) for line in data.decode("utf-8").splitlines()
                       if (m := _SUMS_LINE_RE.match(line)) is not None}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        for name in [*filenames, *dirnames]:
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                problems.append(f"{rel}: a symlink; a bundle holds regular files only")
-            elif name in filenames:
-                if rel in tree.digests:
+    # Plain strings and the directory entries' own types: a bundle holds a file or two per task.
+    pending = [(os.fspath(root), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.is_symlink():
+                    problems.append(f"{rel}: a symlink; a bundle holds regular files only")
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel + "/"))
+                elif rel in tree.digests:
                     continue  # SHA256SUMS, read above
-                if not path.is_file():
+                elif not entry.is_file(follow_symlinks=False):
                     problems.append(f"{rel}: not a regular file")
                 elif listed is not None and rel not in listed and rel not in (SUMS, SIGNATURE):
                     tree.unread.add(rel)  # named as not listed by check_sums; never read
                     tree.digests[rel] = _EMPTY
                     if rel in _WHOLE:
                         tree.whole[rel] = b""
-                elif rel in _WHOLE and (size := path.stat().st_size) > WHOLE_CAP:
+                elif rel in _WHOLE and (size := entry.stat(follow_symlinks=False).st_size) > WHOLE_CAP:
                     tree.whole[rel], tree.digests[rel] = b"", _EMPTY
                     problems.append(f"{rel}: {size} bytes, more than verify reads of a file it reads whole "
                                     f"({WHOLE_CAP >> 20} MiB; sealbench writes none that large)")
                 elif rel in _WHOLE:
-                    data = tree.whole[rel] = path.read_bytes()
+                    data = tree.whole[rel] = Path(entry.path).read_bytes()
                     tree.digests[rel] = hashlib.sha256(data).hexdigest()
                 else:
-                    tree.digests[rel] = sha256_hex_of(path)
+                    tree.digests[rel] = sha256_hex_of(Path(entry.path))
     return tree, problems
 
 

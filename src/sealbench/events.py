@@ -487,7 +487,16 @@ def blob_fields(event: Event) -> Iterator[tuple[str, str]]:
     """``(dotted field name, value)`` of every blob the event names (null fields left out); an
     item of a list is named by its index (``transcript_files.0.blob``)."""
     for path in BLOB_FIELDS.get(event.kind, ()):
-        yield from _follow(event, path, ())
+        if len(path) == 1:  # the usual shapes, followed without recursion: verify asks of every line
+            value = getattr(event, path[0], None)
+            if value is not None:
+                yield path[0], value
+        elif len(path) == 2 and not path[0].endswith(_EACH):
+            value = getattr(getattr(event, path[0], None), path[1], None)
+            if value is not None:
+                yield f"{path[0]}.{path[1]}", value
+        else:
+            yield from _follow(event, path, ())
 
 
 def _follow(value: Any, path: tuple[str, ...], names: tuple[str, ...]) -> Iterator[tuple[str, str]]:

@@ -22,6 +22,7 @@ import threading
 import time as _time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -126,15 +127,26 @@ TOO_LONG = b"\x00too long"
 """What :func:`iter_lines` yields for a line longer than its cap (never JSON: named by its line)."""
 
 
+def _scalar_json(value: Any) -> bytes:
+    """:func:`canonical_json` of one value, without the encoder's machinery for the usual ones."""
+    if value is None:
+        return b"null"
+    if type(value) is int:
+        return str(value).encode()
+    if type(value) is str:
+        return encode_basestring(value).encode("utf-8")
+    return canonical_json(value)
+
+
 def _hashed_canonical(event: dict[str, Any]) -> tuple[bytes, bool]:
     """The canonical bytes of a line whose fields are its version's, and whether its ``hash``
     is the hash of them without it: one serialisation for both (the hash's input is these
     bytes less the ``"hash"`` member, which sorts after ``attempt`` and ``boot_id``)."""
     full = canonical_json(event)
-    prefix = b'{"attempt":' + canonical_json(event["attempt"])
+    prefix = b'{"attempt":' + _scalar_json(event["attempt"])
     if "boot_id" in event:
-        prefix += b',"boot_id":' + canonical_json(event["boot_id"])
-    member = b',"hash":' + canonical_json(event["hash"])
+        prefix += b',"boot_id":' + _scalar_json(event["boot_id"])
+    member = b',"hash":' + _scalar_json(event["hash"])
     if full.startswith(prefix + member):
         body = prefix + full[len(prefix) + len(member):]
         return full, "sha256:" + hashlib.sha256(body).hexdigest() == event["hash"]
