@@ -121,7 +121,7 @@ def test_exploit_a_sparse_file_of_gigabytes_beside_the_bundle_s_files_is_never_r
 
     bundle = copy(tmp_path)
     with (bundle / "zz_sparse").open("wb") as f:
-        f.truncate(1 << 30)  # 1 GiB of nothing on disk: never read
+        f.truncate(1 << 40)  # 1 TiB of nothing on disk: never read (hashing it would take many minutes)
 
     def one_gib() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))

@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from pydantic import ValidationError
 
@@ -84,7 +84,7 @@ from .errors import (
     VerificationFailed,
 )
 from .files import describe_validation_error, fsync_dir, nearest_folders
-from .formats import Rate, Scorecard, ScoringContract, check_id
+from .formats import Rate, Scorecard, ScoringContract, SeedEvent, check_id
 from .journal import TOO_LONG, ChainReport, ChainScan, iter_lines, read_chain, scan_chain
 from .lock import LOCK_NAME, hold_reader
 from .score import score
@@ -539,7 +539,8 @@ class VerifyReport:
     pack: str
     contract: ScoringContract
     rate: Rate
-    scorecards: tuple[Scorecard, ...]
+    scorecards: Sequence[Scorecard]
+    """Each task's scorecard, in scorecards.jsonl's order (made from its line when asked for)."""
     probe_sentence: str | None
     started_at: str
     isolation: str = NOT_RECORDED
@@ -585,7 +586,7 @@ class BundleFacts:
 
     contract: ScoringContract
     rate: Rate
-    scorecards: tuple[Scorecard, ...]
+    scorecards: Sequence[Scorecard]
     probe_sentence: str | None
     started_at: str
     signature: str
@@ -805,7 +806,7 @@ def check_bundle(
     first = main.first
     headers = main.headers
     nonce = headers[0].run_nonce if headers and first.event is headers[0] else None
-    facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
+    facts = BundleFacts(contract=contract, rate=r.rate, scorecards=r.scorecards,
                    probe_sentence=r.probe.get("sentence") if r.probe else None,
                    started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
                    isolation=isolation_of(headers), run_nonce=nonce,
@@ -814,12 +815,37 @@ def check_bundle(
     return [], facts
 
 
+class CardLines(Sequence[Scorecard]):
+    """A bundle's scorecards, kept as scorecards.jsonl's bytes and read one at a time when asked
+    for: a run of many tasks is not held as models."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __len__(self) -> int:
+        return self._data.count(b"\n")
+
+    def __iter__(self) -> Iterator[Scorecard]:
+        for line in self._data.splitlines():
+            yield Scorecard.model_validate_json(line)
+
+    @overload
+    def __getitem__(self, index: int) -> Scorecard: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Scorecard]: ...
+
+    def __getitem__(self, index: int | slice) -> Scorecard | Sequence[Scorecard]:
+        cards = [Scorecard.model_validate_json(line) for line in self._data.splitlines()]
+        return cards[index]
+
+
 @dataclass
 class _Streamed:
     """What re-deriving a bundle's files while its journals streamed by found (see :class:`Rederived`)."""
 
     compared: _Comparison
-    scorecards: list[Scorecard]
+    scorecards: CardLines
     rate: Rate | None
     refusal: Refusal | None
     probe: dict[str, Any] | None
@@ -837,7 +863,7 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
     compared = _Comparison(tree)
     notes = CommandNotes(task_ids)
     main, lines = _journal_pass(tree.root / JOURNAL, JOURNAL, contract, notes, probe=False, pack=pack)
-    cards: list[Scorecard] = []
+    cards = CardLines(b"")
     rate: Rate | None = None
     refusal: Refusal | None = None
     derive_problems: list[str] = []
@@ -851,18 +877,23 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
         # A journal whose chain verifies can still be hand-made: a failure to derive is a finding,
         # and then no derived file is (as when every file was derived before any was compared).
         held = _Comparison(tree)
+        seeds: list[dict[str, Any]] = []
         try:
-            for rel, data in rules.derive_iter(lines, task_ids, contract.model_endpoints or (), cards):
+            for rel, data in rules.derive_iter(lines, task_ids, contract.model_endpoints or (), None, seeds):
                 held.check(rel, data)
+                if rel == "scorecards.jsonl":
+                    cards = CardLines(data)
         except Exception as e:
             derive_problems.append(f"{JOURNAL}: scorecards, events.json and traces cannot be derived "
                                    f"({type(e).__name__}: {e})")
-            cards = []
+            cards = CardLines(b"")
         else:
             compared.names |= held.names
             compared.problems += held.problems
             try:
-                rate = score(contract, [seed_event(c) for c in cards])
+                # The seed events as events.json holds them: what seed_event made of each scorecard.
+                rate = score(contract, [SeedEvent.model_validate(entry) for entry in seeds])
+                del seeds
                 compared.check(RATE, rules.rate_bytes(rate))
             except Refusal as e:
                 refusal = e
@@ -901,7 +932,7 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
             problems.append(f"blobs/{hexname}: content does not match its name (sha256 sha256:{digest})")
     problems += derive_problems
     if rules is None:
-        return (main, probe), _Streamed(compared=compared, scorecards=[], rate=None, refusal=None, probe=None,
+        return (main, probe), _Streamed(compared=compared, scorecards=CardLines(b""), rate=None, refusal=None, probe=None,
                                         blob_refs=all_refs, problems=problems, withheld=withheld)
     good = {h for h in all_refs if blobs.get(h) == h}
     for rel, hexname in patch_names(main.last_patch, task_ids, good).items():

@@ -196,21 +196,24 @@ def seed_event(card: Scorecard) -> SeedEvent:
 
 
 def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Sequence[ModelEndpoint] = (),
-                cards_out: list[Scorecard] | None = None) -> Iterator[tuple[str, bytes]]:
+                cards_out: list[Scorecard] | None = None,
+                seeds_out: list[dict[str, Any]] | None = None) -> Iterator[tuple[str, bytes]]:
     """Stream the derived files: each trace as soon as its task finishes, then
     scorecards.jsonl and events.json.
 
     ``events`` are typed lines (or lines as parsed). Only the events of tasks still running
     are held, so a run's memory does not grow with its length. Events of tasks outside
     ``task_ids`` are ignored. ``cards_out``, when given, receives the scorecards in the order
-    scorecards.jsonl lists them, before that file is yielded.
+    scorecards.jsonl lists them, before that file is yielded; ``seeds_out``, events.json's
+    entries. Of a finished task only its scorecard's line and its entry are kept (and its
+    scorecard, for ``cards_out``).
 
     Raises:
         EventError: a parsed line whose event this release does not read.
     """
     wanted = set(task_ids)
     pending: dict[str, list[ev.Line]] = {}
-    cards: dict[str, Scorecard] = {}
+    cards: dict[str, tuple[bytes, dict[str, Any], Scorecard | None]] = {}
     for line in ev.lines(events):
         tid = line.task_id
         if tid is None or tid not in wanted:
@@ -222,17 +225,21 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seque
             yield f"traces/{tid}.json", trace
             card = scorecard_for(task_events, endpoints, trace)
             if card is not None:
-                cards[tid] = card
+                entry = seed_event(card).model_dump(mode="json")
+                entry.pop("excluded_after_lock", None)
+                cards[tid] = (canonical_json(card.model_dump(mode="json")) + b"\n", entry,
+                              card if cards_out is not None else None)
     for tid in task_ids:
         if tid in pending:
             yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
     ordered = [cards[t] for t in task_ids if t in cards]
     if cards_out is not None:
-        cards_out.extend(ordered)
-    yield "scorecards.jsonl", b"".join(canonical_json(c.model_dump(mode="json")) + b"\n" for c in ordered)
-    seed = [seed_event(c).model_dump(mode="json") for c in ordered]
-    for entry in seed:
-        entry.pop("excluded_after_lock", None)
+        cards_out.extend(card for _, _, card in ordered if card is not None)
+    yield "scorecards.jsonl", b"".join(line for line, _, _ in ordered)
+    seed = [entry for _, entry, _ in ordered]
+    if seeds_out is not None:
+        seeds_out.extend(seed)
+    del cards, ordered
     yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -489,8 +496,8 @@ class Rules:
     """One version's way of turning journals into bytes."""
 
     derive: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint]], Derived]
-    derive_iter: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint], list[Scorecard] | None],
-                          Iterator[tuple[str, bytes]]]
+    derive_iter: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint], list[Scorecard] | None,
+                           list[dict[str, Any]] | None], Iterator[tuple[str, bytes]]]
     """The same files as ``derive``, streamed (see :func:`derive_iter`)."""
     rate_bytes: Callable[[Rate], bytes]
     probe_summary: Callable[[Iterable[Any], Sequence[str]], dict[str, Any]]
