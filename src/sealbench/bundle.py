@@ -892,8 +892,10 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
             compared.problems += held.problems
             try:
                 # The seed events as events.json holds them: what seed_event made of each scorecard.
-                rate = score(contract, [SeedEvent.model_validate(entry) for entry in seeds])
-                del seeds
+                seed_events = [SeedEvent.model_validate(entry) for entry in seeds]
+                del seeds, data
+                rate = score(contract, seed_events)
+                del seed_events
                 compared.check(RATE, rules.rate_bytes(rate))
             except Refusal as e:
                 refusal = e
