@@ -72,8 +72,8 @@ CUTS: tuple[Cut, ...] = (
         try:
             named = os.stat(self._path_text)"""),
     Cut("no writer lock on the run directory", "runner.py",
-        """        with hold_writer(base, command_line):""",
-        """        with contextlib.nullcontext(base.mkdir(parents=True, exist_ok=True)):"""),
+        """        with hold_writer(plan.base, plan.command_line):""",
+        """        with contextlib.nullcontext(plan.base.mkdir(parents=True, exist_ok=True)):"""),
     Cut("no sweep of what killed runs left in the run directory", "runner.py",
         '''    """What killed runs left in this run directory: half-written files, and their workspaces."""
 ''',

@@ -40,15 +40,15 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from pydantic import ValidationError
 
 from . import events as ev
-from .consistency import journal_contradictions
+from .consistency import Contradictions, journal_contradictions
 from .contract import require_locked
 from .derive import (
     COMMANDS,
@@ -59,10 +59,14 @@ from .derive import (
     PROBE_SUMMARY,
     RATE,
     README,
+    CommandNotes,
+    Rules,
     derivation_version,
     isolation_of,
     isolation_sentence,
     newer_release,
+    note_patch,
+    patch_names,
     rules_for,
     seed_event,
     typed_lines,
@@ -81,8 +85,8 @@ from .errors import (
     VerificationFailed,
 )
 from .files import describe_validation_error, fsync_dir, nearest_folders
-from .formats import Rate, Scorecard, ScoringContract, check_id
-from .journal import ChainReport, read_chain
+from .formats import Rate, Scorecard, ScoringContract, SeedEvent, check_id
+from .journal import TOO_LONG, ChainReport, ChainScan, iter_lines, read_chain, scan_chain
 from .lock import LOCK_NAME, hold_reader
 from .score import score
 from .scorecard import validate_scorecard
@@ -133,12 +137,19 @@ def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, s
     refs: dict[str, str] = {}
     problems: list[str] = []
     for line in typed_lines(events, source):
-        for name, value in ev.blob_fields(line.event):
-            if not DIGEST_RE.match(value):
-                problems.append(f"{_where(source, line)}: {name} {value!r} is not a blob digest")
-                continue
-            refs.setdefault(value.removeprefix("sha256:"), _where(source, line))
+        note_blob_refs(line, source, refs, problems)
     return refs, problems
+
+
+def note_blob_refs(line: ev.Line, source: str, refs: dict[str, str], problems: list[str],
+                   fields: Iterable[tuple[str, str]] | None = None) -> None:
+    """:func:`blob_refs` of one line, added to ``refs`` and ``problems`` (``fields``: the line's
+    :func:`events.blob_fields`, when the caller has them)."""
+    for name, value in ev.blob_fields(line.event) if fields is None else fields:
+        if not DIGEST_RE.match(value):
+            problems.append(f"{_where(source, line)}: {name} {value!r} is not a blob digest")
+            continue
+        refs.setdefault(value.removeprefix("sha256:"), _where(source, line))
 
 
 def withheld_blobs(events: Iterable[Any], probe_events: Iterable[Any] | None = None) -> list[str]:
@@ -149,12 +160,19 @@ def withheld_blobs(events: Iterable[Any], probe_events: Iterable[Any] | None = N
     other: set[str] = set()
     for source, lines in ((JOURNAL, events), (PROBE_JOURNAL, probe_events or ())):
         for line in typed_lines(lines, source):
-            for name, value in ev.blob_fields(line.event):
-                if DIGEST_RE.match(value):
-                    hexname = value.removeprefix("sha256:")
-                    graded = isinstance(line.event, ev.Graded) and name in _ORACLE_OUTPUT
-                    (oracle if graded else other).add(hexname)
+            note_oracle_outputs(line, oracle, other)
     return sorted(oracle - other)
+
+
+def note_oracle_outputs(line: ev.Line, oracle: set[str], other: set[str],
+                        fields: Iterable[tuple[str, str]] | None = None) -> None:
+    """The blobs one line names, as :func:`withheld_blobs` sorts them: what the hidden tests
+    printed into ``oracle``, any other into ``other`` (``fields`` as :func:`note_blob_refs`)."""
+    for name, value in ev.blob_fields(line.event) if fields is None else fields:
+        if DIGEST_RE.match(value):
+            hexname = value.removeprefix("sha256:")
+            graded = isinstance(line.event, ev.Graded) and name in _ORACLE_OUTPUT
+            (oracle if graded else other).add(hexname)
 
 
 def public_bytes(withheld: Sequence[str]) -> bytes:
@@ -177,29 +195,45 @@ def make_public(files: Mapping[str, bytes], events: Sequence[Any],
 
 def run_pins(contract: ScoringContract, events: Sequence[Any], source: str, *, probe: bool) -> list[str]:
     """Everything wrong with how a journal's start (and resume) events pin the contract."""
-    evs = typed_lines(events, source)
-    if not evs:
-        return [f"{source}: no events"]
-    problems: list[str] = []
-    if not isinstance(evs[0].event, ev.RunStarted):
-        problems.append(f"{source}: the first event is {evs[0].kind!r}, not {ev.RUN_STARTED}")
-    pack_sha = contract.pack.sha256 if contract.pack else None
-    for line in evs:
+    pins = RunPins(contract, source, probe=probe)
+    for line in typed_lines(events, source):
+        pins.feed(line)
+    return pins.problems()
+
+
+class RunPins:
+    """:func:`run_pins` one line at a time, for a journal read as a stream."""
+
+    def __init__(self, contract: ScoringContract, source: str, *, probe: bool) -> None:
+        self._contract, self._source, self._probe = contract, source, probe
+        self._pack = contract.pack.sha256 if contract.pack else None
+        self._seen = False
+        self._problems: list[str] = []
+
+    def feed(self, line: ev.Line) -> None:
+        contract, source, problems = self._contract, self._source, self._problems
+        if not self._seen:
+            self._seen = True
+            if not isinstance(line.event, ev.RunStarted):
+                problems.append(f"{source}: the first event is {line.kind!r}, not {ev.RUN_STARTED}")
         p = line.event
         if not isinstance(p, ev.RunHeader):
-            continue
+            return
         where = _where(source, line)
         if p.contract_sha256 != contract.contract_sha256:
             problems.append(
                 f"{where}: pins contract {p.contract_sha256}, not {CONTRACT}'s {contract.contract_sha256}"
             )
-        if p.pack_sha256 != pack_sha:
-            problems.append(f"{where}: pins pack {p.pack_sha256}, not {CONTRACT}'s {pack_sha}")
+        if p.pack_sha256 != self._pack:
+            problems.append(f"{where}: pins pack {p.pack_sha256}, not {CONTRACT}'s {self._pack}")
         if p.run_id != contract.run_id:
             problems.append(f"{where}: run_id {p.run_id!r}, not {CONTRACT}'s {contract.run_id!r}")
-        if p.probe is not probe:
-            problems.append(f"{where}: probe is {p.probe!r} in the {'probe' if probe else 'run'} journal")
-    return problems
+        if p.probe is not self._probe:
+            problems.append(f"{where}: probe is {p.probe!r} in the {'probe' if self._probe else 'run'} journal")
+
+    def problems(self) -> list[str]:
+        """Everything found, once every line was fed."""
+        return self._problems if self._seen else [f"{self._source}: no events"]
 
 
 @dataclass(frozen=True)
@@ -458,16 +492,16 @@ def describe_difference(rel: str, expected: bytes, actual: bytes, source: str = 
     return f"{rel}: {len(act_lines_t)} line(s) where {source} derives {len(exp_lines_t)} (or a byte differs at an end)"
 
 
-def check_sums(files: Mapping[str, bytes]) -> list[str]:
+def check_sums(tree: BundleTree) -> list[str]:
     """Every discrepancy between SHA256SUMS and the files: edited, missing and unlisted."""
-    data = files.get(SUMS)
+    data = tree.whole.get(SUMS)
     if data is None:
         return [f"{SUMS}: missing"]
     problems: list[str] = []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return [f"{SUMS}: not UTF-8 text", *[f"{rel}: not listed in {SUMS}" for rel in sorted(files) if rel != SUMS]]
+        return [f"{SUMS}: not UTF-8 text", *[f"{rel}: not listed in {SUMS}" for rel in sorted(tree.digests) if rel != SUMS]]
     if text and not text.endswith("\n"):
         problems.append(f"{SUMS}: the last line has no newline")
     listed: dict[str, int] = {}
@@ -486,14 +520,14 @@ def check_sums(files: Mapping[str, bytes]) -> list[str]:
             continue
         listed[rel] = lineno
         order.append(rel)
-        content = files.get(rel)
-        if content is None:
+        digest = tree.digests.get(rel)
+        if digest is None:
             problems.append(f"{rel}: listed in {SUMS} line {lineno} but missing from the bundle")
-        elif hashlib.sha256(content).hexdigest() != hexdigest:
+        elif digest != hexdigest:
             problems.append(f"{rel}: content differs from its sha256 in {SUMS} line {lineno}")
     if order != sorted(order):
         problems.append(f"{SUMS}: paths are not in sorted order")
-    for rel in sorted(files):
+    for rel in sorted(tree.digests):
         if rel not in listed and rel not in (SUMS, SIGNATURE):
             problems.append(f"{rel}: not listed in {SUMS}")
     return problems
@@ -521,7 +555,8 @@ class VerifyReport:
     pack: str
     contract: ScoringContract
     rate: Rate
-    scorecards: tuple[Scorecard, ...]
+    scorecards: Sequence[Scorecard]
+    """Each task's scorecard, in scorecards.jsonl's order (made from its line when asked for)."""
     probe_sentence: str | None
     started_at: str
     isolation: str = NOT_RECORDED
@@ -567,7 +602,7 @@ class BundleFacts:
 
     contract: ScoringContract
     rate: Rate
-    scorecards: tuple[Scorecard, ...]
+    scorecards: Sequence[Scorecard]
     probe_sentence: str | None
     started_at: str
     signature: str
@@ -580,24 +615,23 @@ class BundleFacts:
     sealed_checked: bool = False
 
 
-def _check_signature(files: Mapping[str, bytes], public_pem: bytes | None) -> tuple[list[str], str]:
-    sig = files.get(SIGNATURE)
+def _check_signature(whole: Mapping[str, bytes], public_pem: bytes | None) -> tuple[list[str], str]:
+    sig = whole.get(SIGNATURE)
     if public_pem is None:
         return [], (f"{SIGNATURE} present, not checked (pass --pubkey)" if sig is not None else "not signed")
     key = fingerprint(public_pem)
     if sig is None:
         return [f"{SIGNATURE}: missing; the bundle is not signed, so key {key} cannot vouch for it"], ""
-    if SUMS not in files or not signature_valid(public_pem, files[SUMS], sig):
+    if SUMS not in whole or not signature_valid(public_pem, whole[SUMS], sig):
         return [f"{SIGNATURE}: not a signature of {SUMS} by key {key}"], ""
     return [], f"{SIGNED_BY} {key}"
 
 
-def _scorecard_problems(data: bytes | None) -> list[str]:
-    if data is None:
-        return []
+def _scorecard_problems(lines: Iterable[bytes]) -> list[str]:
+    """What seed 000's rules say of each line of a bundle's scorecards.jsonl."""
     problems: list[str] = []
-    for lineno, line in enumerate(data.splitlines(), start=1):
-        card = _json_or_none(line)
+    for lineno, line in enumerate(lines, start=1):
+        card = _json_or_none(line) if line is not TOO_LONG else None
         if not isinstance(card, dict):
             problems.append(f"scorecards.jsonl line {lineno}: not a JSON object")
             continue
@@ -610,167 +644,413 @@ def _scorecard_problems(data: bytes | None) -> list[str]:
     return problems
 
 
-def _chain_problems(chain: ChainReport | None, source: str) -> list[str]:
+def _chain_problems(chain: ChainScan | ChainReport | None, source: str) -> list[str]:
     if chain is None:
         return []
-    # read_chain names the file journal.jsonl; the probe's lives at probe/journal.jsonl.
+    # scan_chain names the file journal.jsonl; the probe's lives at probe/journal.jsonl.
     problems = [source + p.removeprefix(JOURNAL) if p.startswith(JOURNAL) else f"{source}: {p}" for p in chain.problems]
     if chain.torn_tail:
         problems.append(f"{source}: the last line is torn (an unfinished write; resuming the run repairs it)")
     return problems
 
 
-def _fresh_problems(contract: ScoringContract, lines: Sequence[Any], source: str) -> list[str]:
+@dataclass
+class _Pass:
+    """What one pass over a journal gathered, line by line, for the checks that need it whole."""
+
+    source: str
+    scan: ChainScan = field(default_factory=ChainScan)
+    pins: list[str] = field(default_factory=list)
+    pack_pins: list[str] = field(default_factory=list)
+    contradictions: list[str] = field(default_factory=list)
+    refs: dict[str, str] = field(default_factory=dict)
+    bad_refs: list[str] = field(default_factory=list)
+    oracle: set[str] = field(default_factory=set)
+    other: set[str] = field(default_factory=set)
+    last_patch: dict[str, str] = field(default_factory=dict)
+    headers: list[ev.RunHeader] = field(default_factory=list)
+    first: ev.Line | None = None
+    dates: dict[str, str | None] = field(default_factory=dict)
+    """Each started task's commit date as the journal recorded it (a fresh-tasks contract's)."""
+    fresh: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        """Pins, the pack's pins, contradictions and the fresh-tasks claim, as :func:`check_bundle` lists them."""
+        return self.pins + self.pack_pins + self.contradictions + self.fresh
+
+
+def _journal_pass(path: Path, source: str, contract: ScoringContract, notes: CommandNotes, *,
+                  probe: bool, pack: PackFinding | None) -> tuple[_Pass, Iterator[ev.Line]]:
+    """One pass over a journal, read line by line (:func:`journal.scan_chain`): the lines it
+    yields, every check that reads them one at a time fed on the way. The pass's findings are
+    complete once the lines are exhausted."""
+    found = _Pass(source)
+    pins = RunPins(contract, source, probe=probe)
+    meaning = Contradictions(contract, source=source, probe=probe)
+    hidden = pack.hidden if pack is not None and pack.hidden else None
+
+    def lines() -> Iterator[ev.Line]:
+        for _, line in scan_chain(path, found.scan, line_cap=LINE_CAP, canonical=not probe):
+            if line is None:
+                continue
+            if found.first is None:
+                found.first = line
+            pins.feed(line)
+            if hidden is not None:
+                found.pack_pins += _pack_pins(hidden, pack.path if pack is not None else "", (line,), source)
+            meaning.feed(line)
+            fields = list(ev.blob_fields(line.event))
+            if fields:
+                note_blob_refs(line, source, found.refs, found.bad_refs, fields)
+                note_oracle_outputs(line, found.oracle, found.other, fields)
+            if not probe:
+                note_patch(found.last_patch, line)
+            notes.feed(source, line)
+            if isinstance(line.event, ev.RunHeader):
+                found.headers.append(line.event)
+            elif isinstance(line.event, ev.TaskStarted) and line.event.task_id is not None:
+                found.dates[line.event.task_id] = line.event.committed_at
+            yield line
+        found.pins = pins.problems()
+        found.contradictions = meaning.problems
+        found.fresh = _fresh_problems(contract, found.dates, source)
+
+    return found, lines()
+
+
+def _fresh_problems(contract: ScoringContract, journaled: dict[str, str | None], source: str) -> list[str]:
     """The contract's fresh-tasks claim against the task dates its journal recorded (see
     :mod:`sealbench.freshness`); nothing for a contract that claims nothing and a journal
     that records no date."""
     from .freshness import problems
 
-    journaled = {line.event.task_id: line.event.committed_at for line in lines
-                 if isinstance(line.event, ev.TaskStarted) and line.event.task_id is not None}
     return [f"{source}: {p}" for p in problems(contract, journaled, list(journaled))]
 
 
+def _first_derivation_version(path: Path) -> int:
+    """:func:`derive.derivation_version` of a journal, read only as far as its run_started."""
+    for _, line in scan_chain(path, ChainScan(), line_cap=LINE_CAP):
+        if line is not None and isinstance(line.event, ev.RunStarted):
+            return line.event.derivation()
+    return 1
+
+
+class _Comparison:
+    """Each derived file held against the bundle's, by sha256; the bytes of one that differs
+    are read (up to :data:`DESCRIBE_CAP`) only to say where."""
+
+    def __init__(self, tree: BundleTree) -> None:
+        self.tree = tree
+        self.names: set[str] = set()
+        self.problems: list[str] = []
+
+    def check(self, rel: str, expected: bytes, source: str = JOURNAL) -> None:
+        self.names.add(rel)
+        actual = self.tree.digests.get(rel)
+        if actual is None:
+            self.problems.append(f"{rel}: missing; {source} derives it")
+        elif actual != hashlib.sha256(expected).hexdigest():
+            self.problems.append(self.difference(rel, expected, source))
+
+    def difference(self, rel: str, expected: bytes | None, source: str) -> str:
+        actual = self.tree.read(rel, DESCRIBE_CAP)
+        if actual is None or expected is None:
+            return (f"{rel}: content (sha256:{self.tree.digests[rel]}) differs from what {source} derives"
+                    + (f" ({sha256_bytes(expected)})" if expected is not None else ""))
+        return describe_difference(rel, expected, actual, source)
+
+
 def check_bundle(
-    files: Mapping[str, bytes],
-    chain: ChainReport | None,
-    probe_chain: ChainReport | None,
+    tree: BundleTree,
     *,
     public_pem: bytes | None = None,
     pack: PackFinding | None = None,
-    sealed: Mapping[str, bytes] | None = None,
+    sealed: Mapping[str, str] | None = None,
 ) -> tuple[list[str], BundleFacts | None]:
     """Every discrepancy in a bundle's files, and its facts when there is none.
 
-    ``files`` maps each regular file's bundle-relative path to its bytes; ``chain`` and
-    ``probe_chain`` are :func:`journal.read_chain` of its journals (None when absent);
-    ``sealed``, a public bundle's sealed part (``blobs/<hex>`` to bytes) when it is at hand.
+    ``tree`` is the bundle as :func:`read_tree` found it; its journals are read here, line by
+    line, once each; ``sealed``, a public bundle's sealed part (``blobs/<hex>`` to the sha256
+    of its bytes) when it is at hand.
 
     Raises:
         UsageError: ``public_pem`` is not a PEM Ed25519 public key.
     """
-    problems = check_sums(files)
-    sig_problems, signature = _check_signature(files, public_pem)
+    problems = check_sums(tree)
+    sig_problems, signature = _check_signature(tree.whole, public_pem)
     problems += sig_problems
-    problems += _chain_problems(chain, JOURNAL) + _chain_problems(probe_chain, PROBE_JOURNAL)
-    problems += _scorecard_problems(files.get("scorecards.jsonl"))
-    contract, contract_problems = _read_contract(files)
+    has_journal, has_probe = JOURNAL in tree.digests, PROBE_JOURNAL in tree.digests
+    problems += _scorecard_problems(tree.lines("scorecards.jsonl"))
+    contract, contract_problems = _read_contract(tree.whole)
     problems += contract_problems
-    if chain is None:
+    if not has_journal:
         problems.append(f"{JOURNAL}: missing")
     pack_note = "not checked (pass --pack)"
     if pack is not None:
         problems += [f"pack {pack.path}: {p}" for p in pack.problems]
         pack_note = f"{pack.path} matches its seal and the contract ({pack.digest})"
-    if contract is None or chain is None:
+    if contract is None or not has_journal:
+        problems += _chains_only(tree, has_journal, has_probe)
         problems.append("nothing derived can be checked without a readable contract and journal")
         return problems, None
     if pack is not None and pack.digest is not None and contract.pack is not None and pack.digest != contract.pack.sha256:
         problems.append(f"pack {pack.path}: digest {pack.digest} differs from {CONTRACT}'s {contract.pack.sha256}")
-    # The typed lines: a line whose event this release does not read is among the chain's problems.
-    events = chain.lines
-    probe_events = probe_chain.lines if probe_chain is not None else None
-    problems += _journal_problems(contract, events, probe_events, pack)
-    blobs = {rel.removeprefix("blobs/"): data for rel, data in files.items()
-             if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
-    withheld = withheld_blobs(events, probe_events) if PUBLIC in files else []
-    problems += _public_problems(files, withheld, sealed)
-    r = rederive(contract, events, probe_events, blobs, withheld)
-    problems += _derived_problems(files, contract, r, withheld, probe=probe_chain is not None)
-    if problems or r.rate is None:
+    found, r = _rederive_streaming(tree, contract, pack, has_probe)
+    main, probe = found
+    problems += _chain_problems(main.scan, JOURNAL) + _chain_problems(probe.scan if probe else None, PROBE_JOURNAL)
+    # The chain shows the journal was not edited, unless every hash was recomputed: what the
+    # events mean must agree too (see consistency's module docstring).
+    problems += main.problems() + (probe.problems() if probe is not None else [])
+    withheld = r.withheld
+    problems += _public_problems(tree.whole, withheld, sealed)
+    problems += r.problems
+    if r.refusal is not None:
+        problems.append(f"{RATE}: score refuses the journal's events: {r.refusal}")
+    gap = probe_gap(contract, r.probe)
+    if gap is not None:
+        problems.append(f"{PROBE_JOURNAL}: {gap}")
+    problems += r.compared.problems
+    problems += _unexplained(tree, r, has_probe)
+    if problems or r.rate is None or main.first is None:
         return problems, None
-    first = events[0]
-    headers = [line.event for line in events if isinstance(line.event, ev.RunHeader)]
-    opened = bool(headers) and first.event is headers[0]
-    facts = BundleFacts(contract=contract, rate=r.rate, scorecards=tuple(r.scorecards),
-                   probe_sentence=r.probe.get("sentence") if r.probe else None,
-                   started_at=str(first.raw.get("time")), signature=signature, pack=pack_note,
-                   isolation=isolation_of(headers), run_nonce=headers[0].run_nonce if opened else None,
-                   replay_of=headers[0].replay_of if opened else None,
-                   withheld=len(withheld) if PUBLIC in files else None, sealed_checked=sealed is not None)
-    return [], facts
+    return [], BundleFacts(contract=contract, rate=r.rate, scorecards=r.scorecards,
+                           probe_sentence=r.probe.get("sentence") if r.probe else None,
+                           started_at=str(main.first.raw.get("time")), signature=signature, pack=pack_note,
+                           isolation=isolation_of(main.headers), **_opening(main),
+                           withheld=len(withheld) if PUBLIC in tree.whole else None,
+                           sealed_checked=sealed is not None)
 
 
-def _read_contract(files: Mapping[str, bytes]) -> tuple[ScoringContract | None, list[str]]:
+def _chains_only(tree: BundleTree, has_journal: bool, has_probe: bool) -> list[str]:
+    """The journals' hash chains alone: what can be checked without a contract."""
+    problems: list[str] = []
+    for source, present in ((JOURNAL, has_journal), (PROBE_JOURNAL, has_probe)):
+        if present:
+            scan = ChainScan()
+            for _ in scan_chain(tree.root / source, scan, line_cap=LINE_CAP):
+                pass
+            problems += _chain_problems(scan, source)
+    return problems
+
+
+def _unexplained(tree: BundleTree, r: _Streamed, has_probe: bool) -> list[str]:
+    """The bundle's files that nothing derives or references."""
+    # rate.json and narration_probe.json belong even when they cannot be derived: the refusal
+    # or derivation problem already names them.
+    expected_names = {CONTRACT, JOURNAL, SUMS, SIGNATURE, RATE, *r.compared.names,
+                      *(f"blobs/{h}" for h in r.blob_refs if h not in r.withheld)}
+    if PUBLIC in tree.whole:
+        expected_names.add(PUBLIC)
+    if has_probe:
+        expected_names |= {PROBE_JOURNAL, PROBE_SUMMARY}
+    return [f"{rel}: not part of this bundle (nothing derives or references it)"
+            for rel in sorted(set(tree.digests) - expected_names)]
+
+
+def _opening(main: _Pass) -> dict[str, Any]:
+    """The run's nonce and replay origin, as its first line (when it is its header) says."""
+    headers = main.headers
+    opened = bool(headers) and main.first is not None and main.first.event is headers[0]
+    return {"run_nonce": headers[0].run_nonce if opened else None,
+            "replay_of": headers[0].replay_of if opened else None}
+
+
+def _read_contract(whole: Mapping[str, bytes]) -> tuple[ScoringContract | None, list[str]]:
     """The bundle's contract (parsed even when it is not locked, which is a problem) and what is
     wrong with it."""
     problems: list[str] = []
     contract: ScoringContract | None = None
-    if CONTRACT not in files:
+    if CONTRACT not in whole:
         problems.append(f"{CONTRACT}: missing")
     else:
         try:
-            contract = parse_contract(files[CONTRACT])
+            contract = parse_contract(whole[CONTRACT])
             require_locked(contract)
         except ContractError as e:
             problems.append(f"{CONTRACT}: {e}" if not str(e).startswith(CONTRACT) else str(e))
     return contract, problems
 
 
-def _journal_problems(contract: ScoringContract, events: Sequence[ev.Line], probe_events: Sequence[ev.Line] | None,
-                      pack: PackFinding | None) -> list[str]:
-    """What the journals' lines contradict: the contract's pins, the pack's hidden tests, each other."""
-    problems = run_pins(contract, events, JOURNAL, probe=False)
-    if pack is not None and pack.hidden:
-        problems += _pack_pins(pack, events, JOURNAL)
-    # The chain shows the journal was not edited, unless every hash was recomputed: what the
-    # events mean must agree too (see consistency's module docstring).
-    problems += journal_contradictions(events, contract)
-    problems += _fresh_problems(contract, events, JOURNAL)
-    if probe_events is not None:
-        problems += _fresh_problems(contract, probe_events, PROBE_JOURNAL)
-        problems += run_pins(contract, probe_events, PROBE_JOURNAL, probe=True)
-        if pack is not None and pack.hidden:
-            problems += _pack_pins(pack, probe_events, PROBE_JOURNAL)
-        problems += journal_contradictions(probe_events, contract, source=PROBE_JOURNAL, probe=True)
-    return problems
+class CardLines(Sequence[Scorecard]):
+    """A bundle's scorecards, kept as scorecards.jsonl's bytes and read one at a time when asked
+    for: a run of many tasks is not held as models."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __len__(self) -> int:
+        return self._data.count(b"\n")
+
+    def __iter__(self) -> Iterator[Scorecard]:
+        for line in self._data.splitlines():
+            yield Scorecard.model_validate_json(line)
+
+    @overload
+    def __getitem__(self, index: int) -> Scorecard: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Scorecard]: ...
+
+    def __getitem__(self, index: int | slice) -> Scorecard | Sequence[Scorecard]:
+        cards = [Scorecard.model_validate_json(line) for line in self._data.splitlines()]
+        return cards[index]
 
 
-def _derived_problems(files: Mapping[str, bytes], contract: ScoringContract, r: Rederived,
-                      withheld: Sequence[str], *, probe: bool) -> list[str]:
-    """Where the derived files differ from what the journals derive, and files nothing explains."""
-    problems = list(r.problems)
-    if r.refusal is not None:
-        problems.append(f"{RATE}: score refuses the journal's events: {r.refusal}")
-    gap = probe_gap(contract, r.probe)
-    if gap is not None:
-        problems.append(f"{PROBE_JOURNAL}: {gap}")
-    for rel, expected in sorted(r.files.items()):
-        source = PROBE_JOURNAL if rel == PROBE_SUMMARY else JOURNAL
-        actual = files.get(rel)
-        if actual is None:
-            problems.append(f"{rel}: missing; {source} derives it")
-        elif actual != expected:
-            problems.append(describe_difference(rel, expected, actual, source))
-    # rate.json and narration_probe.json belong even when they cannot be derived: the refusal
-    # or derivation problem above already names them.
-    expected_names = {CONTRACT, JOURNAL, SUMS, SIGNATURE, RATE, *r.files,
-                      *(f"blobs/{h}" for h in r.blob_refs if h not in withheld)}
-    if PUBLIC in files:
-        expected_names.add(PUBLIC)
-    if probe:
-        expected_names |= {PROBE_JOURNAL, PROBE_SUMMARY}
-    for rel in sorted(set(files) - expected_names):
-        problems.append(f"{rel}: not part of this bundle (nothing derives or references it)")
-    return problems
+@dataclass
+class _Streamed:
+    """What re-deriving a bundle's files while its journals streamed by found (see :class:`Rederived`)."""
+
+    compared: _Comparison
+    scorecards: CardLines
+    rate: Rate | None
+    refusal: Refusal | None
+    probe: dict[str, Any] | None
+    blob_refs: dict[str, str]
+    problems: list[str]
+    withheld: list[str]
+    """The blobs a public bundle withholds (:func:`withheld_blobs`); none when it is not public."""
 
 
-def _public_problems(files: Mapping[str, bytes], withheld: Sequence[str],
-                     sealed: Mapping[str, bytes] | None) -> list[str]:
-    """What is wrong with a public bundle's PUBLIC.json and, when at hand, its sealed part."""
+def _derive_main(tree: BundleTree, contract: ScoringContract, rules: Rules, lines: Iterator[ev.Line],
+                 compared: _Comparison, derive_problems: list[str]) -> tuple[CardLines, Rate | None, Refusal | None]:
+    """The main journal's derived files held against the bundle's as they are made, and its rate
+    from the seed events; a failure to derive goes to ``derive_problems``."""
+    task_ids = list(contract.task_ids)
+    cards = CardLines(b"")
+    rate: Rate | None = None
+    refusal: Refusal | None = None
+    # A journal whose chain verifies can still be hand-made: a failure to derive is a finding,
+    # and then no derived file is (as when every file was derived before any was compared).
+    held = _Comparison(tree)
+    seeds: list[dict[str, Any]] = []
+    try:
+        for rel, data in rules.derive_iter(lines, task_ids, contract.model_endpoints or (), None, seeds):
+            held.check(rel, data)
+            if rel == "scorecards.jsonl":
+                cards = CardLines(data)
+    except Exception as e:
+        derive_problems.append(f"{JOURNAL}: scorecards, events.json and traces cannot be derived "
+                               f"({type(e).__name__}: {e})")
+        cards = CardLines(b"")
+    else:
+        compared.names |= held.names
+        compared.problems += held.problems
+        try:
+            # The seed events as events.json holds them: what seed_event made of each scorecard.
+            seed_events = [SeedEvent.model_validate(entry) for entry in seeds]
+            del seeds, data
+            rate = score(contract, seed_events)
+            del seed_events
+            compared.check(RATE, rules.rate_bytes(rate))
+        except Refusal as e:
+            refusal = e
+        except ValueError as e:
+            # score() lets the statistics' ValueError through for an empty denominator.
+            refusal = ScoreRefusal(f"no rate for this denominator ({e})")
+    return cards, rate, refusal
+
+
+def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackFinding | None,
+                        has_probe: bool) -> tuple[tuple[_Pass, _Pass | None], _Streamed]:
+    """:func:`rederive`, with each derived file held against the bundle's as it is made and the
+    journals read once each, line by line: what :func:`rederive` finds, in the same words."""
+    task_ids = list(contract.task_ids)
+    compared = _Comparison(tree)
+    notes = CommandNotes(task_ids)
+    main, lines = _journal_pass(tree.root / JOURNAL, JOURNAL, contract, notes, probe=False, pack=pack)
+    cards = CardLines(b"")
+    rate: Rate | None = None
+    refusal: Refusal | None = None
+    derive_problems: list[str] = []
+    version = _first_derivation_version(tree.root / JOURNAL)
+    try:
+        rules = rules_for(version)
+    except KeyError:
+        rules = None
+        derive_problems.append(f"{JOURNAL}: run_started's derivation_version {version!r} is not one this release derives")
+    if rules is not None:
+        cards, rate, refusal = _derive_main(tree, contract, rules, lines, compared, derive_problems)
+    for _ in lines:  # whatever the derivation left unread still passes every check
+        pass
+    probe: _Pass | None = None
+    summary: dict[str, Any] | None = None
+    probe_problems: list[str] = []
+    if has_probe:
+        probe, probe_lines = _journal_pass(tree.root / PROBE_JOURNAL, PROBE_JOURNAL, contract, notes, probe=True,
+                                           pack=pack)
+        if rules is not None:
+            try:
+                summary = rules.probe_summary(probe_lines, task_ids)
+            except Exception as e:
+                probe_problems.append(f"{PROBE_JOURNAL}: {PROBE_SUMMARY} cannot be derived ({type(e).__name__}: {e})")
+        for _ in probe_lines:
+            pass
+    problems = main.bad_refs + (probe.bad_refs if probe is not None else [])
+    all_refs = {**(probe.refs if probe is not None else {}), **main.refs}
+    passes = [main] if probe is None else [main, probe]
+    withheld = sorted(set().union(*(p.oracle for p in passes)) - set().union(*(p.other for p in passes))) \
+        if PUBLIC in tree.whole else []
+    blobs = {rel.removeprefix("blobs/"): digest for rel, digest in tree.digests.items()
+             if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
+    problems += _blob_problems(all_refs, blobs, withheld)
+    problems += derive_problems
+    if rules is None:
+        return (main, probe), _Streamed(compared=compared, scorecards=CardLines(b""), rate=None, refusal=None, probe=None,
+                                        blob_refs=all_refs, problems=problems, withheld=withheld)
+    good = {h for h in all_refs if blobs.get(h) == h}
+    _compare_patches(tree, compared, patch_names(main.last_patch, task_ids, good))
+    problems += probe_problems
+    if summary is not None:
+        compared.check(PROBE_SUMMARY, rules.probe_bytes(summary), PROBE_JOURNAL)
+    compared.check(COMMANDS, notes.text(task_ids))
+    compared.check(README, rules.readme_bytes(contract, summary))
+    return (main, probe), _Streamed(compared=compared, scorecards=cards, rate=rate, refusal=refusal, probe=summary,
+                                    blob_refs=all_refs, problems=problems, withheld=withheld)
+
+
+def _blob_problems(refs: Mapping[str, str], blobs: Mapping[str, str], withheld: Sequence[str]) -> list[str]:
+    """Each referenced blob missing (unless a public bundle withholds it) or not matching its name."""
     problems: list[str] = []
-    if PUBLIC in files and files[PUBLIC] != public_bytes(withheld):
+    for hexname, where in sorted(refs.items()):
+        digest = blobs.get(hexname)
+        if digest is None and hexname in withheld:
+            continue
+        if digest is None:
+            problems.append(f"blobs/{hexname}: missing; {where} references it")
+        elif digest != hexname:
+            problems.append(f"blobs/{hexname}: content does not match its name (sha256 sha256:{digest})")
+    return problems
+
+
+def _compare_patches(tree: BundleTree, compared: _Comparison, patches: Mapping[str, str]) -> None:
+    """Each task's patch file against the blob the journal names for it."""
+    for rel, hexname in patches.items():
+        # A patch is its blob: the same bytes, so the same sha256.
+        compared.names.add(rel)
+        actual = tree.digests.get(rel)
+        if actual is None:
+            compared.problems.append(f"{rel}: missing; {JOURNAL} derives it")
+        elif actual != hexname:
+            compared.problems.append(compared.difference(rel, tree.read(f"blobs/{hexname}", DESCRIBE_CAP), JOURNAL))
+
+
+def _public_problems(whole: Mapping[str, bytes], withheld: Sequence[str],
+                     sealed: Mapping[str, str] | None) -> list[str]:
+    """What is wrong with a public bundle's PUBLIC.json and, when at hand, its sealed part
+    (``blobs/<hex>`` to the sha256 of its bytes)."""
+    problems: list[str] = []
+    if PUBLIC in whole and whole[PUBLIC] != public_bytes(withheld):
         problems.append(f"{PUBLIC}: differs from what the journals withhold ({len(withheld)} oracle output(s))")
     if sealed is None:
         return problems
-    if PUBLIC not in files:
+    if PUBLIC not in whole:
         return [*problems, f"the sealed part belongs to no public bundle (this bundle has no {PUBLIC})"]
-    for rel, data in sorted(sealed.items()):
+    for rel, digest in sorted(sealed.items()):
         hexname = rel.removeprefix("blobs/")
         if hexname not in withheld:
             problems.append(f"sealed part {rel}: not an oracle output this bundle withholds")
-        elif hashlib.sha256(data).hexdigest() != hexname:
-            problems.append(f"sealed part {rel}: content does not match its name (sha256 {sha256_bytes(data)})")
+        elif digest != hexname:
+            problems.append(f"sealed part {rel}: content does not match its name (sha256 sha256:{digest})")
     problems += [f"sealed part blobs/{h}: missing; the journal names it as an oracle output" for h in withheld
                  if f"blobs/{h}" not in sealed]
     return problems
@@ -779,57 +1059,133 @@ def _public_problems(files: Mapping[str, bytes], withheld: Sequence[str],
 # --------------------------------------------------------------------------- shells
 
 
-BUNDLE_FILE_CAP = 1 << 30
-"""The largest file of a bundle that verify reads: its blobs are capped far below (a patch at
-64 MiB), and a journal reaches it at about a million events."""
+CHUNK = 1 << 20
+"""verify reads every file it hashes in pieces of this many bytes: none is held whole, however
+large (a sparse file of gigabytes put in place of a blob costs time, not memory)."""
+WHOLE_CAP = 256 << 20
+"""The largest file verify reads whole: only SHA256SUMS (its signature is over its bytes whole),
+the contract, the signature and PUBLIC.json are. A run of a million tasks has a SHA256SUMS of
+about 200 MB; sealbench writes none larger."""
+_WHOLE = frozenset({SUMS, SIGNATURE, CONTRACT, PUBLIC})
+LINE_CAP = 16 << 20
+"""The longest line of a journal or scorecards.jsonl that verify reads; a longer one is named, unread."""
+DESCRIBE_CAP = 16 << 20
+"""The most bytes of a derived file that differs verify reads to say where it departs; beyond,
+it names the two sha256s."""
+_EMPTY = hashlib.sha256(b"").hexdigest()
 
 
-def _read_tree(root: Path) -> tuple[dict[str, bytes], list[str]]:
-    """Every regular file under ``root`` by relative path; anything else is a problem.
+def sha256_hex_of(path: Path) -> str:
+    """The sha256 of a file's bytes, read in pieces of :data:`CHUNK` bytes without following a link."""
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        while chunk := os.read(fd, CHUNK):
+            h.update(chunk)
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+@dataclass
+class BundleTree:
+    """A bundle's regular files as verify found them: the sha256 of each (hashed in pieces of
+    :data:`CHUNK` bytes), and the bytes of the few it reads whole (:data:`WHOLE_CAP`). A file
+    SHA256SUMS does not list is never read: it stands as empty, and is named as not listed."""
+
+    root: Path
+    digests: dict[str, str] = field(default_factory=dict)
+    """Each regular file's bundle-relative path to the hex sha256 of its bytes."""
+    whole: dict[str, bytes] = field(default_factory=dict)
+    unread: set[str] = field(default_factory=set)
+
+    def read(self, rel: str, cap: int) -> bytes | None:
+        """The bytes of ``rel`` when there are at most ``cap`` of them (a file never read: none),
+        else None."""
+        if rel in self.whole:
+            return self.whole[rel]
+        if rel in self.unread:
+            return b""
+        try:
+            fd = os.open(self.root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(cap + 1)
+        except OSError:
+            return None
+        return data if len(data) <= cap else None
+
+    def lines(self, rel: str) -> Iterator[bytes]:
+        """The lines of ``rel`` as ``bytes.splitlines`` cuts them, read one at a time (a line of
+        more than :data:`LINE_CAP` bytes comes as :data:`journal.TOO_LONG`); none for a file
+        absent or never read."""
+        if rel not in self.digests or rel in self.unread or rel in self.whole:
+            yield from (self.whole.get(rel) or b"").splitlines()
+            return
+        for _, raw, complete in iter_lines(self.root / rel, LINE_CAP):
+            if raw is TOO_LONG:
+                yield raw
+            else:
+                yield from (raw + b"\n" if complete else raw).splitlines()
+
+
+def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
+    """Every regular file under ``root``, hashed; anything else is a problem.
 
     Only the files SHA256SUMS lists are read (and SHA256SUMS and its signature): any other is
     named as not listed whatever it holds, so a sparse file of many gigabytes planted beside
-    them costs nothing. A listed file larger than :data:`BUNDLE_FILE_CAP` is a problem without
-    being read (sealbench writes none that large).
+    them costs nothing. A listed file is read in pieces of :data:`CHUNK` bytes, whatever its
+    size; only SHA256SUMS, the contract, the signature and PUBLIC.json are held whole, up to
+    :data:`WHOLE_CAP` (a larger one is a problem, unread).
     """
-    files: dict[str, bytes] = {}
+    tree = BundleTree(root)
     problems: list[str] = []
     sums = root / SUMS
-    listed: set[str] | None = None  # without a readable SHA256SUMS, every file is read (up to the cap)
-    if not sums.is_symlink() and sums.is_file() and sums.stat().st_size <= BUNDLE_FILE_CAP:
-        files[SUMS] = sums.read_bytes()  # read once: the walk below keeps it
+    listed: set[str] | None = None  # without a readable SHA256SUMS, every file is read
+    if not sums.is_symlink() and sums.is_file() and sums.stat().st_size <= WHOLE_CAP:
+        data = tree.whole[SUMS] = sums.read_bytes()  # read once: the walk below keeps it
+        tree.digests[SUMS] = hashlib.sha256(data).hexdigest()
         with contextlib.suppress(UnicodeDecodeError):
-            listed = {m.group(2) for line in files[SUMS].decode("utf-8").splitlines()
+            listed = {m.group(2) for line in data.decode("utf-8").splitlines()
                       if (m := _SUMS_LINE_RE.match(line)) is not None}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        for name in [*filenames, *dirnames]:
-            path = here / name
-            rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                problems.append(f"{rel}: a symlink; a bundle holds regular files only")
-            elif name in filenames:
-                if rel in files:
+    # Plain strings and the directory entries' own types: a bundle holds a file or two per task.
+    pending = [(os.fspath(root), "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.is_symlink():
+                    problems.append(f"{rel}: a symlink; a bundle holds regular files only")
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel + "/"))
+                elif rel in tree.digests:
                     continue  # SHA256SUMS, read above
-                if not path.is_file():
+                elif not entry.is_file(follow_symlinks=False):
                     problems.append(f"{rel}: not a regular file")
                 elif listed is not None and rel not in listed and rel not in (SUMS, SIGNATURE):
-                    files[rel] = b""  # named as not listed by check_sums; never read
-                elif (size := path.stat().st_size) > BUNDLE_FILE_CAP:
-                    files[rel] = b""
-                    problems.append(f"{rel}: {size} bytes, more than verify reads of one file "
-                                    f"({BUNDLE_FILE_CAP >> 30} GiB; sealbench writes none that large)")
+                    tree.unread.add(rel)  # named as not listed by check_sums; never read
+                    tree.digests[rel] = _EMPTY
+                    if rel in _WHOLE:
+                        tree.whole[rel] = b""
+                elif rel in _WHOLE and (size := entry.stat(follow_symlinks=False).st_size) > WHOLE_CAP:
+                    tree.whole[rel], tree.digests[rel] = b"", _EMPTY
+                    problems.append(f"{rel}: {size} bytes, more than verify reads of a file it reads whole "
+                                    f"({WHOLE_CAP >> 20} MiB; sealbench writes none that large)")
+                elif rel in _WHOLE:
+                    data = tree.whole[rel] = Path(entry.path).read_bytes()
+                    tree.digests[rel] = hashlib.sha256(data).hexdigest()
                 else:
-                    files[rel] = path.read_bytes()
-    return files, problems
+                    tree.digests[rel] = sha256_hex_of(Path(entry.path))
+    return tree, problems
 
 
-def _first_json(data: bytes | None) -> Any:
+def _first_json(tree: BundleTree, rel: str) -> Any:
     """The first line of a journal, parsed; None when there is none or it is not JSON."""
-    if not data:
+    first = next(iter(tree.lines(rel)), None) if rel in tree.digests else None
+    if not first or first is TOO_LONG:
         return None
     try:
-        return strict_json(data.split(b"\n", 1)[0])
+        return strict_json(first)
     except ValueError:
         return None
 
@@ -858,6 +1214,9 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     consistency only. A public bundle's withheld oracle outputs are checked against its sealed
     part (``sealed``, by default ``<bundle>.sealed`` beside it) when that is present.
 
+    Every file is read as a stream (see :func:`read_tree` and :func:`journal.scan_chain`): what
+    verify holds grows with the number of tasks, never with the size of a file.
+
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
             public key.
@@ -874,25 +1233,23 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     public_pem = read_key(pubkey) if pubkey is not None else None
     if public_pem is not None:
         fingerprint(public_pem, str(pubkey))
-    files, problems = _read_tree(bundle)
-    newer = newer_release(_first_json(files.get(JOURNAL)))
+    tree, problems = read_tree(bundle)
+    newer = newer_release(_first_json(tree, JOURNAL))
     if newer is not None:
         raise MadeByNewerRelease([f"{bundle}: {newer}"])
-    chain = read_chain(bundle / JOURNAL) if JOURNAL in files else None
-    probe_chain = read_chain(bundle / PROBE_JOURNAL) if PROBE_JOURNAL in files else None
     finding = _check_pack(pack) if pack is not None else None
     sealed_dir = sealed if sealed is not None else bundle.with_name(bundle.name + SEALED_SUFFIX)
-    sealed_files: dict[str, bytes] | None = None
+    sealed_files: dict[str, str] | None = None
     if sealed is not None or sealed_dir.is_dir():
         sealed_files, sealed_problems = _read_sealed(sealed_dir)
         problems += sealed_problems
-    found, facts = check_bundle(files, chain, probe_chain, public_pem=public_pem, pack=finding, sealed=sealed_files)
+    found, facts = check_bundle(tree, public_pem=public_pem, pack=finding, sealed=sealed_files)
     problems += found
     if problems or facts is None:
         raise VerificationFailed(problems or ["the bundle does not verify"])
     return VerifyReport(
         bundle=bundle, run_id=str(facts.contract.run_id),
-        files_checked=sum(1 for rel in files if rel not in (SUMS, SIGNATURE)),
+        files_checked=sum(1 for rel in tree.digests if rel not in (SUMS, SIGNATURE)),
         signature=facts.signature, pack=facts.pack, contract=facts.contract, rate=facts.rate,
         scorecards=facts.scorecards, probe_sentence=facts.probe_sentence, started_at=facts.started_at,
         isolation=facts.isolation, run_nonce=facts.run_nonce, replay_of=facts.replay_of,
@@ -900,34 +1257,33 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     )
 
 
-def _read_sealed(root: Path) -> tuple[dict[str, bytes], list[str]]:
-    """A sealed part's ``blobs/<hex>`` files, read without following a link; anything else is a problem."""
+def _read_sealed(root: Path) -> tuple[dict[str, str], list[str]]:
+    """A sealed part's ``blobs/<hex>`` files, each hashed without following a link; anything else
+    is a problem."""
     blobs = root / "blobs"
     if root.is_symlink() or not root.is_dir() or blobs.is_symlink() or not blobs.is_dir():
         return {}, [f"{root}: not a sealed part (a directory holding blobs/)"]
-    files: dict[str, bytes] = {}
+    files: dict[str, str] = {}
     problems: list[str] = []
     for entry in sorted(os.scandir(blobs), key=lambda e: e.name):
         rel = f"blobs/{entry.name}"
         if not _HEX_RE.match(entry.name) or not entry.is_file(follow_symlinks=False):
             problems.append(f"sealed part {rel}: not a blob (a regular file named by its sha256)")
-        elif entry.stat(follow_symlinks=False).st_size > BUNDLE_FILE_CAP:
-            problems.append(f"sealed part {rel}: larger than {BUNDLE_FILE_CAP} bytes, not read")
         else:
-            files[rel] = Path(entry.path).read_bytes()
+            files[rel] = sha256_hex_of(Path(entry.path))
     return files, problems
 
 
-def _pack_pins(pack: PackFinding, lines: Sequence[ev.Line], source: str) -> list[str]:
+def _pack_pins(hidden: Mapping[str, str], pack_path: str, lines: Iterable[ev.Line], source: str) -> list[str]:
     """Each task_started line whose hidden-test digest is not the one the sealed pack in hand
     records (the contract pins the pack, the pack each task's hidden tests)."""
     problems = []
     for line in lines:
         event, tid = line.event, line.task_id
-        sealed = pack.hidden.get(tid) if tid is not None else None
+        sealed = hidden.get(tid) if tid is not None else None
         if isinstance(event, ev.TaskStarted) and sealed is not None and event.hidden_tests_sha256 != sealed:
             problems.append(f"{source} task {tid}: task_started (seq {line.raw.get('seq')}) says "
-                            f"hidden_tests_sha256 {event.hidden_tests_sha256}, but the pack {pack.path} seals {sealed}")
+                            f"hidden_tests_sha256 {event.hidden_tests_sha256}, but the pack {pack_path} seals {sealed}")
     return problems
 
 

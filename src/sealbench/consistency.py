@@ -111,6 +111,10 @@ class _Reader:
     flagged_counts: bool = False
     problems: list[str] = field(default_factory=list)
     tasks: dict[str, _Task] = field(default_factory=dict)
+    """The tasks still running."""
+    done: dict[str, Any] = field(default_factory=dict)
+    """The seq of each finished task's task_finished: all that is kept of a finished task, so a
+    journal read as a stream is never held."""
     strangers: set[str] = field(default_factory=set)
     resumed: bool = False
     nonce: Any = _MISSING
@@ -150,14 +154,14 @@ class _Reader:
                 self.say(tid, f"{_at(line)}: this task is not in the contract's denominator; the runner "
                               f"runs only the locked task_ids")
             return
+        if tid in self.done:
+            self.say(tid, f"{_at(line)} comes after the task's task_finished (seq {self.done[tid]}); "
+                          f"nothing of a task is journaled after it ends")
+            return
         task = self.tasks.get(tid)
         if task is None:
             task = self.tasks[tid] = _Task()
         kind = line.kind
-        if task.finished is not None:
-            self.say(tid, f"{_at(line)} comes after the task's task_finished (seq {task.finished.raw.get('seq')}); "
-                          f"nothing of a task is journaled after it ends")
-            return
         event = line.event
         if isinstance(event, events.TaskStarted):
             self.task_started(tid, task, line, event)
@@ -178,6 +182,8 @@ class _Reader:
         elif isinstance(event, events.TaskFinished):
             task.finished = line
             self.task_finished(tid, task, line, event)
+            del self.tasks[tid]
+            self.done[tid] = line.raw.get("seq")
         else:
             attempt = line.attempt
             if attempt is not None and attempt not in task.attempts:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -87,18 +87,24 @@ class Derived:
 
 
 def trace_bytes(events: Sequence[ev.Line]) -> bytes:
-    """The bytes of ``traces/<task_id>.json``: the task's lines in journal order, as written."""
-    return canonical_json([line.raw for line in events]) + b"\n"
+    """The bytes of ``traces/<task_id>.json``: the task's lines in journal order, as written.
+
+    The canonical bytes of a list are its items' joined by commas, so a line whose reader kept
+    its canonical bytes is not serialised again."""
+    parts = [line.canonical if line.canonical is not None else canonical_json(line.raw) for line in events]
+    return b"[" + b",".join(parts) + b"]\n"
 
 
-def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpoint] = ()) -> Scorecard | None:
+def scorecard_for(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpoint] = (),
+                  trace: bytes | None = None) -> Scorecard | None:
     """The scorecard of one finished task, or None while it has not finished. ``endpoints``
-    are the contract's model endpoints, whose locked prices cost the task's model calls."""
+    are the contract's model endpoints, whose locked prices cost the task's model calls;
+    ``trace``, the task's :func:`trace_bytes` when the caller made them already."""
     s = next((e.event for e in task_events if isinstance(e.event, ev.TaskStarted)), None)
     f = next((e.event for e in reversed(task_events) if isinstance(e.event, ev.TaskFinished)), None)
     if s is None or f is None:
         return None
-    trace_sha = sha256_bytes(trace_bytes(task_events))
+    trace_sha = sha256_bytes(trace if trace is not None else trace_bytes(task_events))
     card: dict[str, Any] = {
         "task_id": f.task_id,
         "passed": f.outcome == Outcome.PASS.value,
@@ -189,21 +195,25 @@ def seed_event(card: Scorecard) -> SeedEvent:
     )
 
 
-def derive_iter(events: Iterable[Any], task_ids: Sequence[str],
-                endpoints: Sequence[ModelEndpoint] = ()) -> Iterator[tuple[str, bytes]]:
+def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Sequence[ModelEndpoint] = (),
+                cards_out: list[Scorecard] | None = None,
+                seeds_out: list[dict[str, Any]] | None = None) -> Iterator[tuple[str, bytes]]:
     """Stream the derived files: each trace as soon as its task finishes, then
     scorecards.jsonl and events.json.
 
     ``events`` are typed lines (or lines as parsed). Only the events of tasks still running
     are held, so a run's memory does not grow with its length. Events of tasks outside
-    ``task_ids`` are ignored.
+    ``task_ids`` are ignored. ``cards_out``, when given, receives the scorecards in the order
+    scorecards.jsonl lists them, before that file is yielded; ``seeds_out``, events.json's
+    entries. Of a finished task only its scorecard's line and its entry are kept (and its
+    scorecard, for ``cards_out``).
 
     Raises:
         EventError: a parsed line whose event this release does not read.
     """
     wanted = set(task_ids)
     pending: dict[str, list[ev.Line]] = {}
-    cards: dict[str, Scorecard] = {}
+    cards: dict[str, tuple[bytes, dict[str, Any], Scorecard | None]] = {}
     for line in ev.lines(events):
         tid = line.task_id
         if tid is None or tid not in wanted:
@@ -211,18 +221,25 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str],
         pending.setdefault(tid, []).append(line)
         if isinstance(line.event, ev.TaskFinished):
             task_events = pending.pop(tid)
-            yield f"traces/{tid}.json", trace_bytes(task_events)
-            card = scorecard_for(task_events, endpoints)
+            trace = trace_bytes(task_events)
+            yield f"traces/{tid}.json", trace
+            card = scorecard_for(task_events, endpoints, trace)
             if card is not None:
-                cards[tid] = card
+                entry = seed_event(card).model_dump(mode="json")
+                entry.pop("excluded_after_lock", None)
+                cards[tid] = (canonical_json(card.model_dump(mode="json")) + b"\n", entry,
+                              card if cards_out is not None else None)
     for tid in task_ids:
         if tid in pending:
             yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
     ordered = [cards[t] for t in task_ids if t in cards]
-    yield "scorecards.jsonl", b"".join(canonical_json(c.model_dump(mode="json")) + b"\n" for c in ordered)
-    seed = [seed_event(c).model_dump(mode="json") for c in ordered]
-    for entry in seed:
-        entry.pop("excluded_after_lock", None)
+    if cards_out is not None:
+        cards_out.extend(card for _, _, card in ordered if card is not None)
+    yield "scorecards.jsonl", b"".join(line for line, _, _ in ordered)
+    seed = [entry for _, entry, _ in ordered]
+    if seeds_out is not None:
+        seeds_out.extend(seed)
+    del cards, ordered
     yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -334,21 +351,33 @@ def where_of(source: str, line: ev.Line) -> str:
     return f"{source} seq {line.raw.get('seq')} ({line.kind})"
 
 
+def note_patch(last: dict[str, str], line: ev.Line) -> None:
+    """Keep in ``last`` the patch a task_finished line names for its task (one line at a time,
+    for a journal read as a stream)."""
+    tid, finished = line.task_id, line.event
+    if isinstance(finished, ev.TaskFinished) and tid is not None and finished.patch_sha256 is not None:
+        last[tid] = finished.patch_sha256
+    elif isinstance(finished, ev.TaskFinished) and tid is not None:
+        last.pop(tid, None)
+
+
+def patch_names(last: Mapping[str, str], task_ids: Sequence[str], blobs: Container[str]) -> dict[str, str]:
+    """``patches/<task_id>.patch`` to the hex name of the blob it is: each task's last patch
+    (:func:`note_patch`) among ``blobs``."""
+    out: dict[str, str] = {}
+    for tid in task_ids:
+        hexname = last.get(tid, "").removeprefix("sha256:")
+        if hexname in blobs:
+            out[f"patches/{tid}.patch"] = hexname
+    return out
+
+
 def patch_files(events: Sequence[Any], task_ids: Sequence[str], blobs: Mapping[str, bytes]) -> dict[str, bytes]:
     """``patches/<task_id>.patch``: the blob the task's last task_finished event names."""
     last: dict[str, str] = {}
     for line in typed_lines(events):
-        tid, finished = line.task_id, line.event
-        if isinstance(finished, ev.TaskFinished) and tid is not None and finished.patch_sha256 is not None:
-            last[tid] = finished.patch_sha256
-        elif isinstance(finished, ev.TaskFinished) and tid is not None:
-            last.pop(tid, None)
-    out: dict[str, bytes] = {}
-    for tid in task_ids:
-        hexname = last.get(tid, "").removeprefix("sha256:")
-        if hexname in blobs:
-            out[f"patches/{tid}.patch"] = blobs[hexname]
-    return out
+        note_patch(last, line)
+    return {rel: blobs[hexname] for rel, hexname in patch_names(last, task_ids, blobs).items()}
 
 
 def _one_line(text: object) -> str:
@@ -403,6 +432,44 @@ def _argv_line(argv: Any) -> str:
     return f"# argv recorded as {json.dumps(argv)}: not a command line"
 
 
+class CommandNotes:
+    """What commands.txt says, gathered one journal line at a time (the run's journal first,
+    then the probe's), so a journal read as a stream is never held."""
+
+    def __init__(self, task_ids: Iterable[str]) -> None:
+        self._wanted = frozenset(task_ids)
+        self._headers: list[str] = []
+        self._oracle: dict[str, tuple[str, Any]] = {}
+
+    def feed(self, source: str, line: ev.Line) -> None:
+        header = line.event
+        if isinstance(header, ev.RunHeader):
+            self._headers.append(f"# {where_of(source, line)} at {line.raw.get('time')}:")
+            self._headers.append(_argv_line(header.argv))
+            agent = header.agent
+            if isinstance(agent, dict) and isinstance(agent.get("command"), str):
+                self._headers.append(
+                    "# agent command template, filled per attempt (the filled argv is not recorded): "
+                    + _one_line(agent["command"])
+                )
+        elif source == JOURNAL and isinstance(header, ev.TaskStarted):
+            tid = line.task_id
+            if tid is not None and tid in self._wanted and tid not in self._oracle:
+                self._oracle[tid] = (where_of(JOURNAL, line), header.oracle_cmd)
+
+    def text(self, task_ids: Sequence[str]) -> bytes:
+        """commands.txt's bytes (see :func:`commands_bytes`)."""
+        lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted).", *self._headers]
+        for tid in task_ids:
+            where, cmd = self._oracle.get(tid, (None, None))
+            if where is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
+                lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({where}):")
+                lines.append(shlex.join(cmd))
+            else:
+                lines.append(f"# oracle_cmd of {tid}: not recorded in {JOURNAL}")
+        return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
 def commands_bytes(
     events: Sequence[Any], probe_events: Sequence[Any] | None, task_ids: Sequence[str]
 ) -> bytes:
@@ -412,37 +479,13 @@ def commands_bytes(
     it is null; then each task's oracle_cmd as its task_started event recorded it, or a line
     saying it was not recorded.
     """
-    lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted)."]
-    journals = [(JOURNAL, typed_lines(events))]
+    notes = CommandNotes(task_ids)
+    for line in typed_lines(events):
+        notes.feed(JOURNAL, line)
     if probe_events is not None:
-        journals.append((PROBE_JOURNAL, typed_lines(probe_events, PROBE_JOURNAL)))
-    for source, evs in journals:
-        for line in evs:
-            header = line.event
-            if not isinstance(header, ev.RunHeader):
-                continue
-            lines.append(f"# {where_of(source, line)} at {line.raw.get('time')}:")
-            lines.append(_argv_line(header.argv))
-            agent = header.agent
-            if isinstance(agent, dict) and isinstance(agent.get("command"), str):
-                lines.append(
-                    "# agent command template, filled per attempt (the filled argv is not recorded): "
-                    + _one_line(agent["command"])
-                )
-    started: dict[str, ev.Line] = {}
-    for line in journals[0][1]:
-        tid = line.task_id
-        if isinstance(line.event, ev.TaskStarted) and tid is not None and tid in task_ids:
-            started.setdefault(tid, line)
-    for tid in task_ids:
-        first = started.get(tid)
-        cmd = first.event.oracle_cmd if first is not None and isinstance(first.event, ev.TaskStarted) else None
-        if first is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
-            lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({where_of(JOURNAL, first)}):")
-            lines.append(shlex.join(cmd))
-        else:
-            lines.append(f"# oracle_cmd of {tid}: not recorded in {JOURNAL}")
-    return "".join(line + "\n" for line in lines).encode("utf-8")
+        for line in typed_lines(probe_events, PROBE_JOURNAL):
+            notes.feed(PROBE_JOURNAL, line)
+    return notes.text(task_ids)
 
 
 # --------------------------------------------------------------------------- versions
@@ -453,6 +496,9 @@ class Rules:
     """One version's way of turning journals into bytes."""
 
     derive: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint]], Derived]
+    derive_iter: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint], list[Scorecard] | None,
+                           list[dict[str, Any]] | None], Iterator[tuple[str, bytes]]]
+    """The same files as ``derive``, streamed (see :func:`derive_iter`)."""
     rate_bytes: Callable[[Rate], bytes]
     probe_summary: Callable[[Iterable[Any], Sequence[str]], dict[str, Any]]
     probe_bytes: Callable[[Mapping[str, Any]], bytes]
@@ -466,7 +512,7 @@ RESUMABLE: Final = frozenset({1, 2, 3, 4, 5})
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""
 
-_RULES_1 = Rules(derive=derive, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
+_RULES_1 = Rules(derive=derive, derive_iter=derive_iter, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
                  patch_files=patch_files, commands_bytes=commands_bytes, readme_bytes=readme_bytes)
 
 RULES: Final[Mapping[int, Rules]] = {

@@ -22,11 +22,13 @@ _BARE_HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 TREE_FORMAT = "sealbench.tree/1"
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> bytes:
     """Serialise ``value`` to the canonical bytes every sealbench digest is taken over."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def _no_constant(name: str) -> Any:

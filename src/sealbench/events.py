@@ -489,7 +489,16 @@ def blob_fields(event: Event) -> Iterator[tuple[str, str]]:
     """``(dotted field name, value)`` of every blob the event names (null fields left out); an
     item of a list is named by its index (``transcript_files.0.blob``)."""
     for path in BLOB_FIELDS.get(event.kind, ()):
-        yield from _follow(event, path, ())
+        if len(path) == 1:  # the usual shapes, followed without recursion: verify asks of every line
+            value = getattr(event, path[0], None)
+            if value is not None:
+                yield path[0], value
+        elif len(path) == 2 and not path[0].endswith(_EACH):
+            value = getattr(getattr(event, path[0], None), path[1], None)
+            if value is not None:
+                yield f"{path[0]}.{path[1]}", value
+        else:
+            yield from _follow(event, path, ())
 
 
 def _follow(value: Any, path: tuple[str, ...], names: tuple[str, ...]) -> Iterator[tuple[str, str]]:
@@ -577,6 +586,8 @@ class Line:
     boot_id: str | None
     event: Event
     raw: Mapping[str, Any]
+    canonical: bytes | None = None
+    """The line's canonical bytes when its reader kept them (:func:`journal.scan_chain`), else None."""
 
     @property
     def kind(self) -> str:
@@ -596,9 +607,9 @@ class Line:
         return "mono_ms" in self.raw
 
 
-def line_of(raw: Mapping[str, Any], where: str | Callable[[], str]) -> Line:
+def line_of(raw: Mapping[str, Any], where: str | Callable[[], str], canonical: bytes | None = None) -> Line:
     """The typed line of one parsed journal line; ``where`` names it (or makes its name, only
-    when needed).
+    when needed); ``canonical``, its canonical bytes when the reader has them.
 
     Raises:
         EventError: see :func:`parse`.
@@ -610,7 +621,7 @@ def line_of(raw: Mapping[str, Any], where: str | Callable[[], str]) -> Line:
     seq, mono, boot = raw.get("seq"), raw.get("mono_ms"), raw.get("boot_id")
     return Line(seq=seq if type(seq) is int else -1, time=str(raw.get("time")),
                 mono_ms=mono if type(mono) is int else None, boot_id=boot if isinstance(boot, str) else None,
-                event=event, raw=raw)
+                event=event, raw=raw, canonical=canonical)
 
 
 def where_in(source: str, raw: Any, index: int) -> str:

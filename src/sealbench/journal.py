@@ -16,11 +16,13 @@ records the repair as an event and continues the chain.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 import time as _time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +57,10 @@ class ChainReport:
     good_bytes: int = 0
 
 
-def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str]:
+def check_event(event: Any, lineno: int, seq: int, prev: str | None, *, hashed: bool | None = None) -> list[str]:
     """Everything wrong with one parsed line at ``lineno`` given the chain so far (its event
-    is checked apart: :func:`typed_line`)."""
+    is checked apart: :func:`typed_line`). ``hashed`` says whether its hash was found to match
+    already (None: checked here)."""
     where = f"journal.jsonl line {lineno}"
     if not isinstance(event, dict):
         return [f"{where}: not a JSON object"]
@@ -73,7 +76,7 @@ def check_event(event: Any, lineno: int, seq: int, prev: str | None) -> list[str
         problems.append(f"{where}: seq {event['seq']} where {seq} was expected (lines reordered, added or dropped)")
     if event["prev"] != prev:
         problems.append(f"{where}: prev does not match the hash of the event before it (chain broken)")
-    if event["hash"] != event_hash(event):
+    if not (hashed if hashed is not None else event["hash"] == event_hash(event)):
         problems.append(f"{where}: content does not match its hash (edited)")
     return problems
 
@@ -85,21 +88,128 @@ def _shaped(event: dict[str, Any]) -> bool:
     return fields is not None and event.keys() == fields
 
 
-def typed_line(event: dict[str, Any], lineno: int) -> ev.Line:
-    """The typed line of a parsed line whose envelope :func:`check_event` accepted.
+def typed_line(event: dict[str, Any], lineno: int, canonical: bytes | None = None) -> ev.Line:
+    """The typed line of a parsed line whose envelope :func:`check_event` accepted (``canonical``:
+    its canonical bytes, when the reader keeps them).
 
     Raises:
         EventError: a kind or a payload field this release does not read, named by its line.
     """
-    return ev.line_of(event, lambda: f"journal.jsonl line {lineno}")
+    return ev.line_of(event, lambda: f"journal.jsonl line {lineno}", canonical)
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(line_number, raw_line_without_newline, complete)`` from a journal file."""
+def iter_lines(path: Path, line_cap: int | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(line_number, raw_line_without_newline, complete)`` from a journal file.
+
+    With ``line_cap``, a line longer than that many bytes is never held: it is yielded as
+    :data:`TOO_LONG` (complete, so the chain check names it) and the file is read on past it in
+    pieces of at most ``line_cap`` bytes.
+    """
     with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        if line_cap is None:
+            for lineno, raw in enumerate(f, start=1):
+                complete = raw.endswith(b"\n")
+                yield lineno, raw[:-1] if complete else raw, complete
+            return
+        lineno = 0
+        while raw := f.readline(line_cap + 1):
+            lineno += 1
+            if len(raw) > line_cap and not raw.endswith(b"\n"):
+                while (rest := f.readline(line_cap)) and not rest.endswith(b"\n"):
+                    pass
+                yield lineno, TOO_LONG, True
+                continue
             complete = raw.endswith(b"\n")
             yield lineno, raw[:-1] if complete else raw, complete
+
+
+TOO_LONG = b"\x00too long"
+"""What :func:`iter_lines` yields for a line longer than its cap (never JSON: named by its line)."""
+
+
+def _scalar_json(value: Any) -> bytes:
+    """:func:`canonical_json` of one value, without the encoder's machinery for the usual ones."""
+    if value is None:
+        return b"null"
+    if type(value) is int:
+        return str(value).encode()
+    if type(value) is str:
+        return encode_basestring(value).encode("utf-8")
+    return canonical_json(value)
+
+
+def _hashed_canonical(event: dict[str, Any]) -> tuple[bytes, bool]:
+    """The canonical bytes of a line whose fields are its version's, and whether its ``hash``
+    is the hash of them without it: one serialisation for both (the hash's input is these
+    bytes less the ``"hash"`` member, which sorts after ``attempt`` and ``boot_id``)."""
+    full = canonical_json(event)
+    prefix = b'{"attempt":' + _scalar_json(event["attempt"])
+    if "boot_id" in event:
+        prefix += b',"boot_id":' + _scalar_json(event["boot_id"])
+    member = b',"hash":' + _scalar_json(event["hash"])
+    if full.startswith(prefix + member):
+        body = prefix + full[len(prefix) + len(member):]
+        return full, "sha256:" + hashlib.sha256(body).hexdigest() == event["hash"]
+    return full, event["hash"] == event_hash(event)  # never in a dict of these keys; kept exact
+
+
+@dataclass
+class ChainScan:
+    """What :func:`scan_chain` found, filled in as it goes: every problem, naming its line, a
+    torn last line apart, and how many bytes of whole lines precede it."""
+
+    problems: list[str] = field(default_factory=list)
+    torn_tail: bytes = b""
+    good_bytes: int = 0
+
+
+def scan_chain(path: Path, scan: ChainScan, *, line_cap: int | None = None,
+               canonical: bool = False) -> Iterator[tuple[dict[str, Any], ev.Line | None]]:
+    """Read a journal line by line, checking the hash chain as it goes; yield each line that is
+    a JSON object with its typed line (None when its event is not one this release reads).
+
+    Nothing but the line at hand is held. Problems go to ``scan.problems`` as they are found (a
+    torn last line to ``scan.torn_tail``); ``line_cap`` bounds the bytes of one line read (see
+    :func:`iter_lines`). With ``canonical``, each typed line keeps its canonical bytes
+    (:attr:`events.Line.canonical`): a trace is then made of them without serialising again.
+    """
+    prev: str | None = None
+    seq = 0
+    offset = 0
+    for lineno, raw, complete in iter_lines(path, line_cap):
+        if not complete:
+            # Only the last line can lack its newline: a crash mid-write, repaired, not judged.
+            scan.torn_tail = raw
+            continue
+        seq += 1
+        offset += len(raw) + 1
+        if raw is TOO_LONG:
+            scan.problems.append(f"journal.jsonl line {lineno}: longer than {line_cap} bytes, not read (edited)")
+            continue
+        try:
+            event = strict_json(raw)
+        except ValueError:
+            scan.problems.append(f"journal.jsonl line {lineno}: not valid JSON (edited)")
+            continue
+        full = None
+        if _shaped(event):
+            full, hashed = _hashed_canonical(event)
+            problems = check_event(event, lineno, seq - 1, prev, hashed=hashed)
+        else:
+            problems = check_event(event, lineno, seq - 1, prev)
+        scan.problems.extend(problems)
+        scan.good_bytes = offset
+        if not isinstance(event, dict):
+            continue
+        prev = event.get("hash")
+        line: ev.Line | None = None
+        if full is not None:
+            # Typed even when the chain is broken at this line: verify then says what it means too.
+            try:
+                line = typed_line(event, lineno, full if canonical else None)
+            except ev.EventError as e:
+                scan.problems.append(str(e))
+        yield event, line
 
 
 def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
@@ -108,41 +218,15 @@ def read_chain(path: Path, *, keep_events: bool = True) -> ChainReport:
     A last line without its newline is a torn tail (a crash mid-write), kept apart for
     repair. Every other defect is listed in ``problems`` with its line.
     """
-    report = ChainReport()
-    prev: str | None = None
-    seq = 0
-    offset = 0
-    for lineno, raw, complete in iter_lines(path):
-        if not complete:
-            # Only the last line can lack its newline: a crash mid-write, repaired, not judged.
-            report.torn_tail = raw
-            continue
-        try:
-            event = strict_json(raw)
-        except ValueError:
-            report.problems.append(f"journal.jsonl line {lineno}: not valid JSON (edited)")
-            seq += 1
-            offset += len(raw) + 1
-            continue
-        problems = check_event(event, lineno, seq, prev)
-        report.problems.extend(problems)
-        seq += 1
-        offset += len(raw) + 1
-        report.good_bytes = offset
-        if not isinstance(event, dict):
-            continue
-        prev = event.get("hash")
-        line: ev.Line | None = None
-        if _shaped(event):
-            # Typed even when the chain is broken at this line: verify then says what it means too.
-            try:
-                line = typed_line(event, lineno)
-            except ev.EventError as e:
-                report.problems.append(str(e))
+    scan = ChainScan()
+    report = ChainReport(problems=scan.problems)
+    for event, line in scan_chain(path, scan):
         if keep_events:
             report.events.append(event)
             if line is not None:
                 report.lines.append(line)
+    report.torn_tail = scan.torn_tail
+    report.good_bytes = scan.good_bytes
     return report
 
 

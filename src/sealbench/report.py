@@ -1,7 +1,7 @@
 """Reports: one run directory or bundle as ``report.md`` and a self-contained ``report.html``.
 
 Everything a report prints is derived from the run's journal: the scorecards through
-:func:`sealbench.derive.derive`, the rate through :func:`sealbench.score.score` over
+:func:`sealbench.derive.derive_iter`, the rate through :func:`sealbench.score.score` over
 :func:`sealbench.scoring_io.events_from`. Files the directory also holds (``rate.json``,
 ``scorecards.jsonl``, ``traces/``) must agree with that derivation, or the report is
 refused with every disagreement listed: a report never shows a number its journal does
@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from . import events as ev
 from .agentfs import read_regular
 from .contract import load_contract
-from .derive import derive
+from .derive import derive_iter
 from .document import Block, Bullets, Fields, Figure, Para, Section, Span, Table, spans
 from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
@@ -291,14 +291,16 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
         refusal = str(e)
     # events_from has verified the chain and its contract; read it again for what it does not return.
     events = read_chain(journal).lines
-    derived = derive(events, contract.task_ids, contract.model_endpoints or ())
-    problems = _rate_problems(run_dir, rate, refusal)
-    for rel, data in sorted(derived.files.items()):
+    cards: list[Scorecard] = []
+    differ: list[str] = []
+    # Each derived file is held against the directory's as it is made, then dropped.
+    for rel, data in derive_iter(events, contract.task_ids, contract.model_endpoints or (), cards):
         if rel == "events.json":
             continue  # never read: the rate above was scored from the journal itself
         path = run_dir / rel
         if path.is_file() and path.read_bytes() != data:
-            problems.append(f"{rel} differs from what the journal derives")
+            differ.append(f"{rel} differs from what the journal derives")
+    problems = _rate_problems(run_dir, rate, refusal) + sorted(differ)
     if problems:
         raise VerificationFailed(problems)
     first = events[0].event if events else None
@@ -308,7 +310,7 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
     rel_root = os.path.relpath(run_dir.resolve(), (out_dir if out_dir is not None else run_dir).resolve())
     return RunView(
         contract=contract,
-        cards=tuple(derived.scorecards),
+        cards=tuple(cards),
         rate=rate,
         refusal=refusal,
         sandboxes=_sandbox_facts(events),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .consistency import Contradictions
-from .derive import derive_iter, seed_event
+from .derive import derive_iter
 from .errors import ScoreRefusal, VerificationFailed
 from .events import Line, RunHeader
 from .files import read_text
-from .formats import Scorecard, ScoringContract, SeedEvent
+from .formats import ScoringContract, SeedEvent
 from .journal import iter_verified
 from .lock import hold_reader
 from .score import parse_events_json
@@ -54,8 +55,11 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
             meaning.feed(line)
             yield line
 
-    files = dict(derive_iter(checked(), contract.task_ids, contract.model_endpoints or ()))
+    seeds: list[dict[str, Any]] = []
+    # Each trace is dropped as soon as it is made: only events.json's entries are kept.
+    for _ in derive_iter(checked(), contract.task_ids, contract.model_endpoints or (), None, seeds):
+        pass
     if meaning.problems:
         raise VerificationFailed(meaning.problems)
-    cards = files["scorecards.jsonl"].splitlines()
-    return [seed_event(Scorecard.model_validate_json(line)) for line in cards if line]
+    # The seed events as events.json holds them: what seed_event made of each scorecard.
+    return [SeedEvent.model_validate(entry) for entry in seeds]
