@@ -32,8 +32,8 @@ REQUIRED_SCORE_KEYS = (
 )
 
 
-def load_task(path: Path) -> TaskRecord:
-    """Seed 000's ``load_task``: a task record with every control, or a refusal.
+def load_task_record(path: Path) -> TaskRecord:
+    """A task record read under the scorecard rules, with every control, or a refusal.
 
     Raises:
         IncompleteScorecard: missing fields (named), max_attempts < 1, any other bad key.
