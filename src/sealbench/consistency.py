@@ -172,7 +172,7 @@ class _Reader:
             self.attempt_interrupted(tid, task, line)
         elif isinstance(event, events.Feedback):
             self.feedback(tid, task, line)
-        elif isinstance(event, events.HarnessErrorEvent):
+        elif isinstance(event, events.HarnessFailed):
             if task.harness_error is None:
                 task.harness_error = line
         elif isinstance(event, events.TaskFinished):

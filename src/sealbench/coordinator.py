@@ -621,7 +621,7 @@ class Coordinator:
             self._storage_failure(facts.storage_failure)
         if facts.error is not None:
             # The harness failed, not the agent: recorded, and the task stays in the denominator.
-            self._write(ev.HarnessErrorEvent(task_id=tid, attempt=attempt, error=facts.error))
+            self._write(ev.HarnessFailed(task_id=tid, attempt=attempt, error=facts.error))
             self._finish(run, Outcome.HARNESS_ERROR, error=facts.error)
             return
         if facts.stopped is not None:

@@ -219,7 +219,7 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
                 p.first_attempt_passed = False
         elif isinstance(event, ev.PatchCaptured):
             p.last_patch = event.patch_sha256
-        elif isinstance(event, ev.HarnessErrorEvent):
+        elif isinstance(event, ev.HarnessFailed):
             p.harness_error = str(event.error)
         elif isinstance(event, ev.TaskFinished):
             p.finished = True
