@@ -193,7 +193,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------------------ journal
 
-    def j(self, event: ev.Event, *, durable: bool = True) -> None:
+    def append(self, event: ev.Event, *, durable: bool = True) -> None:
         """Append ``event``, durably unless ``durable=False``.
 
         Raises:
@@ -215,7 +215,7 @@ class Coordinator:
         Raises:
             JournalStopped: the journal could not be written.
         """
-        self.j(ev.RunResumed(**header.payload()) if resumed else header)
+        self.append(ev.RunResumed(**header.payload()) if resumed else header)
 
     def settle(self, prior: Mapping[str, Prior], charges: Sequence[Charge]) -> None:
         """Journal what a resume decides before any task runs: each attempt the stopped process
@@ -227,9 +227,9 @@ class Coordinator:
         """
         for tid, p in prior.items():
             if p.open_attempt is not None and not p.finished:
-                self.j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
+                self.append(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
         for charge in charges:
-            self.j(charge.event())
+            self.append(charge.event())
 
     def complete(self, stopped_by: str | None) -> bool:
         """Whether the run ended complete once :meth:`drive` returned ``stopped_by``: nothing
@@ -244,11 +244,11 @@ class Coordinator:
             JournalStopped: the journal could not be written.
         """
         ended = list(self.outcomes.values())
-        self.j(ev.RunFinished(outcomes={o: ended.count(o) for o in set(ended)}))
+        self.append(ev.RunFinished(outcomes={o: ended.count(o) for o in set(ended)}))
 
     def _write(self, event: ev.Event) -> None:
         """Append a line that :meth:`_commit` makes durable before anything acts on it."""
-        self.j(event, durable=False)
+        self.append(event, durable=False)
 
     def _commit(self) -> None:
         """Make this turn's lines durable with one fsync, then act on them: hand the attempts
