@@ -77,7 +77,7 @@ def _refuse_workspaces_over(pack: Pack, ids: Sequence[str], cap: int) -> None:
 
     for t in ids:
         size = 0
-        for dirpath, _dirs, files in os.walk(pack.tasks[t].workspace):
+        for dirpath, _dirs, files in os.walk(pack.tasks[t].pack_workspace):
             for name in files:
                 with contextlib.suppress(OSError):
                     st = os.lstat(os.path.join(dirpath, name))

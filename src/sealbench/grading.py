@@ -445,15 +445,15 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
         # function-level oracle runs isolated (python -I, -P: no working directory on sys.path);
         # a script oracle, or pytest run by the oracle itself, has nobody watching its imports.
-        forbidden += [p for p in module_shadows(changed, task.workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
+        forbidden += [p for p in module_shadows(changed, task.pack_workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
                       if p not in forbidden]
     grade_dir = tw.root / f"grade-{attempt}"
     # Without the pack's bytecode: Python would run a stale or planted .pyc as the pack's code.
     if ahead is None:
         remove_tree(grade_dir)
-        copy_tree(task.workspace, grade_dir, ignore=bytecode.ignore_bytecode)
+        copy_tree(task.pack_workspace, grade_dir, ignore=bytecode.ignore_bytecode)
     else:  # prepare_oracle made it, empty
-        copy_tree(task.workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
+        copy_tree(task.pack_workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
     applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
     # Bytecode the patch carries (the copy holds none of the pack's) runs under the name it was
     # compiled with: forbidden, whatever the contract lists.

@@ -145,7 +145,7 @@ def _trivial_grades(ctx: _Validation, task: Task, tw: TaskWorkspace, first: int,
     texts: dict[str, str] = {}
     for path in sorted(p for p in task.solution.rglob("*.py") if p.is_file() and not p.is_symlink()):
         rel = path.relative_to(task.solution).as_posix()
-        original = task.workspace / rel
+        original = task.pack_workspace / rel
         if original.is_file() and not original.is_symlink():
             texts[rel] = original.read_text(encoding="utf-8", errors="replace")
     candidates = trivial_candidates(texts, function_level=is_oracle_cmd(task.record.oracle_cmd),
@@ -167,7 +167,7 @@ def _trivial_grades(ctx: _Validation, task: Task, tw: TaskWorkspace, first: int,
 
 
 def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidence:
-    tw = TaskWorkspace(ctx.settings.run_dir / "work" / task.task_id, task.workspace)
+    tw = TaskWorkspace(ctx.settings.run_dir / "work" / task.task_id, task.pack_workspace)
     try:
         tw.materialise()
         if not task.solution.is_dir():
