@@ -182,7 +182,7 @@ class AttemptSpec:
     attempt: int
     budget_s: float
     """Seconds that remain for the task when the attempt starts (its deadline, counted from then)."""
-    workspace: Path
+    task_dir: Path
     """The task's folder: the agent's workspace, the host-private folder, its grading copies."""
     fresh: bool
     """Materialise the workspace anew first (the task's first attempt in this process, or one

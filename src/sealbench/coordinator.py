@@ -410,7 +410,7 @@ class Coordinator:
     def _spec(self, task: Task, attempt: int, budget_s: float, *, fresh: bool, feedback: str) -> AttemptSpec:
         name = ("probe-" + task.task_id) if self.settings.probe else task.task_id
         return AttemptSpec(task=task, attempt=attempt, budget_s=budget_s,
-                           workspace=self.settings.run_dir / "work" / name, fresh=fresh, feedback=feedback)
+                           task_dir=self.settings.run_dir / "work" / name, fresh=fresh, feedback=feedback)
 
     def _needs_attempt(self, task: Task) -> bool:
         return self.prior.get(task.task_id, Prior()).runs_attempts(self.settings.max_attempts)

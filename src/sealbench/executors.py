@@ -174,7 +174,7 @@ class LocalExecutor:
         with self._lock:
             tw = self._workspaces.get(task_id)
             if tw is None:
-                tw = self._workspaces[task_id] = TaskWorkspace(spec.workspace, spec.task.pack_workspace,
+                tw = self._workspaces[task_id] = TaskWorkspace(spec.task_dir, spec.task.pack_workspace,
                                                                self.settings.tree_caps)
             return tw
 

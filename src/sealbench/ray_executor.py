@@ -358,7 +358,7 @@ class NodeRunner:
     def _local(self, spec: AttemptSpec) -> AttemptSpec:
         """The spec with this node's copy of its task and a workspace in this node's scratch."""
         task = self.pack.tasks[spec.task.task_id]
-        return replace(spec, task=task, workspace=self.scratch / "run" / "work" / spec.workspace.name)
+        return replace(spec, task=task, task_dir=self.scratch / "run" / "work" / spec.task_dir.name)
 
     def collect(self, timeout_s: float, seq: int | None = None,
                 ops: tuple[tuple[str, tuple[Any, ...]], ...] = ()) -> Collected:
