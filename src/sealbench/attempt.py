@@ -273,17 +273,17 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
     access = None
     agent = settings.agent
     if agent.kind == "command":
-        values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
+        values = {"prompt_file": str(prompt_file), "workspace": str(tw.agent_dir), "attempt": str(attempt),
                   "max_attempts": str(max_attempts), "task_id": task.task_id}
         mounts = [Path(m) for m in (settings.contract.agent.mounts if settings.contract.agent else [])]
-        env = task_env(settings, task, tw.ws, attempt, prompt_file)
+        env = task_env(settings, task, tw.agent_dir, attempt, prompt_file)
         # A model-backed agent: a token, the gateway's URLs and a relay into this sandbox alone,
         # closed (its calls journaled) when the prepared sandbox is closed, before agent_finished.
         gateway = settings.gateway
         access = gateway.open_attempt(task.task_id, attempt) if gateway is not None else None
         try:
             # The deadline is set when the attempt starts, from the time that remains then.
-            spec = sandbox_spec(settings, render_argv(agent.command, values), tw.ws,
+            spec = sandbox_spec(settings, render_argv(agent.command, values), tw.agent_dir,
                                 {**env, **(access.env if access else {})}, settings.budget.wall_clock_s,
                                 [*mounts, tw.private], task=task)
             with cpu or contextlib.nullcontext():
@@ -318,7 +318,7 @@ def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWork
     started = time.monotonic()
     if agent.kind == "builtin":
         assert agent.builtin is not None
-        action = agent.builtin(task, tw.ws, attempt)
+        action = agent.builtin(task, tw.agent_dir, attempt)
         return {"exit_code": 0, "timed_out": False, "elapsed_ms": int((time.monotonic() - started) * 1000),
                 "action": action}
     assert agent.callable is not None
@@ -326,7 +326,7 @@ def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWork
 
     def call() -> None:
         try:
-            box["action"] = agent.callable(task.record.model_dump(mode="json"), tw.ws, attempt)  # type: ignore[misc]
+            box["action"] = agent.callable(task.record.model_dump(mode="json"), tw.agent_dir, attempt)  # type: ignore[misc]
         except Exception as e:  # the agent's failure, recorded as its exit
             box["error"] = f"{type(e).__name__}: {e}"
 
@@ -378,8 +378,8 @@ def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
     try:
         # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
         if settings.derivation_version < TRANSCRIPTS_KEPT_FROM:
-            return {"transcript": trace_digest(tw.ws, settings.tree_caps, below=below)}
-        trace = read_trace(tw.ws, settings.tree_caps, TRACE_CAPS, below=below)
+            return {"transcript": trace_digest(tw.agent_dir, settings.tree_caps, below=below)}
+        trace = read_trace(tw.agent_dir, settings.tree_caps, TRACE_CAPS, below=below)
     except TreeRejected as e:
         return {"transcript": None, "transcript_rejected": e.reason}
     files = [ev.TraceFile(path=t.path, type=t.kind, sha256=t.digest or None,

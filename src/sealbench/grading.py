@@ -445,7 +445,7 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
         # function-level oracle runs isolated (python -I, -P: no working directory on sys.path);
         # a script oracle, or pytest run by the oracle itself, has nobody watching its imports.
-        forbidden += [p for p in module_shadows(changed, task.pack_workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
+        forbidden += [p for p in module_shadows(changed, task.pack_workspace, tw.agent_dir, hidden_paths, task.record.oracle_cmd)
                       if p not in forbidden]
     grade_dir = tw.root / f"grade-{attempt}"
     # Without the pack's bytecode: Python would run a stale or planted .pyc as the pack's code.
@@ -656,9 +656,9 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorks
     cmd = task.record.visible_test_cmd
     if not cmd:
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
-    env = task_env(settings, task, tw.ws, attempt, None)
+    env = task_env(settings, task, tw.agent_dir, attempt, None)
     argv = bytecode.python_argv(cmd, bytecode_mirror(settings, task).prefix)
-    res, facts = sandboxed(settings, cancel, argv, tw.ws, env, min(remaining, 60.0), task=task)
+    res, facts = sandboxed(settings, cancel, argv, tw.agent_dir, env, min(remaining, 60.0), task=task)
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event

@@ -156,13 +156,13 @@ def _trivial_grades(ctx: _Validation, task: Task, tw: TaskWorkspace, first: int,
     out: dict[str, bool] = {}
     for i, cand in enumerate(candidates):
         for rel, text in cand.files.items():
-            (tw.ws / rel).write_text(text, encoding="utf-8")
+            (tw.agent_dir / rel).write_text(text, encoding="utf-8")
         changed = tw.changes()
         patch = tw.capture_patch() if changed else b""
         graded = ctx.grade(task, tw, first + i, patch, changed)
         out[cand.name] = bool(graded["task_pass"])
         for rel in cand.files:
-            (tw.ws / rel).write_text(texts[rel], encoding="utf-8")
+            (tw.agent_dir / rel).write_text(texts[rel], encoding="utf-8")
     return out
 
 
@@ -178,7 +178,7 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
                                     empty_change_passes=[], why=f"{task.hidden} is missing or empty")
         reference = resolve_agent("reference", "builtin:reference")
         assert reference.builtin is not None
-        reference.builtin(task, tw.ws, 1)
+        reference.builtin(task, tw.agent_dir, 1)
         changed = tw.changes()
         patch = tw.capture_patch() if changed else b""
         ref_grades: list[dict[str, Any]] = []
