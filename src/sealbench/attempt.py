@@ -364,11 +364,6 @@ TRACE_CAPS: Final = TraceCaps()
 """What of an agent's trace folder a run keeps as blobs (see :class:`sealbench.agentfs.TraceCaps`)."""
 AGENT_ENDING_FILE: Final = "sealbench-ending.json"
 """What a preset's launcher writes to the trace folder (see :mod:`sealbench.presets.launch`)."""
-ENDINGS_KEPT_FROM: Final = 4
-"""The derivation version from which that record is read onto ``agent_finished``."""
-TRANSCRIPTS_KEPT_FROM: Final = 3
-"""The derivation version from which the trace folder's files are kept (and listed on
-agent_finished); a run started under an older one keeps only the folder's digest."""
 
 
 def transcript(settings: Settings, task_ws: TaskWorkspace) -> dict[str, Any]:
@@ -377,7 +372,7 @@ def transcript(settings: Settings, task_ws: TaskWorkspace) -> dict[str, Any]:
     below = (META_DIR, "trace")
     try:
         # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
-        if settings.derivation_version < TRANSCRIPTS_KEPT_FROM:
+        if not settings.vocabulary.transcripts:  # only the folder's digest
             return {"transcript": trace_digest(task_ws.agent_dir, settings.tree_caps, below=below)}
         trace = read_trace(task_ws.agent_dir, settings.tree_caps, TRACE_CAPS, below=below)
     except TreeRejected as e:
@@ -388,7 +383,7 @@ def transcript(settings: Settings, task_ws: TaskWorkspace) -> dict[str, Any]:
                                        if t.data is not None else None))
              for t in trace.entries]
     ending = None
-    if settings.derivation_version >= ENDINGS_KEPT_FROM:
+    if settings.vocabulary.agent_ending:
         ending = agent_ending(next((t.data for t in trace.entries if t.path == AGENT_ENDING_FILE), None))
     # Absent when the folder is empty (most agents write nothing there): the line stays short.
     return {"transcript": trace.digest, **ev.present(transcript_files=files or None,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from . import events as ev
 from . import pytest_oracle
 from .attempt import AttemptFacts, AttemptSpec, final_outcome, storage_failed
-from .derive import DERIVATION_VERSION, INFRA_ERROR_FROM
+from .derive import DERIVATION_VERSION
 from .errors import HarnessError, StorageError, Terminated
 from .executors import AHEAD_BEYOND_JOBS, Delivery, Executor, Handle
 from .files import write_atomic
@@ -51,6 +51,7 @@ from .journal import Journal
 from .outcomes import AttemptResult, Outcome, TaskState
 from .pack import Task
 from .progress import Progress
+from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:
     from .charge import Charge
@@ -168,8 +169,7 @@ class Coordinator:
         self.cancel_grace_s = CANCEL_GRACE_S if cancel_grace_s is None else cancel_grace_s
         self.now = clock
         # A run started under version 1 (resumed by this release) gets no line its release cannot read.
-        self._new_vocabulary = derivation_version >= 2
-        self._infra_outcome = derivation_version >= INFRA_ERROR_FROM
+        self.vocabulary = vocabulary_of(derivation_version)
         self.outcomes: dict[str, str] = {}
         self.storage_failed: list[str] = []
         """What failed, when the run's own storage did (first failure first)."""
@@ -498,7 +498,7 @@ class Coordinator:
         run.interrupted = None
         started = self.now()
         spec = self._spec(run.task, attempt, remaining, fresh=run.fresh, feedback=run.feedback)
-        if self._new_vocabulary:
+        if self.vocabulary.submitted:
             self._write(ev.Submitted(task_id=tid, attempt=attempt, **ev.present(node=self.executor.node_of(spec))))
         run.fresh = False
         self._to_submit.append((run, spec, started))
@@ -507,7 +507,7 @@ class Coordinator:
         """End a task whose attempts or time are used up: ``outcome``, unless its last attempt
         was interrupted. The agent did not end that one, so nothing it did decided the task:
         an infrastructure outcome, which refuses the rate (the attempt stays used)."""
-        if run.interrupted is None or not self._infra_outcome:
+        if run.interrupted is None or not self.vocabulary.infra_error:
             self._finish(run, outcome)
             return
         why = "no attempt" if outcome is Outcome.FAIL else "no time"
@@ -572,7 +572,7 @@ class Coordinator:
         # The first result of an attempt is its result; whatever comes later is never counted.
         if key in self._decided or opened is None or run is None:
             facts = delivery.facts
-            if not self._new_vocabulary:
+            if not self.vocabulary.submitted:
                 print(f"sealbench: a second result for {handle.task_id} attempt {handle.attempt} was not counted "
                       f"(this run's journal has no line for it)", file=sys.stderr, flush=True)
                 return

@@ -33,6 +33,7 @@ from .function_oracle import is_oracle_cmd
 from .pack import Task
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
 from .sandbox import command_path as sandbox_path
+from .vocabulary import Vocabulary, vocabulary_of
 from .workspace import (
     META_DIR,
     TaskWorkspace,
@@ -93,6 +94,11 @@ class Settings:
     derivation_version: int = DERIVATION_VERSION
     """The rules the run is derived by (a resumed run keeps the version it started under): what
     its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """What the run's journal may say, by :attr:`derivation_version`."""
+        return vocabulary_of(self.derivation_version)
 
     @property
     def max_attempts(self) -> int:

@@ -45,6 +45,7 @@ from .errors import HarnessError, RunRefusal, SealbenchError
 from .executors import Delivery, Handle, LocalExecutor
 from .grading import Settings, store_bytes
 from .sandbox import Limits
+from .vocabulary import vocabulary_of
 
 DEFAULT_ADDRESS: Final = "auto"
 LOCAL_ADDRESS: Final = "local"
@@ -847,9 +848,7 @@ class RayExecutor:
     def _without_bodies(self, call: ev.ModelCall, why: str) -> ev.ModelCall:
         """``call`` with its bodies named by digest only, the bytes marked missing (in a run
         whose vocabulary lacks those fields, its error says so)."""
-        from .gateway import ANNOUNCED_FROM
-
-        if self._part is not None and self._part.derivation_version < ANNOUNCED_FROM:
+        if self._part is not None and not vocabulary_of(self._part.derivation_version).announced_calls:
             return call.model_copy(update={"request": None, "response": None,
                                            "error": "; ".join([*([call.error] if call.error else []),
                                                                f"bodies not stored: {why}"])})
