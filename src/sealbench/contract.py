@@ -276,7 +276,7 @@ def new_contract(
 def lock_contract(
     contract: ScoringContract, run_id: str, now: datetime, pack: Pack | None = None
 ) -> ScoringContract:
-    """Apply every seed-004 lock rule and return the locked contract with its sha256.
+    """Apply every lock rule of the scoring contract and return the locked contract with its sha256.
 
     Raises:
         ContractError: already locked; incomplete; quota or permanence assumed; host

@@ -175,7 +175,7 @@ def forging_flags(task_events: Sequence[ev.Line]) -> ForgingFlags | None:
 
 
 def seed_event(card: Scorecard) -> SeedEvent:
-    """The seed-004 events.json entry of one scorecard."""
+    """The seed event (an events.json entry) of one scorecard."""
     return SeedEvent(
         task_id=card.task_id,
         task_pass=card.outcome is Outcome.PASS,
