@@ -29,7 +29,7 @@ def bare_loop(pack_dir: Path, scratch: Path) -> float:
     for task in pack.tasks.values():
         for with_solution in (True, False):
             work = scratch / f"{task.task_id}-{with_solution}"
-            shutil.copytree(task.workspace, work)
+            shutil.copytree(task.pack_workspace, work)
             if with_solution:
                 shutil.copytree(task.solution, work, dirs_exist_ok=True)
             shutil.copytree(task.hidden, work, dirs_exist_ok=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import sealbench
 
 EXPECTED = [
@@ -12,7 +14,7 @@ EXPECTED = [
     "PackError", "Rate", "Refusal", "RunOptions", "RunRefusal", "ScoreRefusal", "Scorecard", "ScoringContract",
     "SealbenchError", "StorageError", "TaskRecord", "UsageError", "VerificationFailed", "__version__",
     "check_pack", "compare_bundles", "derive_files", "execute", "import_pack", "load_contract", "load_pack",
-    "load_task", "lock_contract", "make_bundle", "new_contract", "parse_events", "register_builtin",
+    "load_task_record", "lock_contract", "make_bundle", "new_contract", "parse_events", "register_builtin",
     "require_locked", "score_events", "seal_pack", "validate_pack", "validate_scorecard", "verify_bundle",
     "write_report",
 ]
@@ -38,6 +40,8 @@ def test_no_exported_name_depends_on_what_was_imported_first() -> None:
     # once anything had imported sealbench.derive. Every submodule is imported first here.
     code = """
 import importlib, inspect, json, pkgutil, types
+import pytest
+
 import sealbench
 names = [m.name for m in pkgutil.walk_packages(sealbench.__path__, "sealbench.")
          if ".examples" not in m.name and not m.name.endswith("__main__")]
@@ -71,3 +75,10 @@ def test_the_library_can_do_what_the_cli_does() -> None:
     assert sealbench.compare_bundles is compare.compare
     assert sealbench.import_pack is importers.import_pack and sealbench.validate_pack is validate.validate_pack
     assert all(inspect.getdoc(getattr(sealbench, n)) for n in sealbench.__all__ if n != "__version__")
+
+
+def test_a_renamed_export_still_answers_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="load_task_record"):
+        old = sealbench.load_task
+    assert old is sealbench.load_task_record
+    assert "load_task" not in sealbench.__all__ and "load_task" not in dir(sealbench)

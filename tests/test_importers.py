@@ -74,7 +74,7 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
     oracle_cmd (the harness's pytest for sealbench-pytest) with the venv's python first on
     PATH; pass = exit 0 and the JUnit verdict (and no forging flag)."""
     grade = Path(tempfile.mkdtemp(prefix=f"grade-{task.task_id}-", dir=tmp)) / "g"
-    copy_tree(task.workspace, grade)
+    copy_tree(task.pack_workspace, grade)
     if reference:
         overlay(task.solution, grade)
     if solution_py is not None:
@@ -86,7 +86,7 @@ def run_oracle(task: Task, tmp: Path, *, reference: bool, solution_py: str | Non
     guarded = None
     if pytest_oracle.is_guarded(argv):
         changed = {p.relative_to(task.solution).as_posix() for p in task.solution.rglob("*")} if reference else set()
-        owned = {p.relative_to(task.workspace).as_posix() for p in task.workspace.rglob("*")} - changed
+        owned = {p.relative_to(task.pack_workspace).as_posix() for p in task.pack_workspace.rglob("*")} - changed
         guarded = pytest_oracle.prepare(grade.parent / "private", argv, owned | set(task.hidden_paths()))
         argv, env = list(guarded.argv), {**env, **guarded.env}
     proc = subprocess.run(argv, cwd=grade, env=env, capture_output=True,
@@ -286,7 +286,7 @@ def test_humaneval_task_keeps_the_original_prompt_and_stubs_its_body(tmp_path: P
     pack = import_pack("humaneval", HUMANEVAL, tmp_path / "he", limit=40)
     original = humaneval_records(33)[32]
     task = pack.tasks["HumanEval_32"]
-    stub = (task.workspace / "solution.py").read_text()
+    stub = (task.pack_workspace / "solution.py").read_text()
     assert stub == original["prompt"] + "    raise NotImplementedError\n"
     assert (task.solution / "solution.py").read_text() == original["prompt"] + original["canonical_solution"]
     assert original["prompt"].strip() in task.prompt
@@ -363,8 +363,8 @@ def test_mbpp_prompt_gives_the_signature_never_the_asserts(tmp_path: Path) -> No
     pack = import_pack("mbpp", MBPP, tmp_path / "p", limit=3)
     task = pack.tasks["Mbpp_1"]
     assert "def min_cost(cost, m, n):" in task.prompt
-    assert "assert" not in task.prompt and "assert" not in (task.workspace / "solution.py").read_text()
-    assert (task.workspace / "solution.py").read_text() == "def min_cost(cost, m, n):\n    raise NotImplementedError\n"
+    assert "assert" not in task.prompt and "assert" not in (task.pack_workspace / "solution.py").read_text()
+    assert (task.pack_workspace / "solution.py").read_text() == "def min_cost(cost, m, n):\n    raise NotImplementedError\n"
     assert "\r" not in (task.solution / "solution.py").read_text()
 
 
@@ -376,9 +376,9 @@ def test_mbpp_records_whose_tests_need_more_than_a_function(tmp_path: Path) -> N
     source = tmp_path / "mbpp-odd.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in select_records(MBPP, {126, 367, 596, 601, 927})))
     pack = import_pack("mbpp", source, tmp_path / "p")
-    assert "class Node" in (pack.tasks["Mbpp_367"].workspace / "solution.py").read_text()
+    assert "class Node" in (pack.tasks["Mbpp_367"].pack_workspace / "solution.py").read_text()
     assert "`Node`, which the tests use" in pack.tasks["Mbpp_927"].prompt
-    assert "class Pair" in (pack.tasks["Mbpp_601"].workspace / "solution.py").read_text()
+    assert "class Pair" in (pack.tasks["Mbpp_601"].pack_workspace / "solution.py").read_text()
     assert "\nimport sys\n" in (pack.tasks["Mbpp_596"].hidden / "test_sealbench_oracle.py").read_text()
     assert "def sum(a, b):" in pack.tasks["Mbpp_126"].prompt
     assert "NOT the published file" in pack.manifest.description
@@ -573,7 +573,7 @@ def test_exercism_track_imports_one_task_per_exercise(tmp_path: Path) -> None:
     pack = import_pack("exercism", make_track(tmp_path), tmp_path / "pack")
     assert sorted(pack.tasks) == ["leap", "two-fer"]
     leap = pack.tasks["leap"]
-    assert sorted(p.name for p in leap.workspace.iterdir()) == ["leap.py"]
+    assert sorted(p.name for p in leap.pack_workspace.iterdir()) == ["leap.py"]
     assert leap.hidden_paths() == ["leap_test.py"]
     assert (leap.solution / "leap.py").read_text().startswith("def leap_year(year):\n    return year % 4")
     assert leap.prompt.index("A leap year") < leap.prompt.index("Tell whether") < leap.prompt.index("Python note")
@@ -677,16 +677,16 @@ def test_swebench_instances_become_repository_tasks(tmp_path: Path, swe_repo: tu
     assert git_state(repo) == before
     assert sorted(pack.tasks) == ["local__calc-1", "local__calc-2"]
     one = pack.tasks["local__calc-1"]
-    ws = sorted(str(p.relative_to(one.workspace)) for p in one.workspace.rglob("*") if p.is_file())
+    ws = sorted(str(p.relative_to(one.pack_workspace)) for p in one.pack_workspace.rglob("*") if p.is_file())
     # The base tree as committed (export-ignore'd docs included, no .git, no later commits,
     # no uncommitted edits), the test file the test_patch changes in its pre-patch form.
     assert ws == [".gitattributes", "README.md", "calc/__init__.py", "calc/ops.py", "docs/guide.txt",
                   "scripts/run.sh", "tests/test_ops.py"]
     assert one.record.test_files == "reset"
     assert one.record.environment is not None and one.record.environment.import_roots == ["."]
-    assert (one.workspace / "calc" / "ops.py").read_text() == OPS_BUGGY
-    assert (one.workspace / "README.md").read_text() == "calc\n"
-    assert os.access(one.workspace / "scripts" / "run.sh", os.X_OK)
+    assert (one.pack_workspace / "calc" / "ops.py").read_text() == OPS_BUGGY
+    assert (one.pack_workspace / "README.md").read_text() == "calc\n"
+    assert os.access(one.pack_workspace / "scripts" / "run.sh", os.X_OK)
     assert (one.hidden / "tests" / "test_ops.py").read_text() == TEST_OPS_NEW
     assert (one.solution / "calc" / "ops.py").read_text() == OPS_FIXED
     assert one.prompt == "add() subtracts its arguments.\n"
@@ -696,7 +696,7 @@ def test_swebench_instances_become_repository_tasks(tmp_path: Path, swe_repo: tu
     assert one.record.oracle_cmd == ["sealbench-pytest", "-q", "-o", "pythonpath=.", "tests/test_ops.py"]
     two = pack.tasks["local__calc-2"]
     assert two.hidden_paths() == ["tests/test_more.py"]
-    assert (two.workspace / "tests" / "test_ops.py").read_text() == TEST_OPS_NEW
+    assert (two.pack_workspace / "tests" / "test_ops.py").read_text() == TEST_OPS_NEW
     assert two.record.required_tests[0] == "tests.test_more.TestMul::test_negative_factor"
     assert two.record.provenance is not None and two.record.provenance.record_id == "local__calc-2"
     assert check_pack(pack.root).sealed_digest == pack.sealed_digest

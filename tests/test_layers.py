@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "sealbench"
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("values: words, formats, digests; and the programs that run alone inside a sandbox",
      frozenset({"errors", "outcomes", "formats", "freshness", "events", "digest", "safe_text", "stats", "progress",
-                "relay", "function_oracle", "pytest_guard", "repo_install", "trivial"})),
+                "relay", "function_oracle", "pytest_guard", "repo_install", "trivial", "vocabulary"})),
     ("files: scratch, atomic writes, trees, locks, signatures, the clock, usage counts",
      frozenset({"scratch", "files", "agentfs", "lock", "signing", "gitrepo", "clock", "usage", "bytecode",
                 "charge", "model_api", "document", "plots"})),

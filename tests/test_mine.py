@@ -203,7 +203,7 @@ def test_the_kept_task_is_validated_and_carries_its_commit(mined: tuple[MineRepo
     prompt = task.prompt
     assert "Make add() add its operands" in prompt and "add(2, 3) returns -1" in prompt
     # The test patch is withheld: the workspace holds the tests as they were before the fix.
-    assert "test_add_two_numbers" not in (task.workspace / "tests" / "test_calc.py").read_text()
+    assert "test_add_two_numbers" not in (task.pack_workspace / "tests" / "test_calc.py").read_text()
 
 
 @needs_bwrap

@@ -179,7 +179,7 @@ def test_validation_finds_the_task_valid_in_its_environment(which: str, request:
 def test_import_keeps_the_test_files_and_writes_an_environment(calc_pack: Pack) -> None:
     task = calc_pack.tasks["example__calc-1"]
     assert task.record.test_files == "reset"
-    assert (task.workspace / "tests" / "test_calc.py").read_text() == TESTS_BEFORE  # the pre-patch version
+    assert (task.pack_workspace / "tests" / "test_calc.py").read_text() == TESTS_BEFORE  # the pre-patch version
     assert (task.hidden / "tests" / "test_calc.py").read_text() == TESTS_AFTER
     spec = task.record.environment
     assert spec is not None and spec.import_roots == ["src"] and not environments.spec_problems(spec)
@@ -614,7 +614,7 @@ def test_a_file_the_test_patch_deletes_is_deleted_in_the_grading_copy(tmp_path: 
     pack = import_pack("swebench", data, tmp_path / "pack", repos=[("example/calc", repo)])
     task = pack.tasks["example__calc-2"]
     assert task.record.deleted_test_files == ["tests/conftest.py", "tests/test_legacy.py"]
-    assert (task.workspace / "tests" / "conftest.py").is_file()  # the agent sees the tree before the patch
+    assert (task.pack_workspace / "tests" / "conftest.py").is_file()  # the agent sees the tree before the patch
     environments.build_all(pack, say=lambda _line: None)
     (evidence,) = validate_pack(pack.root, repeat=1, progress=False).tasks.values()
     assert evidence.valid, evidence

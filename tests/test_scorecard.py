@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sealbench.errors import IncompleteScorecard
-from sealbench.scorecard import REQUIRED_SCORE_KEYS, load_task, validate_scorecard
+from sealbench.scorecard import REQUIRED_SCORE_KEYS, load_task_record, validate_scorecard
 
 
 def good_card() -> dict[str, Any]:
@@ -39,7 +39,7 @@ def test_load_task_rejects_missing_retry_cap(tmp_path: Path) -> None:
     path = tmp_path / "task.json"
     path.write_text(json.dumps(payload), encoding="utf-8")
     with pytest.raises(IncompleteScorecard, match="max_attempts: missing required key"):
-        load_task(path)
+        load_task_record(path)
 
 
 def test_load_task_rejects_zero_attempts(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_load_task_rejects_zero_attempts(tmp_path: Path) -> None:
                                 "hidden_tests_sha256": "abc", "max_attempts": 0, "wall_clock_s": 10,
                                 "language": "python"}))
     with pytest.raises(IncompleteScorecard, match="max_attempts"):
-        load_task(path)
+        load_task_record(path)
 
 
 def test_validate_rejects_over_budget_attempts() -> None:

@@ -33,7 +33,7 @@ CALL_OK = ev.ModelCall(status=200)
 ROWS = [
     ("passed: the attempt that passed", task("pass", attempt(1), attempt(2)), "passed on attempt 2"),
     ("a command that could not start is a harness error, explained",
-     task("harness_error", attempt(1, errors=[ev.HarnessErrorEvent(
+     task("harness_error", attempt(1, errors=[ev.HarnessFailed(
          error="sandbox failed to start sh: No such file or directory")])),
      "the agent's command could not start in the sandbox: No such file or directory (recorded as a "
      "harness error, which refuses the rate: check the contract's agent command)"),
@@ -42,7 +42,7 @@ ROWS = [
      "the declared model endpoint failed, not the agent: the model endpoint failed: 500 (recorded as a harness "
      "error, which refuses the rate: check the endpoint, then rerun under a new run_id)"),
     ("any other harness error quotes the first error recorded",
-     task("harness_error", attempt(1, errors=[ev.HarnessErrorEvent(error="disk full")])),
+     task("harness_error", attempt(1, errors=[ev.HarnessFailed(error="disk full")])),
      "the harness failed, not the agent: disk full"),
     ("a harness error without a message says so", task("harness_error"),
      "the harness failed, not the agent: no message recorded"),

@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "import_pack": "importers",
     "load_contract": "contract",
     "load_pack": "pack",
-    "load_task": "scorecard",
+    "load_task_record": "scorecard",
     "lock_contract": "contract",
     "make_bundle": "bundle",
     "new_contract": "contract",
@@ -67,8 +67,19 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
+# old exported name -> its new name; still answered, with a DeprecationWarning, and not in __all__
+_DEPRECATED: dict[str, str] = {
+    "load_task": "load_task_record",
+}
+
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        import warnings
+
+        new = _DEPRECATED[name]
+        warnings.warn(f"sealbench.{name} is deprecated; use sealbench.{new}", DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
     where = _EXPORTS.get(name)
     if where is None:
         raise AttributeError(f"module 'sealbench' has no attribute {name!r}")

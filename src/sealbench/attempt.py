@@ -182,7 +182,7 @@ class AttemptSpec:
     attempt: int
     budget_s: float
     """Seconds that remain for the task when the attempt starts (its deadline, counted from then)."""
-    workspace: Path
+    task_dir: Path
     """The task's folder: the agent's workspace, the host-private folder, its grading copies."""
     fresh: bool
     """Materialise the workspace anew first (the task's first attempt in this process, or one
@@ -254,7 +254,7 @@ def render_prompt(template: str, task: Task, attempt: int, max_attempts: int, fe
     return re.sub(r"\{(" + "|".join(values) + r")\}", lambda m: values[m.group(1)], template)
 
 
-def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: int, feedback: str,
+def ready_attempt(settings: Settings, task: Task, task_ws: TaskWorkspace, attempt: int, feedback: str,
                   cpu: AbstractContextManager[Any] | None = None) -> Ready:
     """Write the attempt's prompt and, for a command agent, set its sandbox up (held before exec;
     ``cpu`` held while it is spawned, see :func:`set_up`)."""
@@ -263,29 +263,29 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
     prompt = render_prompt(template, task, attempt, max_attempts, feedback)
     # Host-private and bound read-only: never a path inside the workspace, where a link the
     # previous attempt planted would turn this write into a write anywhere on the host.
-    prompt_file = tw.private / "prompt.md"
+    prompt_file = task_ws.private / "prompt.md"
     if attempt > 1:
-        tw.reset_private()
+        task_ws.reset_private()
     write_atomic(prompt_file, prompt, durable=False)
     if attempt > 1:
-        tw.reset_meta()
+        task_ws.reset_meta()
     prepared = None
     access = None
     agent = settings.agent
     if agent.kind == "command":
-        values = {"prompt_file": str(prompt_file), "workspace": str(tw.ws), "attempt": str(attempt),
+        values = {"prompt_file": str(prompt_file), "workspace": str(task_ws.agent_dir), "attempt": str(attempt),
                   "max_attempts": str(max_attempts), "task_id": task.task_id}
         mounts = [Path(m) for m in (settings.contract.agent.mounts if settings.contract.agent else [])]
-        env = task_env(settings, task, tw.ws, attempt, prompt_file)
+        env = task_env(settings, task, task_ws.agent_dir, attempt, prompt_file)
         # A model-backed agent: a token, the gateway's URLs and a relay into this sandbox alone,
         # closed (its calls journaled) when the prepared sandbox is closed, before agent_finished.
         gateway = settings.gateway
         access = gateway.open_attempt(task.task_id, attempt) if gateway is not None else None
         try:
             # The deadline is set when the attempt starts, from the time that remains then.
-            spec = sandbox_spec(settings, render_argv(agent.command, values), tw.ws,
+            spec = sandbox_spec(settings, render_argv(agent.command, values), task_ws.agent_dir,
                                 {**env, **(access.env if access else {})}, settings.budget.wall_clock_s,
-                                [*mounts, tw.private], task=task)
+                                [*mounts, task_ws.private], task=task)
             with cpu or contextlib.nullcontext():
                 prepared = settings.sandbox.prepare(dataclasses.replace(spec, relay=access.relay) if access else spec)
         except BaseException:
@@ -297,7 +297,7 @@ def ready_attempt(settings: Settings, task: Task, tw: TaskWorkspace, attempt: in
     return Ready(attempt, prompt, prompt_file, prepared, access)
 
 
-def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, ready: Ready,
+def run_agent(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, ready: Ready,
               deadline: float) -> dict[str, Any]:
     """Run the agent for one attempt until ``deadline``; its facts (``agent_finished`` fields).
 
@@ -318,7 +318,7 @@ def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWork
     started = time.monotonic()
     if agent.kind == "builtin":
         assert agent.builtin is not None
-        action = agent.builtin(task, tw.ws, attempt)
+        action = agent.builtin(task, task_ws.agent_dir, attempt)
         return {"exit_code": 0, "timed_out": False, "elapsed_ms": int((time.monotonic() - started) * 1000),
                 "action": action}
     assert agent.callable is not None
@@ -326,7 +326,7 @@ def run_agent(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWork
 
     def call() -> None:
         try:
-            box["action"] = agent.callable(task.record.model_dump(mode="json"), tw.ws, attempt)  # type: ignore[misc]
+            box["action"] = agent.callable(task.record.model_dump(mode="json"), task_ws.agent_dir, attempt)  # type: ignore[misc]
         except Exception as e:  # the agent's failure, recorded as its exit
             box["error"] = f"{type(e).__name__}: {e}"
 
@@ -364,22 +364,17 @@ TRACE_CAPS: Final = TraceCaps()
 """What of an agent's trace folder a run keeps as blobs (see :class:`sealbench.agentfs.TraceCaps`)."""
 AGENT_ENDING_FILE: Final = "sealbench-ending.json"
 """What a preset's launcher writes to the trace folder (see :mod:`sealbench.presets.launch`)."""
-ENDINGS_KEPT_FROM: Final = 4
-"""The derivation version from which that record is read onto ``agent_finished``."""
-TRANSCRIPTS_KEPT_FROM: Final = 3
-"""The derivation version from which the trace folder's files are kept (and listed on
-agent_finished); a run started under an older one keeps only the folder's digest."""
 
 
-def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
+def transcript(settings: Settings, task_ws: TaskWorkspace) -> dict[str, Any]:
     """The agent's trace folder, read without following it anywhere: its digest and, from
     derivation version 3 on, its files, kept as blobs (``agent_finished`` fields)."""
     below = (META_DIR, "trace")
     try:
         # From the workspace down: .sealbench/ itself may be the agent's link to a host folder.
-        if settings.derivation_version < TRANSCRIPTS_KEPT_FROM:
-            return {"transcript": trace_digest(tw.ws, settings.tree_caps, below=below)}
-        trace = read_trace(tw.ws, settings.tree_caps, TRACE_CAPS, below=below)
+        if not settings.vocabulary.transcripts:  # only the folder's digest
+            return {"transcript": trace_digest(task_ws.agent_dir, settings.tree_caps, below=below)}
+        trace = read_trace(task_ws.agent_dir, settings.tree_caps, TRACE_CAPS, below=below)
     except TreeRejected as e:
         return {"transcript": None, "transcript_rejected": e.reason}
     files = [ev.TraceFile(path=t.path, type=t.kind, sha256=t.digest or None,
@@ -388,7 +383,7 @@ def transcript(settings: Settings, tw: TaskWorkspace) -> dict[str, Any]:
                                        if t.data is not None else None))
              for t in trace.entries]
     ending = None
-    if settings.derivation_version >= ENDINGS_KEPT_FROM:
+    if settings.vocabulary.agent_ending:
         ending = agent_ending(next((t.data for t in trace.entries if t.path == AGENT_ENDING_FILE), None))
     # Absent when the folder is empty (most agents write nothing there): the line stays short.
     return {"transcript": trace.digest, **ev.present(transcript_files=files or None,
@@ -434,16 +429,16 @@ class Capture:
     timed_out: bool = False
 
 
-def capture(tw: TaskWorkspace, deadline: float, on_changes: Callable[[], None] | None = None) -> Capture:
+def capture(task_ws: TaskWorkspace, deadline: float, on_changes: Callable[[], None] | None = None) -> Capture:
     """What the attempt changed, and its patch; a tree over the caps is refused, with why.
 
     ``on_changes`` is called once the attempt is known to have changed something, before its
     patch is taken (which runs git twice)."""
     try:
-        changed = tw.changes()
+        changed = task_ws.changes()
         if changed and on_changes is not None:
             on_changes()
-        patch = tw.capture_patch(deadline - time.monotonic()) if changed else b""
+        patch = task_ws.capture_patch(deadline - time.monotonic()) if changed else b""
     except TreeRejected as e:
         return Capture([], b"", rejected=e.reason)
     except subprocess.TimeoutExpired:
@@ -495,7 +490,7 @@ class Setup:
             self.ready.prepared.close()
 
 
-def set_up(settings: Settings, spec: AttemptSpec, tw: TaskWorkspace,
+def set_up(settings: Settings, spec: AttemptSpec, task_ws: TaskWorkspace,
            cpu: AbstractContextManager[Any] | None = None) -> Setup:
     """The workspace materialised (for a fresh spec) and the attempt made ready, ahead of its start.
 
@@ -507,18 +502,18 @@ def set_up(settings: Settings, spec: AttemptSpec, tw: TaskWorkspace,
     try:
         if spec.fresh:
             with cpu or contextlib.nullcontext():
-                tw.materialise()
-        return Setup(ready=ready_attempt(settings, spec.task, tw, spec.attempt, spec.feedback, cpu=cpu))
+                task_ws.materialise()
+        return Setup(ready=ready_attempt(settings, spec.task, task_ws, spec.attempt, spec.feedback, cpu=cpu))
     except Exception as e:  # the harness's failure: recorded once the attempt has started
         return Setup(error=e)
 
 
-def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw: TaskWorkspace,
+def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, task_ws: TaskWorkspace,
                 setup: Setup | None = None) -> AttemptFacts:
     """Run one attempt to its end: the agent, the capture of its patch, grading, and (after a
     failure that is not the last attempt) the wait between attempts and the feedback.
 
-    ``tw`` is the task's workspace object (it remembers the base the patch is taken against);
+    ``task_ws`` is the task's workspace object (it remembers the base the patch is taken against);
     ``setup``, what was set up ahead. Never raises for the attempt's own sake: a stop, a
     storage failure and a harness error are facts too.
     """
@@ -534,14 +529,14 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
 
     try:
         if setup is None:
-            setup = set_up(settings, spec, tw) if spec.fresh else Setup()
+            setup = set_up(settings, spec, task_ws) if spec.fresh else Setup()
         if setup.error is not None:
             raise setup.error
         ready = setup.ready
         try:
             if ready is None or ready.attempt != attempt:
-                ready = ready_attempt(settings, task, tw, attempt, spec.feedback)
-            agent_facts = run_agent(settings, cancel, task, tw, ready, deadline)
+                ready = ready_attempt(settings, task, task_ws, attempt, spec.feedback)
+            agent_facts = run_agent(settings, cancel, task, task_ws, ready, deadline)
             prompt = ready.prompt
         except TreeRejected as e:
             # Only without a sandbox can an attempt replace its own workspace folder.
@@ -555,7 +550,7 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             return facts(stopped=why, storage_failure=why)
         gap_from = time.monotonic()
         agent = ev.AgentFinished(task_id=tid, attempt=attempt, prompt_sha256=sha256_bytes(prompt.encode()),
-                                 **transcript(settings, tw), **agent_facts)
+                                 **transcript(settings, task_ws), **agent_facts)
         done["agent"] = agent
 
         def oracle_ahead() -> None:
@@ -564,7 +559,7 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             nonlocal ahead
             end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=False)
             if must_grade(end, probe=settings.probe):
-                ahead = prepare_oracle(settings, task, tw, attempt, deadline - time.monotonic())
+                ahead = prepare_oracle(settings, task, task_ws, attempt, deadline - time.monotonic())
 
         if agent.workdir_rejected:
             # The copy back of the quota'd workspace stopped at a cap: the agent's failure. What
@@ -573,9 +568,9 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             # a harness error: the next attempt starts from the pack's workspace instead.
             cap = Capture([], b"", rejected=agent.workdir_rejected)
             if attempt < settings.max_attempts and not settings.probe:
-                tw.materialise()
+                task_ws.materialise()
         else:
-            cap = capture(tw, deadline, oracle_ahead)
+            cap = capture(task_ws, deadline, oracle_ahead)
         patch = cap.patch
         patch_digest = store_bytes(settings.run_dir, patch, durable=settings.durable_blobs) if patch else None
         done["capture"] = ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest, empty=not patch,
@@ -593,7 +588,7 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             graded = None
             if remaining > 0:
                 try:
-                    graded = grade(settings, cancel, task, tw, attempt, patch, cap.changed, remaining, ahead)
+                    graded = grade(settings, cancel, task, task_ws, attempt, patch, cap.changed, remaining, ahead)
                     ahead = None  # grade closed it
                 except subprocess.TimeoutExpired:
                     graded = None
@@ -615,7 +610,7 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tw:
             # sandbox all carry the time they were made, which would tell the next
             # attempt when this one's grading ended.
             wait_gap(cancel, gap_from, gap_s, deadline)
-        text, shown = feedback(settings, cancel, task, tw, attempt, deadline - time.monotonic())
+        text, shown = feedback(settings, cancel, task, task_ws, attempt, deadline - time.monotonic())
         done["feedback_event"] = shown
         return facts(feedback=text)
     except Exception as e:

@@ -335,7 +335,7 @@ def never_started_error(events: Sequence[Any]) -> str | None:
     from .usage import NEVER_STARTED
 
     for line in typed_lines(events, JOURNAL):
-        error = line.event.error if isinstance(line.event, ev.HarnessErrorEvent) else None
+        error = line.event.error if isinstance(line.event, ev.HarnessFailed) else None
         if isinstance(error, str) and error.startswith(NEVER_STARTED):
             return str(inert(error))
     return None

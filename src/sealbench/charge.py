@@ -116,7 +116,7 @@ def sessions(events: Iterable[Any]) -> list[_Session]:
 def _quiet_after(line: ev.Line, max_attempts: int | None, feedback_runs_code: bool) -> bool:
     """True when nothing of the task ran after ``line`` until its next line."""
     event = line.event
-    if isinstance(event, (ev.TaskStarted, ev.Feedback, ev.HarnessErrorEvent)):
+    if isinstance(event, (ev.TaskStarted, ev.Feedback, ev.HarnessFailed)):
         return True
     if not isinstance(event, ev.AttemptFinished):
         return False

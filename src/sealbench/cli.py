@@ -1069,9 +1069,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", dest="install_version", metavar="V", help="the exact version (default: the preset's pin)")
     p.set_defaults(func=cmd_agents_install)
 
-    p = sub.add_parser("score", help="score events (events.json or a run directory) under a locked contract")
+    p = sub.add_parser("score", help="score seed events (events.json) or a run directory's journal under a locked contract")
     p.add_argument("contract", help="the locked contract")
-    p.add_argument("events", help="events.json, or a run directory (its journal is scored)")
+    p.add_argument("events", help="events.json (seed events), or a run directory (its journal is scored)")
     p.add_argument("--json", action="store_true", help="print rate.json's content instead of the summary run prints")
     p.set_defaults(func=cmd_score)
 

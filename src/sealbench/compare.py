@@ -1,7 +1,7 @@
 """Paired comparisons of verified bundles: discordant counts, the exact McNemar test, and a
 verdict that can say "tie".
 
-Seed 004: "Better" needs a paired design: the same task ids, the same budget policy, the same
+The scoring contract: "better" needs a paired design: the same task ids, the same budget policy, the same
 tests, and a rule for ties written in advance. :func:`compare` refuses unless every bundle
 verifies and the runs share task_ids, the pack digest, the hidden-test digests, the budget
 policy, the metrics, the feedback policy, the forbidden paths and whether a flagged pass

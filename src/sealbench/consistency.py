@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events
-from .derive import INFRA_ERROR_FROM
 from .formats import ScoringContract
 from .outcomes import AttemptResult, Outcome
+from .vocabulary import vocabulary_of
 
 _ATTEMPT_STEPS = (events.AGENT_FINISHED, events.PATCH_CAPTURED, events.GRADED, events.ATTEMPT_FINISHED)
 # The step each step needs before it; attempt_finished may follow patch_captured directly.
@@ -176,7 +176,7 @@ class _Reader:
             self.attempt_interrupted(tid, task, line)
         elif isinstance(event, events.Feedback):
             self.feedback(tid, task, line)
-        elif isinstance(event, events.HarnessErrorEvent):
+        elif isinstance(event, events.HarnessFailed):
             if task.harness_error is None:
                 task.harness_error = line
         elif isinstance(event, events.TaskFinished):
@@ -445,7 +445,7 @@ class _Reader:
         exhausted = self.cap is not None and used >= self.cap
         if result == AttemptResult.FAIL:
             return {Outcome.FAIL.value if exhausted else Outcome.TIMEOUT.value}
-        if last is not None and self.version >= INFRA_ERROR_FROM:
+        if last is not None and vocabulary_of(self.version).infra_error:
             # Its last attempt was interrupted: not the agent's end, so not the agent's outcome.
             return {Outcome.INFRA_ERROR.value}
         # The last attempt was interrupted by a crash (or none started): how its time is

@@ -77,7 +77,7 @@ def _refuse_workspaces_over(pack: Pack, ids: Sequence[str], cap: int) -> None:
 
     for t in ids:
         size = 0
-        for dirpath, _dirs, files in os.walk(pack.tasks[t].workspace):
+        for dirpath, _dirs, files in os.walk(pack.tasks[t].pack_workspace):
             for name in files:
                 with contextlib.suppress(OSError):
                     st = os.lstat(os.path.join(dirpath, name))
@@ -276,7 +276,7 @@ def new_contract(
 def lock_contract(
     contract: ScoringContract, run_id: str, now: datetime, pack: Pack | None = None
 ) -> ScoringContract:
-    """Apply every seed-004 lock rule and return the locked contract with its sha256.
+    """Apply every lock rule of the scoring contract and return the locked contract with its sha256.
 
     Raises:
         ContractError: already locked; incomplete; quota or permanence assumed; host

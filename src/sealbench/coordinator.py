@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from . import events as ev
 from . import pytest_oracle
 from .attempt import AttemptFacts, AttemptSpec, final_outcome, storage_failed
-from .derive import DERIVATION_VERSION, INFRA_ERROR_FROM
+from .derive import DERIVATION_VERSION
 from .errors import HarnessError, StorageError, Terminated
 from .executors import AHEAD_BEYOND_JOBS, Delivery, Executor, Handle
 from .files import write_atomic
@@ -51,6 +51,7 @@ from .journal import Journal
 from .outcomes import AttemptResult, Outcome, TaskState
 from .pack import Task
 from .progress import Progress
+from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:
     from .charge import Charge
@@ -168,8 +169,7 @@ class Coordinator:
         self.cancel_grace_s = CANCEL_GRACE_S if cancel_grace_s is None else cancel_grace_s
         self.now = clock
         # A run started under version 1 (resumed by this release) gets no line its release cannot read.
-        self._new_vocabulary = derivation_version >= 2
-        self._infra_outcome = derivation_version >= INFRA_ERROR_FROM
+        self.vocabulary = vocabulary_of(derivation_version)
         self.outcomes: dict[str, str] = {}
         self.storage_failed: list[str] = []
         """What failed, when the run's own storage did (first failure first)."""
@@ -193,7 +193,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------------------ journal
 
-    def j(self, event: ev.Event, *, durable: bool = True) -> None:
+    def append(self, event: ev.Event, *, durable: bool = True) -> None:
         """Append ``event``, durably unless ``durable=False``.
 
         Raises:
@@ -215,7 +215,7 @@ class Coordinator:
         Raises:
             JournalStopped: the journal could not be written.
         """
-        self.j(ev.RunResumed(**header.payload()) if resumed else header)
+        self.append(ev.RunResumed(**header.payload()) if resumed else header)
 
     def settle(self, prior: Mapping[str, Prior], charges: Sequence[Charge]) -> None:
         """Journal what a resume decides before any task runs: each attempt the stopped process
@@ -227,9 +227,9 @@ class Coordinator:
         """
         for tid, p in prior.items():
             if p.open_attempt is not None and not p.finished:
-                self.j(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
+                self.append(ev.AttemptInterrupted(task_id=tid, attempt=p.open_attempt, reason=STOPPED_MID_ATTEMPT))
         for charge in charges:
-            self.j(charge.event())
+            self.append(charge.event())
 
     def complete(self, stopped_by: str | None) -> bool:
         """Whether the run ended complete once :meth:`drive` returned ``stopped_by``: nothing
@@ -244,11 +244,11 @@ class Coordinator:
             JournalStopped: the journal could not be written.
         """
         ended = list(self.outcomes.values())
-        self.j(ev.RunFinished(outcomes={o: ended.count(o) for o in set(ended)}))
+        self.append(ev.RunFinished(outcomes={o: ended.count(o) for o in set(ended)}))
 
     def _write(self, event: ev.Event) -> None:
         """Append a line that :meth:`_commit` makes durable before anything acts on it."""
-        self.j(event, durable=False)
+        self.append(event, durable=False)
 
     def _commit(self) -> None:
         """Make this turn's lines durable with one fsync, then act on them: hand the attempts
@@ -410,7 +410,7 @@ class Coordinator:
     def _spec(self, task: Task, attempt: int, budget_s: float, *, fresh: bool, feedback: str) -> AttemptSpec:
         name = ("probe-" + task.task_id) if self.settings.probe else task.task_id
         return AttemptSpec(task=task, attempt=attempt, budget_s=budget_s,
-                           workspace=self.settings.run_dir / "work" / name, fresh=fresh, feedback=feedback)
+                           task_dir=self.settings.run_dir / "work" / name, fresh=fresh, feedback=feedback)
 
     def _needs_attempt(self, task: Task) -> bool:
         return self.prior.get(task.task_id, Prior()).runs_attempts(self.settings.max_attempts)
@@ -498,7 +498,7 @@ class Coordinator:
         run.interrupted = None
         started = self.now()
         spec = self._spec(run.task, attempt, remaining, fresh=run.fresh, feedback=run.feedback)
-        if self._new_vocabulary:
+        if self.vocabulary.submitted:
             self._write(ev.Submitted(task_id=tid, attempt=attempt, **ev.present(node=self.executor.node_of(spec))))
         run.fresh = False
         self._to_submit.append((run, spec, started))
@@ -507,7 +507,7 @@ class Coordinator:
         """End a task whose attempts or time are used up: ``outcome``, unless its last attempt
         was interrupted. The agent did not end that one, so nothing it did decided the task:
         an infrastructure outcome, which refuses the rate (the attempt stays used)."""
-        if run.interrupted is None or not self._infra_outcome:
+        if run.interrupted is None or not self.vocabulary.infra_error:
             self._finish(run, outcome)
             return
         why = "no attempt" if outcome is Outcome.FAIL else "no time"
@@ -572,7 +572,7 @@ class Coordinator:
         # The first result of an attempt is its result; whatever comes later is never counted.
         if key in self._decided or opened is None or run is None:
             facts = delivery.facts
-            if not self._new_vocabulary:
+            if not self.vocabulary.submitted:
                 print(f"sealbench: a second result for {handle.task_id} attempt {handle.attempt} was not counted "
                       f"(this run's journal has no line for it)", file=sys.stderr, flush=True)
                 return
@@ -621,7 +621,7 @@ class Coordinator:
             self._storage_failure(facts.storage_failure)
         if facts.error is not None:
             # The harness failed, not the agent: recorded, and the task stays in the denominator.
-            self._write(ev.HarnessErrorEvent(task_id=tid, attempt=attempt, error=facts.error))
+            self._write(ev.HarnessFailed(task_id=tid, attempt=attempt, error=facts.error))
             self._finish(run, Outcome.HARNESS_ERROR, error=facts.error)
             return
         if facts.stopped is not None:

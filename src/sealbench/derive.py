@@ -37,6 +37,7 @@ from .formats import (
 from .outcomes import Outcome
 from .scorecard import REQUIRED_SCORE_KEYS
 from .usage import task_usage
+from .vocabulary import VOCABULARY
 
 DERIVATION_VERSION: Final = 5
 """The version of the rules this release derives new runs with (see the module docstring).
@@ -57,14 +58,10 @@ events that record a body's digest apart from its blob (``request_sha256``,
 ``response_sha256``, ``request_truncated``, ``bodies_missing``) or stand for many refused
 requests (``refused_count``, each counted in ``model_usage``); a call started whose
 ``model_call`` never came (the runner died) counts in ``model_usage`` as a call whose use is
-unknown. Their ``task_finished`` may say ``infra_error`` (from :data:`INFRA_ERROR_FROM`): a
+unknown. Their ``task_finished`` may say ``infra_error`` (the vocabulary's ``infra_error``): a
 task whose last attempt something other than its agent ended (a crash, a stop, a full disk, a
 lost node) with no attempt or time left, which version 4 ended as ``fail`` or ``timeout``; its
 scorecard is not complete, and it refuses the rate."""
-
-INFRA_ERROR_FROM: Final = 5
-"""The first derivation version whose runs end a task as ``infra_error`` when its last attempt
-was interrupted; runs of earlier versions keep ``fail`` or ``timeout`` for it, through resume."""
 
 CONTRACT: Final = "scoring_contract.json"
 JOURNAL: Final = "journal.jsonl"
@@ -184,7 +181,7 @@ def forging_flags(task_events: Sequence[ev.Line]) -> ForgingFlags | None:
 
 
 def seed_event(card: Scorecard) -> SeedEvent:
-    """The seed-004 events.json entry of one scorecard."""
+    """The seed event (an events.json entry) of one scorecard."""
     return SeedEvent(
         task_id=card.task_id,
         task_pass=card.outcome is Outcome.PASS,
@@ -507,7 +504,7 @@ class Rules:
     readme_bytes: Callable[[ScoringContract, Mapping[str, Any] | None], bytes]
 
 
-RESUMABLE: Final = frozenset({1, 2, 3, 4, 5})
+RESUMABLE: Final = frozenset(VOCABULARY)
 """The versions of the runs this release continues on resume: their rules are the ones it
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""

@@ -346,7 +346,7 @@ class TimeCharged(Event):
     basis: str | None = Field(None, description="Why that much.")
 
 
-class HarnessErrorEvent(Event):
+class HarnessFailed(Event):
     """The harness failed the task (never the agent's failure)."""
 
     kind: Literal["harness_error"] = HARNESS_ERROR
@@ -442,7 +442,7 @@ class DuplicateResult(Event):
 AnyEvent: TypeAlias = Annotated[
     Union[RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted,  # noqa: UP007
           AttemptStarted, AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted,
-          TimeCharged, HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall, ModelCallStarted],
+          TimeCharged, HarnessFailed, TaskFinished, Submitted, DuplicateResult, ModelCall, ModelCallStarted],
     Field(discriminator=KIND),
 ]
 """Every event kind, told apart by ``kind``."""
@@ -450,7 +450,7 @@ AnyEvent: TypeAlias = Annotated[
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted, RunResumed, RunInterrupted, RunFinished, JournalRepaired, Heartbeat, TaskStarted, AttemptStarted,
     AgentFinished, PatchCaptured, Graded, Feedback, AttemptFinished, AttemptInterrupted, TimeCharged,
-    HarnessErrorEvent, TaskFinished, Submitted, DuplicateResult, ModelCall, ModelCallStarted,
+    HarnessFailed, TaskFinished, Submitted, DuplicateResult, ModelCall, ModelCallStarted,
 )
 BY_KIND: Final[Mapping[str, type[Event]]] = {t.model_fields[KIND].default: t for t in EVENT_TYPES}
 KINDS: Final = frozenset(BY_KIND)

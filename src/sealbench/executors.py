@@ -172,18 +172,18 @@ class LocalExecutor:
 
     def _workspace(self, task_id: str, spec: AttemptSpec) -> TaskWorkspace:
         with self._lock:
-            tw = self._workspaces.get(task_id)
-            if tw is None:
-                tw = self._workspaces[task_id] = TaskWorkspace(spec.workspace, spec.task.workspace,
+            task_ws = self._workspaces.get(task_id)
+            if task_ws is None:
+                task_ws = self._workspaces[task_id] = TaskWorkspace(spec.task_dir, spec.task.pack_workspace,
                                                                self.settings.tree_caps)
-            return tw
+            return task_ws
 
     def warm(self, spec: AttemptSpec) -> None:
         with self._lock:
             if self._wound_down or spec.key in self._warmed:
                 return
-        tw = self._workspace(spec.task.task_id, spec)
-        fut = self._setups_ahead.submit(self._set_up, spec, tw)
+        task_ws = self._workspace(spec.task.task_id, spec)
+        fut = self._setups_ahead.submit(self._set_up, spec, task_ws)
         with self._lock:
             self._warmed[spec.key] = fut
             self._setting_up.add(fut)
@@ -219,8 +219,8 @@ class LocalExecutor:
         with contextlib.suppress(Exception):
             prepared.fill_ahead()
 
-    def _set_up(self, spec: AttemptSpec, tw: TaskWorkspace) -> Setup:
-        return set_up(self.settings, spec, tw, cpu=self._setups)
+    def _set_up(self, spec: AttemptSpec, task_ws: TaskWorkspace) -> Setup:
+        return set_up(self.settings, spec, task_ws, cpu=self._setups)
 
     def ready(self, spec: AttemptSpec) -> bool:
         with self._lock:
@@ -248,16 +248,16 @@ class LocalExecutor:
                 cancel.wind_down()
             if self._aborted is not None:
                 cancel.cancel(self._aborted)
-        tw = self._workspace(spec.task.task_id, spec)
-        self._pool.submit(self._run, handle, spec, cancel, tw, warmed)
+        task_ws = self._workspace(spec.task.task_id, spec)
+        self._pool.submit(self._run, handle, spec, cancel, task_ws, warmed)
         return handle
 
-    def _run(self, handle: Handle, spec: AttemptSpec, cancel: Cancellation, tw: TaskWorkspace,
+    def _run(self, handle: Handle, spec: AttemptSpec, cancel: Cancellation, task_ws: TaskWorkspace,
              warmed: Future[Setup] | None) -> None:
         delivery: Delivery
         try:
             setup = warmed.result() if warmed is not None else None
-            facts = run_attempt(spec, self.settings, cancel, tw, setup)
+            facts = run_attempt(spec, self.settings, cancel, task_ws, setup)
             if facts.storage_failure is not None:
                 # The run's own storage failed: every attempt stops now, not once the coordinator hears of it.
                 self._abort(facts.storage_failure)
@@ -312,16 +312,16 @@ class LocalExecutor:
         with self._lock:
             keys = [k for k in self._warmed if k[0] == task_id]
             dropped = [self._warmed.pop(k) for k in keys]
-            tw = self._workspaces.pop(task_id, None)
+            task_ws = self._workspaces.pop(task_id, None)
             ahead = list(self._setting_up)
         for fut in dropped:
             _drop(fut)
-        if tw is not None and not self.settings.keep_work:
+        if task_ws is not None and not self.settings.keep_work:
             try:
                 # On a worker: the code under test wrote in it, and its removal may take a while.
-                self._cleanup.submit(_remove, tw, ahead)
+                self._cleanup.submit(_remove, task_ws, ahead)
             except RuntimeError:  # the pool is shut down, and so are the set-ups
-                _remove(tw)
+                _remove(task_ws)
 
     def close(self) -> None:
         with self._lock:
@@ -341,8 +341,8 @@ class LocalExecutor:
             left = list(self._workspaces.values())
             self._workspaces.clear()
         if not self.settings.keep_work:
-            for tw in left:
-                _remove(tw)
+            for task_ws in left:
+                _remove(task_ws)
 
     @property
     def busy(self) -> bool:
@@ -350,7 +350,7 @@ class LocalExecutor:
             return bool(self._running)
 
 
-def _remove(tw: TaskWorkspace, after: Collection[Future[Setup]] = ()) -> None:
+def _remove(task_ws: TaskWorkspace, after: Collection[Future[Setup]] = ()) -> None:
     """Remove a task's folder once the set-ups ``after`` have ended (they go first).
 
     A removal and a set-up are both a long run of short system calls, each of which lets go of
@@ -363,7 +363,7 @@ def _remove(tw: TaskWorkspace, after: Collection[Future[Setup]] = ()) -> None:
     if after:
         wait_for(after)
     with contextlib.suppress(OSError):
-        remove_tree(tw.root)
+        remove_tree(task_ws.root)
 
 
 def _drop(fut: Future[Setup]) -> None:

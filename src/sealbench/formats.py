@@ -479,7 +479,7 @@ LooseOutcome = Annotated[Outcome, Field(strict=False)]
 
 
 class SeedEvent(Model):
-    """One entry of ``events.json``, the scoring contract's event shape (one per task in the denominator)."""
+    """One seed event: an entry of ``events.json``, the scoring contract's event shape (one per task in the denominator)."""
 
     task_id: str = Field(description="A task of the locked denominator.")
     task_pass: bool = Field(description="The primary metric for this task.")

@@ -45,9 +45,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import events as ev
 from . import model_api, scratch
+from .derive import DERIVATION_VERSION
 from .errors import HarnessError, RunRefusal
 from .formats import Budget, ModelEndpoint, ScoringContract
 from .sandbox import Prepared, Relay, SandboxResult
+from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web
@@ -113,9 +115,6 @@ class GatewayLimits:
     line at the attempt's end says how many (derivation version 5 on)."""
 
 
-ANNOUNCED_FROM: Final = 5
-"""The derivation version from which a call is journaled (``model_call_started``) before it is
-forwarded, and a ``model_call`` may record a body's digest apart from its blob."""
 
 
 def read_keys(contract: ScoringContract, sandbox_kind: str, environ: Mapping[str, str] | None = None
@@ -447,17 +446,17 @@ class Gateway:
 
     ``record`` journals an event durably (called from a writer thread of the gateway's);
     ``store`` keeps bytes as a blob and returns its digest. ``derivation_version`` is the run's:
-    from :data:`ANNOUNCED_FROM` on, each call is journaled before it is forwarded.
+    when its vocabulary has ``announced_calls``, each call is journaled before it is forwarded.
     """
 
     def __init__(self, endpoints: Sequence[ModelEndpoint], keys: Mapping[str, str],
                  record: Callable[[ev.Event], object], store: Callable[[bytes], str],
                  limits: GatewayLimits | None = None, *, budget: Budget | None = None,
                  used: Mapping[str, Ledger] | None = None, replay: Record | None = None,
-                 derivation_version: int = ANNOUNCED_FROM) -> None:
+                 derivation_version: int = DERIVATION_VERSION) -> None:
         self.endpoints = {e.name: e for e in endpoints}
         self.budget = budget
-        self._announce = derivation_version >= ANNOUNCED_FROM
+        self._announce = vocabulary_of(derivation_version).announced_calls
         self._stored_lock = threading.Lock()
         self._stored_task: dict[str, int] = {}
         self.replay = replay

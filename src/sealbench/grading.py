@@ -33,6 +33,7 @@ from .function_oracle import is_oracle_cmd
 from .pack import Task
 from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
 from .sandbox import command_path as sandbox_path
+from .vocabulary import Vocabulary, vocabulary_of
 from .workspace import (
     META_DIR,
     TaskWorkspace,
@@ -93,6 +94,11 @@ class Settings:
     derivation_version: int = DERIVATION_VERSION
     """The rules the run is derived by (a resumed run keeps the version it started under): what
     its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """What the run's journal may say, by :attr:`derivation_version`."""
+        return vocabulary_of(self.derivation_version)
 
     @property
     def max_attempts(self) -> int:
@@ -394,7 +400,7 @@ def _oracle_spec(settings: Settings, task: Task, grade_dir: Path, attempt: int, 
     return spec
 
 
-def prepare_oracle(settings: Settings, task: Task, tw: TaskWorkspace, attempt: int,
+def prepare_oracle(settings: Settings, task: Task, task_ws: TaskWorkspace, attempt: int,
                    remaining: float) -> OracleAhead | None:
     """Set the oracle of ``attempt`` up in its sandbox, held at its gate, on an empty grading
     directory that :func:`grade` fills (the sandbox binds the directory, not what it holds):
@@ -406,7 +412,7 @@ def prepare_oracle(settings: Settings, task: Task, tw: TaskWorkspace, attempt: i
     """
     if remaining <= 0 or pytest_oracle.is_guarded(task.record.oracle_cmd):
         return None
-    grade_dir = tw.root / f"grade-{attempt}"
+    grade_dir = task_ws.root / f"grade-{attempt}"
     try:
         remove_tree(grade_dir)
         grade_dir.mkdir()
@@ -415,7 +421,7 @@ def prepare_oracle(settings: Settings, task: Task, tw: TaskWorkspace, attempt: i
     return OracleAhead(settings.sandbox, _oracle_spec(settings, task, grade_dir, attempt, remaining))
 
 
-def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
+def grade(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int, patch: bytes,
           changed: list[str], remaining: float, ahead: OracleAhead | None = None) -> dict[str, Any]:
     """Grade one attempt in a new directory; never in the agent's. Returns the ``graded`` payload.
 
@@ -428,13 +434,13 @@ def grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspac
         subprocess.TimeoutExpired: applying the patch ran out of the time that remains.
     """
     try:
-        return _grade(settings, cancel, task, tw, attempt, patch, changed, remaining, ahead)
+        return _grade(settings, cancel, task, task_ws, attempt, patch, changed, remaining, ahead)
     finally:
         if ahead is not None:
             ahead.close()
 
 
-def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes,
+def _grade(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int, patch: bytes,
            changed: list[str], remaining: float, ahead: OracleAhead | None) -> dict[str, Any]:
     hidden_paths = task.hidden_paths()
     # A file the test patch deletes is one of its files too: reset (removed) at grading.
@@ -445,15 +451,15 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
         # function-level oracle runs isolated (python -I, -P: no working directory on sys.path);
         # a script oracle, or pytest run by the oracle itself, has nobody watching its imports.
-        forbidden += [p for p in module_shadows(changed, task.workspace, tw.ws, hidden_paths, task.record.oracle_cmd)
+        forbidden += [p for p in module_shadows(changed, task.pack_workspace, task_ws.agent_dir, hidden_paths, task.record.oracle_cmd)
                       if p not in forbidden]
-    grade_dir = tw.root / f"grade-{attempt}"
+    grade_dir = task_ws.root / f"grade-{attempt}"
     # Without the pack's bytecode: Python would run a stale or planted .pyc as the pack's code.
     if ahead is None:
         remove_tree(grade_dir)
-        copy_tree(task.workspace, grade_dir, ignore=bytecode.ignore_bytecode)
+        copy_tree(task.pack_workspace, grade_dir, ignore=bytecode.ignore_bytecode)
     else:  # prepare_oracle made it, empty
-        copy_tree(task.workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
+        copy_tree(task.pack_workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
     applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
     # Bytecode the patch carries (the copy holds none of the pack's) runs under the name it was
     # compiled with: forbidden, whatever the contract lists.
@@ -470,7 +476,7 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
             remove_entry(grade_dir, rel)  # never through a link the patch put on the way
         overlay(task.hidden, grade_dir)
         if pytest_oracle.is_guarded(task.record.oracle_cmd):
-            green = grade_guarded(settings, cancel, task, tw, attempt, changed, grade_dir, remaining, result)
+            green = grade_guarded(settings, cancel, task, task_ws, attempt, changed, grade_dir, remaining, result)
         else:
             if task.record.junit_xml:
                 remove_planted_report(grade_dir, task.record.junit_xml)
@@ -505,8 +511,8 @@ def _grade(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspa
         # The code under test wrote in it: removed without recursion, whatever its depth.
         with contextlib.suppress(OSError):
             remove_tree(grade_dir)
-            remove_tree(tw.root / f"oracle-{attempt}")
-            remove_tree(tw.root / f"install-{attempt}")
+            remove_tree(task_ws.root / f"oracle-{attempt}")
+            remove_tree(task_ws.root / f"install-{attempt}")
     return result
 
 
@@ -525,7 +531,7 @@ def with_pythonpath(args: Sequence[str], extra: str) -> list[str]:
     return [out[0], "-o", f"pythonpath={extra}", *out[1:]]
 
 
-def install_repository(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+def install_repository(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
                        grade_dir: Path, remaining: float, result: dict[str, Any]) -> tuple[Path | None, float]:
     """Install the grading copy by its own build backend, in the sandbox (see
     :mod:`sealbench.repo_install`), when its environment says so: (the folder to bind read-only
@@ -536,7 +542,7 @@ def install_repository(settings: Settings, cancel: Cancellation, task: Task, tw:
     spec = task.record.environment
     if spec is None or spec.install != "editable":
         return None, remaining
-    out = tw.root / f"install-{attempt}"
+    out = task_ws.root / f"install-{attempt}"
     remove_tree(out)
     out.mkdir()
     env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
@@ -548,16 +554,16 @@ def install_repository(settings: Settings, cancel: Cancellation, task: Task, tw:
     return out, max(0.0, remaining - res.elapsed_s)
 
 
-def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
                   changed: list[str], grade_dir: Path, remaining: float, result: dict[str, Any]) -> bool:
     """Run a ``sealbench-pytest`` oracle (see :mod:`sealbench.pytest_oracle`); fills ``result``
     with its facts, JUnit verdict and forging flags, and returns whether the tests are green."""
-    installed, remaining = install_repository(settings, cancel, task, tw, attempt, grade_dir, remaining, result)
+    installed, remaining = install_repository(settings, cancel, task, task_ws, attempt, grade_dir, remaining, result)
     if "repo_install" in result and installed is None:
         return False
-    private = tw.root / f"oracle-{attempt}"
+    private = task_ws.root / f"oracle-{attempt}"
     remove_tree(private)
-    owned = (set(tw.base) - set(changed)) | set(task.hidden_paths())
+    owned = (set(task_ws.base) - set(changed)) | set(task.hidden_paths())
     # The installed metadata joins the import roots on sys.path through pytest, once the guard watches.
     cmd = task.record.oracle_cmd if installed is None else with_pythonpath(task.record.oracle_cmd,
                                                                             str(installed / "site"))
@@ -576,7 +582,7 @@ def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, tw: Task
     result["oracle_guard"] = pytest_oracle.GUARD_LABEL
     result["junit"] = verdict.junit
     if pytest_oracle.crashed(res.exit_code, res.timed_out, verdict.junit):
-        result["junit"] = {**verdict.junit, "why": whose_crash(settings, cancel, task, tw, attempt, res, verdict.junit)}
+        result["junit"] = {**verdict.junit, "why": whose_crash(settings, cancel, task, task_ws, attempt, res, verdict.junit)}
     if verdict.ignored:
         result["oracle_ignored"] = verdict.ignored
     if verdict.flags:
@@ -599,7 +605,7 @@ def pinned_versions(settings: Settings, task: Task) -> str:
     return f"the environment pins {' and '.join(sorted(pins, reverse=True)) or 'no pytest'}"
 
 
-def whose_crash(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+def whose_crash(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
                 res: SandboxResult, junit: Mapping[str, Any]) -> str:
     """A guarded run that crashed (:func:`pytest_oracle.crashed`): the harness's own test run,
     in the same environment with nothing of the candidate's, says whose crash it was.
@@ -612,7 +618,7 @@ def whose_crash(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWo
             never the agent's doing; the message says how, with the tail of the output.
         Stopped: cancelled.
     """
-    root = tw.root / f"self-check-{attempt}"
+    root = task_ws.root / f"self-check-{attempt}"
     remove_tree(root)
     try:
         guarded, workdir = pytest_oracle.prepare_self_check(root)
@@ -640,7 +646,7 @@ def whose_crash(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWo
             f"Its output ends: {pytest_oracle.output_tail(output, chars=400)}")
 
 
-def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorkspace, attempt: int,
+def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
              remaining: float) -> tuple[str, ev.Feedback | None]:
     """What the agent is shown after failed attempt ``attempt``, and the ``feedback`` event to
     journal when the visible tests ran (None otherwise).
@@ -656,9 +662,9 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, tw: TaskWorks
     cmd = task.record.visible_test_cmd
     if not cmd:
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
-    env = task_env(settings, task, tw.ws, attempt, None)
+    env = task_env(settings, task, task_ws.agent_dir, attempt, None)
     argv = bytecode.python_argv(cmd, bytecode_mirror(settings, task).prefix)
-    res, facts = sandboxed(settings, cancel, argv, tw.ws, env, min(remaining, 60.0), task=task)
+    res, facts = sandboxed(settings, cancel, argv, task_ws.agent_dir, env, min(remaining, 60.0), task=task)
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event

@@ -54,7 +54,7 @@ class Task:
         return self.record.task_id
 
     @property
-    def workspace(self) -> Path:
+    def pack_workspace(self) -> Path:
         return self.dir / "workspace"
 
     @property
@@ -210,7 +210,7 @@ def task_digests(task: Task, root: Path, record: TaskRecord | None = None) -> Ta
             record=digest_json(rec.model_dump(mode="json")),
             prompt=sha256_bytes(task.prompt.encode("utf-8")),
             template=sha256_bytes(task.template.encode("utf-8")),
-            workspace=tree_digest(task.workspace, root),
+            workspace=tree_digest(task.pack_workspace, root),
             hidden_tests=tree_digest(task.hidden, root),
             solution=tree_digest(task.solution, root) if task.solution.exists() else None,
         )
@@ -275,7 +275,7 @@ def visible_test_leaks(task: Task) -> list[str]:
     """
     prompts = [("prompt.md", task.prompt), ("template", task.template)]
     workspace = [(f"workspace/{rel}", text, {line.strip() for line in text.splitlines()})
-                 for rel, text in _text_files(task.workspace)]
+                 for rel, text in _text_files(task.pack_workspace)]
     before = {w.removeprefix("workspace/"): vlines for w, _t, vlines in workspace}
     reset = task.record.test_files == "reset"
     leaks: list[str] = []

@@ -45,6 +45,7 @@ from .errors import HarnessError, RunRefusal, SealbenchError
 from .executors import Delivery, Handle, LocalExecutor
 from .grading import Settings, store_bytes
 from .sandbox import Limits
+from .vocabulary import vocabulary_of
 
 DEFAULT_ADDRESS: Final = "auto"
 LOCAL_ADDRESS: Final = "local"
@@ -358,7 +359,7 @@ class NodeRunner:
     def _local(self, spec: AttemptSpec) -> AttemptSpec:
         """The spec with this node's copy of its task and a workspace in this node's scratch."""
         task = self.pack.tasks[spec.task.task_id]
-        return replace(spec, task=task, workspace=self.scratch / "run" / "work" / spec.workspace.name)
+        return replace(spec, task=task, task_dir=self.scratch / "run" / "work" / spec.task_dir.name)
 
     def collect(self, timeout_s: float, seq: int | None = None,
                 ops: tuple[tuple[str, tuple[Any, ...]], ...] = ()) -> Collected:
@@ -847,9 +848,7 @@ class RayExecutor:
     def _without_bodies(self, call: ev.ModelCall, why: str) -> ev.ModelCall:
         """``call`` with its bodies named by digest only, the bytes marked missing (in a run
         whose vocabulary lacks those fields, its error says so)."""
-        from .gateway import ANNOUNCED_FROM
-
-        if self._part is not None and self._part.derivation_version < ANNOUNCED_FROM:
+        if self._part is not None and not vocabulary_of(self._part.derivation_version).announced_calls:
             return call.model_copy(update={"request": None, "response": None,
                                            "error": "; ".join([*([call.error] if call.error else []),
                                                                f"bodies not stored: {why}"])})

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import __version__, preflight, pytest_oracle, runs_index
 from . import events as ev
@@ -46,6 +46,7 @@ from .progress import Progress
 from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
 from .show import StoryBook, TaskStory
+from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:
     from .environments import BuiltEnv
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunPlan", "RunResult", "check_memory", "default_jobs",
            "execute", "memory_per_job", "render_prompt", "write_derived", "write_probe_summary"]
 
-CONTINUATIONS_FROM: Final = 5
-"""The first derivation version whose run headers carry ``continuation`` and ``moved_from``."""
 
 
 def default_jobs() -> int:
@@ -219,7 +218,7 @@ def _prior_state(events: Sequence[ev.Line], budget: Budget,
                 p.first_attempt_passed = False
         elif isinstance(event, ev.PatchCaptured):
             p.last_patch = event.patch_sha256
-        elif isinstance(event, ev.HarnessErrorEvent):
+        elif isinstance(event, ev.HarnessFailed):
             p.harness_error = str(event.error)
         elif isinstance(event, ev.TaskFinished):
             p.finished = True
@@ -382,7 +381,7 @@ def _open_journal(plan: RunPlan, clock: Clock) -> _Session:
             raise RunRefusal("cannot resume: " + ("a replay continues only with --replay and the bundle it replays"
                                                   if first.replay_of is not None else
                                                   "a measured run cannot be continued as a replay"))
-        if header.pack_path is not None and started_under < 3:
+        if header.pack_path is not None and not vocabulary_of(started_under).moved_pack:
             journal.close()
             raise RunRefusal(f"cannot resume with --pack: the run was started under derivation version "
                              f"{started_under}, whose journal cannot record a moved pack; put the pack back at "
@@ -390,7 +389,7 @@ def _open_journal(plan: RunPlan, clock: Clock) -> _Session:
         # The run's own nonce; None in journals made before nonces.
         # A run keeps the vocabulary it started under: before version 5 no header names its
         # continuation or where it moved from (the release that started it reads it whole).
-        words = started_under >= CONTINUATIONS_FROM
+        words = vocabulary_of(started_under).continuations
         header = header.model_copy(update=dict(run_nonce=first.run_nonce, derivation_version=started_under))
         if not words:
             header = type(header)(**{k: v for k, v in header.payload().items() if k not in ("kind", "continuation")})

@@ -25,7 +25,7 @@ FILES = {
     "journal-event": "one line of journal.jsonl",
     "scorecard": "one line of scorecards.jsonl",
     "rate": "rate.json",
-    "events": "one entry of events.json (the scoring contract's event shape)",
+    "events": "one seed event: an entry of events.json (the scoring contract's event shape)",
 }
 
 

@@ -1,4 +1,4 @@
-"""Seed 000's rules for task records and scorecards, as library functions."""
+"""The scorecard rules for task records and scorecards, as library functions."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ REQUIRED_SCORE_KEYS = (
 )
 
 
-def load_task(path: Path) -> TaskRecord:
-    """Seed 000's ``load_task``: a task record with every control, or a refusal.
+def load_task_record(path: Path) -> TaskRecord:
+    """A task record read under the scorecard rules, with every control, or a refusal.
 
     Raises:
         IncompleteScorecard: missing fields (named), max_attempts < 1, any other bad key.
@@ -42,12 +42,12 @@ def load_task(path: Path) -> TaskRecord:
 
 
 def missing_score_fields(scorecard: Mapping[str, Any]) -> list[str]:
-    """The seed-000 required scorecard keys absent from ``scorecard``."""
+    """The keys the scorecard rules require that ``scorecard`` lacks."""
     return [key for key in REQUIRED_SCORE_KEYS if key not in scorecard]
 
 
 def validate_scorecard(scorecard: Scorecard | Mapping[str, Any]) -> None:
-    """Seed 000's ``validate_scorecard``.
+    """A scorecard checked against the scorecard rules.
 
     Raises:
         IncompleteScorecard: missing fields, attempts_used over the published cap, or

@@ -103,7 +103,7 @@ class AttemptStory:
     feedback: ev.Feedback | None = None
     finished: ev.AttemptFinished | None = None
     interrupted: ev.AttemptInterrupted | None = None
-    errors: list[ev.HarnessErrorEvent] = field(default_factory=list)
+    errors: list[ev.HarnessFailed] = field(default_factory=list)
     calls: list[ev.ModelCall] = field(default_factory=list)
     started_calls: list[ev.ModelCallStarted] = field(default_factory=list)
 
@@ -125,7 +125,7 @@ class TaskStory:
     task_id: str
     started: ev.TaskStarted | None = None
     attempts: dict[int, AttemptStory] = field(default_factory=dict)
-    errors: list[ev.HarnessErrorEvent] = field(default_factory=list)
+    errors: list[ev.HarnessFailed] = field(default_factory=list)
     charges: list[ev.TimeCharged] = field(default_factory=list)
     finished: ev.TaskFinished | None = None
 
@@ -161,7 +161,7 @@ class StoryBook:
             task.finished = e
         elif isinstance(e, ev.TimeCharged):
             task.charges.append(e)
-        elif isinstance(e, ev.HarnessErrorEvent):
+        elif isinstance(e, ev.HarnessFailed):
             (task.attempt(n).errors if n is not None else task.errors).append(e)
         elif n is not None:
             a = task.attempt(n)

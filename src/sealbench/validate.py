@@ -49,8 +49,8 @@ class _Validation:
     settings: Settings
     cancel: Cancellation
 
-    def grade(self, task: Task, tw: TaskWorkspace, attempt: int, patch: bytes, changed: list[str]) -> dict[str, Any]:
-        return grade(self.settings, self.cancel, task, tw, attempt, patch, changed, task.record.wall_clock_s)
+    def grade(self, task: Task, task_ws: TaskWorkspace, attempt: int, patch: bytes, changed: list[str]) -> dict[str, Any]:
+        return grade(self.settings, self.cancel, task, task_ws, attempt, patch, changed, task.record.wall_clock_s)
 
 
 def verdict(reference: list[bool], empty: list[bool],
@@ -139,37 +139,37 @@ def _returned(summary: Mapping[str, Any]) -> dict[str, list[str]]:
     return {k: [t for t in v if isinstance(t, str)] for k, v in returned.items() if isinstance(v, list)}
 
 
-def _trivial_grades(ctx: _Validation, task: Task, tw: TaskWorkspace, first: int,
+def _trivial_grades(ctx: _Validation, task: Task, task_ws: TaskWorkspace, first: int,
                     returned: Mapping[str, list[str]]) -> dict[str, bool]:
     """Grade each trivial solution once, from the unchanged workspace."""
     texts: dict[str, str] = {}
     for path in sorted(p for p in task.solution.rglob("*.py") if p.is_file() and not p.is_symlink()):
         rel = path.relative_to(task.solution).as_posix()
-        original = task.workspace / rel
+        original = task.pack_workspace / rel
         if original.is_file() and not original.is_symlink():
             texts[rel] = original.read_text(encoding="utf-8", errors="replace")
     candidates = trivial_candidates(texts, function_level=is_oracle_cmd(task.record.oracle_cmd),
                                     returned=returned)
     if not candidates:
         return {}
-    tw.materialise()
+    task_ws.materialise()
     out: dict[str, bool] = {}
     for i, cand in enumerate(candidates):
         for rel, text in cand.files.items():
-            (tw.ws / rel).write_text(text, encoding="utf-8")
-        changed = tw.changes()
-        patch = tw.capture_patch() if changed else b""
-        graded = ctx.grade(task, tw, first + i, patch, changed)
+            (task_ws.agent_dir / rel).write_text(text, encoding="utf-8")
+        changed = task_ws.changes()
+        patch = task_ws.capture_patch() if changed else b""
+        graded = ctx.grade(task, task_ws, first + i, patch, changed)
         out[cand.name] = bool(graded["task_pass"])
         for rel in cand.files:
-            (tw.ws / rel).write_text(texts[rel], encoding="utf-8")
+            (task_ws.agent_dir / rel).write_text(texts[rel], encoding="utf-8")
     return out
 
 
 def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidence:
-    tw = TaskWorkspace(ctx.settings.run_dir / "work" / task.task_id, task.workspace)
+    task_ws = TaskWorkspace(ctx.settings.run_dir / "work" / task.task_id, task.pack_workspace)
     try:
-        tw.materialise()
+        task_ws.materialise()
         if not task.solution.is_dir():
             return ValidityEvidence(valid=False, reason="no reference solution", reference_passes=[],
                                     empty_change_passes=[])
@@ -178,21 +178,21 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
                                     empty_change_passes=[], why=f"{task.hidden} is missing or empty")
         reference = resolve_agent("reference", "builtin:reference")
         assert reference.builtin is not None
-        reference.builtin(task, tw.ws, 1)
-        changed = tw.changes()
-        patch = tw.capture_patch() if changed else b""
+        reference.builtin(task, task_ws.agent_dir, 1)
+        changed = task_ws.changes()
+        patch = task_ws.capture_patch() if changed else b""
         ref_grades: list[dict[str, Any]] = []
         slowest = 0.0
         for i in range(1, repeat + 1):
             # The whole grade (copy, patch, oracle) is what a run's wall clock pays for grading.
             start = time.monotonic()
-            ref_grades.append(ctx.grade(task, tw, i, patch, changed))
+            ref_grades.append(ctx.grade(task, task_ws, i, patch, changed))
             slowest = max(slowest, time.monotonic() - start)
         ref = [bool(g["task_pass"]) for g in ref_grades]
-        empty = [bool(ctx.grade(task, tw, repeat + i, b"", [])["task_pass"]) for i in range(1, repeat + 1)]
+        empty = [bool(ctx.grade(task, task_ws, repeat + i, b"", [])["task_pass"]) for i in range(1, repeat + 1)]
         # A task already invalid gains nothing from more grades.
         summary = _oracle_summary(ctx, ref_grades[0])
-        trivial = (_trivial_grades(ctx, task, tw, 2 * repeat + 1, _returned(summary))
+        trivial = (_trivial_grades(ctx, task, task_ws, 2 * repeat + 1, _returned(summary))
                    if all(ref) and not any(empty) else {})
     except Exception as e:  # the evidence records the harness failure instead of guessing
         if storage_failure(e) is not None or ctx.cancel.cancelled:
@@ -200,7 +200,7 @@ def _validate_task(ctx: _Validation, task: Task, repeat: int) -> ValidityEvidenc
         return ValidityEvidence(valid=False, reason=f"harness error: {type(e).__name__}: {e}",
                                 reference_passes=[], empty_change_passes=[])
     finally:
-        shutil.rmtree(tw.root, ignore_errors=True)
+        shutil.rmtree(task_ws.root, ignore_errors=True)
     valid, reason = verdict(ref, empty, trivial)
     if not any(ref) and summary.get("reason"):
         # The function-level oracle says why (a result that is not plain data, for instance).

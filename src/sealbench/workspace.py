@@ -141,14 +141,14 @@ class TaskWorkspace:
     """One task's agent workspace, the host-private folder beside it, and the private git
     directory its patches come from.
 
-    ``ws`` is the agent's (writable in its sandbox); ``private`` is the host's: what the agent
+    ``agent_dir`` is the agent's (writable in its sandbox); ``private`` is the host's: what the agent
     must read (the prompt, feedback) is written there and bound read-only into the sandbox,
-    never into ``ws``, where a link the agent planted would redirect the host's write.
+    never into ``agent_dir``, where a link the agent planted would redirect the host's write.
     """
 
     def __init__(self, task_root: Path, pack_workspace: Path, caps: TreeCaps | None = None) -> None:
         self.root = task_root
-        self.ws = task_root / "ws"
+        self.agent_dir = task_root / "ws"
         self.private = task_root / "in"
         self.base_git = task_root / "base.git"
         self.pack_workspace = pack_workspace
@@ -158,7 +158,7 @@ class TaskWorkspace:
 
     @property
     def trace_dir(self) -> Path:
-        return self.ws / META_DIR / "trace"
+        return self.agent_dir / META_DIR / "trace"
 
     def materialise(self) -> None:
         """Fresh copy of the pack's workspace as a one-commit repository (no history to mine).
@@ -171,15 +171,15 @@ class TaskWorkspace:
         self.root.mkdir(parents=True)
         self.private.mkdir()
         try:
-            copy_tree(self.pack_workspace, self.ws)
+            copy_tree(self.pack_workspace, self.agent_dir)
         except OSError as e:
             raise HarnessError(f"cannot copy workspace {self.pack_workspace}: {e}") from None
-        init_one_commit(self.ws, self.ws / ".git")
+        init_one_commit(self.agent_dir, self.agent_dir / ".git")
         try:
-            self.base = snapshot(self.ws, self.caps, _SKIP_TOP)
+            self.base = snapshot(self.agent_dir, self.caps, _SKIP_TOP)
         except TreeRejected as e:
             raise HarnessError(f"the pack's workspace {self.pack_workspace}: {e.reason}") from None
-        (self.ws / META_DIR / "trace").mkdir(parents=True)
+        (self.agent_dir / META_DIR / "trace").mkdir(parents=True)
 
     def reset_private(self) -> None:
         """Rebuild the host-private folder before writing into it again: without a sandbox the
@@ -197,7 +197,7 @@ class TaskWorkspace:
         Raises:
             TreeRejected: the workspace itself was replaced (possible only without a sandbox).
         """
-        reset_dir(self.ws, META_DIR, ("trace",))
+        reset_dir(self.agent_dir, META_DIR, ("trace",))
 
     def changes(self) -> list[str]:
         """Paths the agent changed relative to the base commit.
@@ -205,7 +205,7 @@ class TaskWorkspace:
         Raises:
             TreeRejected: the workspace breaks a cap or holds a name that is not UTF-8.
         """
-        return changed_paths(self.base, snapshot(self.ws, self.caps, _SKIP_TOP))
+        return changed_paths(self.base, snapshot(self.agent_dir, self.caps, _SKIP_TOP))
 
     def capture_patch(self, timeout_s: float = 600.0) -> bytes:
         """A binary-safe diff of the agent's workspace against the base commit.
@@ -234,7 +234,7 @@ class TaskWorkspace:
             # agent left untouched). The base commit holds the pack's bytes unconverted too.
             (self.base_git / "info" / "attributes").write_text(_NO_CONVERSION)
         deadline = time.monotonic() + max(0.05, timeout_s)
-        wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.ws)]
+        wt = ["--git-dir", str(self.base_git), "--work-tree", str(self.agent_dir)]
         git([*wt, "add", "-A", "--", "."], self.root, ceiling=self.root, timeout_s=deadline - time.monotonic())
         # .sealbench (folder, file or link) is never part of a patch, and info/exclude alone can be
         # negated by the agent's .gitignore. Excluded from the diff, not from the add (git add
