@@ -628,7 +628,7 @@ def _check_signature(whole: Mapping[str, bytes], public_pem: bytes | None) -> tu
 
 
 def _scorecard_problems(lines: Iterable[bytes]) -> list[str]:
-    """What seed 000's rules say of each line of a bundle's scorecards.jsonl."""
+    """What the scorecard rules say of each line of a bundle's scorecards.jsonl."""
     problems: list[str] = []
     for lineno, line in enumerate(lines, start=1):
         card = _json_or_none(line) if line is not TOO_LONG else None

@@ -60,7 +60,7 @@ def parse_events_json(text: str, source: str = "events.json") -> list[SeedEvent]
 
 
 def evidence_sentence(passed: int, n: int) -> str:
-    """Seed 004's left-column voice: a count on a locked run, never a bare percentage."""
+    """The scoring contract's voice: a count on a locked run, never a bare percentage."""
     return f"{passed} of {n} task_pass on this locked run_id"
 
 
