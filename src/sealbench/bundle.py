@@ -276,16 +276,9 @@ def rederive(
         probe_refs, bad = blob_refs(probe_events, PROBE_JOURNAL)
         problems += bad
     all_refs = {**probe_refs, **refs}
-    left_out = frozenset(withheld)
-    for hexname, where in sorted(all_refs.items()):
-        data = blobs.get(hexname)
-        if data is None and hexname in left_out:
-            continue
-        if data is None:
-            problems.append(f"blobs/{hexname}: missing; {where} references it")
-        elif hashlib.sha256(data).hexdigest() != hexname:
-            problems.append(f"blobs/{hexname}: content does not match its name (sha256 {sha256_bytes(data)})")
-    good_blobs = {h: blobs[h] for h in all_refs if h in blobs and hashlib.sha256(blobs[h]).hexdigest() == h}
+    digests = {h: hashlib.sha256(blobs[h]).hexdigest() for h in all_refs if h in blobs}
+    problems += _blob_problems(all_refs, digests, withheld)
+    good_blobs = {h: blobs[h] for h in all_refs if digests.get(h) == h}
     cards: list[Scorecard] = []
     rate: Rate | None = None
     refusal: Refusal | None = None
@@ -1008,12 +1001,13 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
                                     blob_refs=all_refs, problems=problems, withheld=withheld)
 
 
-def _blob_problems(refs: Mapping[str, str], blobs: Mapping[str, str], withheld: Sequence[str]) -> list[str]:
+def _blob_problems(refs: Mapping[str, str], blobs: Mapping[str, str], withheld: Iterable[str]) -> list[str]:
     """Each referenced blob missing (unless a public bundle withholds it) or not matching its name."""
     problems: list[str] = []
+    left_out = frozenset(withheld)
     for hexname, where in sorted(refs.items()):
         digest = blobs.get(hexname)
-        if digest is None and hexname in withheld:
+        if digest is None and hexname in left_out:
             continue
         if digest is None:
             problems.append(f"blobs/{hexname}: missing; {where} references it")
