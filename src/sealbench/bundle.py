@@ -33,6 +33,7 @@ whoever holds a run can rewrite a whole story and recompute every hash.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -40,7 +41,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -60,6 +61,8 @@ from .derive import (
     RATE,
     README,
     CommandNotes,
+    FinishedTwice,
+    Made,
     Rules,
     derivation_version,
     isolation_of,
@@ -88,7 +91,7 @@ from .files import describe_validation_error, fsync_dir, nearest_folders
 from .formats import Rate, Scorecard, ScoringContract, SeedEvent, check_id
 from .journal import TOO_LONG, ChainReport, ChainScan, iter_lines, read_chain, scan_chain
 from .lock import LOCK_NAME, hold_reader
-from .score import score
+from .score import Tally, score
 from .scorecard import validate_scorecard
 from .scratch import PARTIAL_BUNDLE, sweep, tag
 from .signing import check_private_key, fingerprint, read_key, sign, signature_valid
@@ -485,21 +488,49 @@ def describe_difference(rel: str, expected: bytes, actual: bytes, source: str = 
     return f"{rel}: {len(act_lines_t)} line(s) where {source} derives {len(exp_lines_t)} (or a byte differs at an end)"
 
 
+def _is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is UTF-8 text, decoded in pieces of :data:`CHUNK` bytes (none held whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for at in range(0, len(data), CHUNK):
+            decoder.decode(view[at:at + CHUNK])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def text_lines(data: bytes) -> Iterator[str]:
+    """The lines of UTF-8 ``data`` as ``data.decode().splitlines()`` cuts them, made one at a
+    time (a SHA256SUMS of 200,000 lines is not held twice more as a list)."""
+    at, end = 0, len(data)
+    while at < end:
+        cut = data.find(b"\n", at)
+        piece = data[at:cut if cut >= 0 else end].decode("utf-8")
+        at = cut + 1 if cut >= 0 else end
+        # A newline is never inside a UTF-8 sequence, and splitlines cuts at "\n" among others:
+        # a piece ending in another line break ("\r" aside, which pairs with the "\n") leaves
+        # an empty line before the "\n".
+        yield from piece.splitlines() or [""]
+        if cut >= 0 and piece and piece[-1] != "\r" and len((piece[-1] + "x").splitlines()) == 2:
+            yield ""
+
+
 def check_sums(tree: BundleTree) -> list[str]:
     """Every discrepancy between SHA256SUMS and the files: edited, missing and unlisted."""
     data = tree.whole.get(SUMS)
     if data is None:
         return [f"{SUMS}: missing"]
     problems: list[str] = []
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
+    if not _is_utf8(data):
         return [f"{SUMS}: not UTF-8 text", *[f"{rel}: not listed in {SUMS}" for rel in sorted(tree.digests) if rel != SUMS]]
-    if text and not text.endswith("\n"):
+    if data and not data.endswith(b"\n"):
         problems.append(f"{SUMS}: the last line has no newline")
     listed: dict[str, int] = {}
-    order: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    last: str | None = None
+    in_order = True
+    for lineno, line in enumerate(text_lines(data), start=1):
         m = _SUMS_LINE_RE.match(line)
         if m is None:
             problems.append(f"{SUMS} line {lineno}: not in sha256sum's '<64 hex>  <path>' form")
@@ -512,13 +543,14 @@ def check_sums(tree: BundleTree) -> list[str]:
             problems.append(f"{SUMS} line {lineno}: {rel} listed twice (first on line {listed[rel]})")
             continue
         listed[rel] = lineno
-        order.append(rel)
+        in_order = in_order and (last is None or last <= rel)
+        last = rel
         digest = tree.digests.get(rel)
         if digest is None:
             problems.append(f"{rel}: listed in {SUMS} line {lineno} but missing from the bundle")
         elif digest != hexdigest:
             problems.append(f"{rel}: content differs from its sha256 in {SUMS} line {lineno}")
-    if order != sorted(order):
+    if not in_order:
         problems.append(f"{SUMS}: paths are not in sorted order")
     for rel in sorted(tree.digests):
         if rel not in listed and rel not in (SUMS, SIGNATURE):
@@ -745,6 +777,17 @@ class _Comparison:
         elif actual != hashlib.sha256(expected).hexdigest():
             self.problems.append(self.difference(rel, expected, source))
 
+    def check_pieces(self, rel: str, pieces: Callable[[], Iterable[bytes]], source: str = JOURNAL) -> None:
+        """:meth:`check` of the bytes ``pieces()`` makes, hashed a piece at a time (made again
+        whole only when they differ, to say where)."""
+        h = hashlib.sha256()
+        for piece in pieces():
+            h.update(piece)
+        if self.tree.digests.get(rel) == h.hexdigest():
+            self.names.add(rel)
+        else:
+            self.check(rel, b"".join(pieces()), source)
+
     def difference(self, rel: str, expected: bytes | None, source: str) -> str:
         actual = self.tree.read(rel, DESCRIBE_CAP)
         if actual is None or expected is None:
@@ -865,17 +908,25 @@ def _read_contract(whole: Mapping[str, bytes]) -> tuple[ScoringContract | None, 
 
 
 class CardLines(Sequence[Scorecard]):
-    """A bundle's scorecards, kept as scorecards.jsonl's bytes and read one at a time when asked
-    for: a run of many tasks is not held as models."""
+    """A bundle's scorecards, kept as scorecards.jsonl's bytes (or the path of a file holding
+    them, read again when asked for) and read one at a time: a run of many tasks is not held
+    as models."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | Path) -> None:
         self._data = data
 
+    def _lines(self) -> Iterator[bytes]:
+        if isinstance(self._data, bytes):
+            yield from self._data.splitlines()
+            return
+        for _, raw, _ in iter_lines(self._data):
+            yield raw
+
     def __len__(self) -> int:
-        return self._data.count(b"\n")
+        return sum(1 for _ in self._lines())
 
     def __iter__(self) -> Iterator[Scorecard]:
-        for line in self._data.splitlines():
+        for line in self._lines():
             yield Scorecard.model_validate_json(line)
 
     @overload
@@ -885,7 +936,7 @@ class CardLines(Sequence[Scorecard]):
     def __getitem__(self, index: slice) -> Sequence[Scorecard]: ...
 
     def __getitem__(self, index: int | slice) -> Scorecard | Sequence[Scorecard]:
-        cards = [Scorecard.model_validate_json(line) for line in self._data.splitlines()]
+        cards = list(self)
         return cards[index]
 
 
@@ -907,40 +958,74 @@ class _Streamed:
 def _derive_main(tree: BundleTree, contract: ScoringContract, rules: Rules, lines: Iterator[ev.Line],
                  compared: _Comparison, derive_problems: list[str]) -> tuple[CardLines, Rate | None, Refusal | None]:
     """The main journal's derived files held against the bundle's as they are made, and its rate
-    from the seed events; a failure to derive goes to ``derive_problems``."""
-    task_ids = list(contract.task_ids)
-    cards = CardLines(b"")
-    rate: Rate | None = None
-    refusal: Refusal | None = None
-    # A journal whose chain verifies can still be hand-made: a failure to derive is a finding,
-    # and then no derived file is (as when every file was derived before any was compared).
+    from the seed events; a failure to derive goes to ``derive_problems``.
+
+    scorecards.jsonl and events.json are hashed as their tasks finish (:func:`derive.derive_hashed`),
+    never held. When either differs from the bundle's, or a task finished twice, they are made
+    again whole from a second read of the journal, to say where they differ."""
+    held = _Comparison(tree)
+    tally = Tally()
+    made: dict[str, Made] = {}
+    try:
+        for rel, data in rules.derive_hashed(lines, list(contract.task_ids), contract.model_endpoints or (),
+                                             lambda entry: tally.add(SeedEvent.model_validate(entry))):
+            if isinstance(data, Made):
+                made[rel] = data
+            else:
+                held.check(rel, data)
+    except FinishedTwice:
+        return _derive_whole(tree, contract, rules, compared, derive_problems)
+    except Exception as e:
+        derive_problems.append(f"{JOURNAL}: scorecards, events.json and traces cannot be derived "
+                               f"({type(e).__name__}: {e})")
+        return CardLines(b""), None, None
+    if any(tree.digests.get(rel) != m.sha256 for rel, m in made.items()):
+        return _derive_whole(tree, contract, rules, compared, derive_problems)
+    held.names |= set(made)
+    compared.names |= held.names
+    compared.problems += held.problems
+    # scorecards.jsonl is the bundle's own file, by its sha256 the one derived.
+    rate, refusal = _rate(contract, rules, tally, compared)
+    return CardLines(tree.root / "scorecards.jsonl"), rate, refusal
+
+
+def _derive_whole(tree: BundleTree, contract: ScoringContract, rules: Rules, compared: _Comparison,
+                  derive_problems: list[str]) -> tuple[CardLines, Rate | None, Refusal | None]:
+    """:func:`_derive_main` with every derived file made whole, from a read of the journal of
+    its own (its chain and meaning are checked by the first)."""
+    lines = (line for _, line in scan_chain(tree.root / JOURNAL, ChainScan(), line_cap=LINE_CAP, canonical=True)
+             if line is not None)
     held = _Comparison(tree)
     seeds: list[dict[str, Any]] = []
+    cards = CardLines(b"")
     try:
-        for rel, data in rules.derive_iter(lines, task_ids, contract.model_endpoints or (), None, seeds):
+        for rel, data in rules.derive_iter(lines, list(contract.task_ids), contract.model_endpoints or (), None, seeds):
             held.check(rel, data)
             if rel == "scorecards.jsonl":
                 cards = CardLines(data)
     except Exception as e:
         derive_problems.append(f"{JOURNAL}: scorecards, events.json and traces cannot be derived "
                                f"({type(e).__name__}: {e})")
-        cards = CardLines(b"")
-    else:
-        compared.names |= held.names
-        compared.problems += held.problems
-        try:
-            # The seed events as events.json holds them: what seed_event made of each scorecard.
-            seed_events = [SeedEvent.model_validate(entry) for entry in seeds]
-            del seeds, data
-            rate = score(contract, seed_events)
-            del seed_events
-            compared.check(RATE, rules.rate_bytes(rate))
-        except Refusal as e:
-            refusal = e
-        except ValueError as e:
-            # score() lets the statistics' ValueError through for an empty denominator.
-            refusal = ScoreRefusal(f"no rate for this denominator ({e})")
+        return CardLines(b""), None, None
+    compared.names |= held.names
+    compared.problems += held.problems
+    # The seed events as events.json holds them: what seed_event made of each scorecard.
+    rate, refusal = _rate(contract, rules, Tally(SeedEvent.model_validate(entry) for entry in seeds), compared)
     return cards, rate, refusal
+
+
+def _rate(contract: ScoringContract, rules: Rules, tally: Tally,
+          compared: _Comparison) -> tuple[Rate | None, Refusal | None]:
+    """The rate of the seed events (held against rate.json), or why score refuses them."""
+    try:
+        rate = score(contract, tally)
+    except Refusal as e:
+        return None, e
+    except ValueError as e:
+        # score() lets the statistics' ValueError through for an empty denominator.
+        return None, ScoreRefusal(f"no rate for this denominator ({e})")
+    compared.check(RATE, rules.rate_bytes(rate))
+    return rate, None
 
 
 def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackFinding | None,
@@ -995,7 +1080,7 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
     problems += probe_problems
     if summary is not None:
         compared.check(PROBE_SUMMARY, rules.probe_bytes(summary), PROBE_JOURNAL)
-    compared.check(COMMANDS, notes.text(task_ids))
+    compared.check_pieces(COMMANDS, lambda: notes.pieces(task_ids))
     compared.check(README, rules.readme_bytes(contract, summary))
     return (main, probe), _Streamed(compared=compared, scorecards=cards, rate=rate, refusal=refusal, probe=summary,
                                     blob_refs=all_refs, problems=problems, withheld=withheld)
@@ -1138,9 +1223,8 @@ def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
     if not sums.is_symlink() and sums.is_file() and sums.stat().st_size <= WHOLE_CAP:
         data = tree.whole[SUMS] = sums.read_bytes()  # read once: the walk below keeps it
         tree.digests[SUMS] = hashlib.sha256(data).hexdigest()
-        with contextlib.suppress(UnicodeDecodeError):
-            listed = {m.group(2) for line in data.decode("utf-8").splitlines()
-                      if (m := _SUMS_LINE_RE.match(line)) is not None}
+        if _is_utf8(data):
+            listed = {m.group(2) for line in text_lines(data) if (m := _SUMS_LINE_RE.match(line)) is not None}
     # Plain strings and the directory entries' own types: a bundle holds a file or two per task.
     pending = [(os.fspath(root), "")]
     while pending:

@@ -16,6 +16,7 @@ hold the suite to it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
@@ -192,6 +193,19 @@ def seed_event(card: Scorecard) -> SeedEvent:
     )
 
 
+def _finished_task(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpoint]
+                   ) -> tuple[bytes, tuple[bytes, dict[str, Any]] | None, Scorecard | None]:
+    """A finished task's trace, its scorecard's line and events.json entry (None when it gets
+    no scorecard), and its scorecard."""
+    trace = trace_bytes(task_events)
+    card = scorecard_for(task_events, endpoints, trace)
+    if card is None:
+        return trace, None, None
+    entry = seed_event(card).model_dump(mode="json")
+    entry.pop("excluded_after_lock", None)
+    return trace, (canonical_json(card.model_dump(mode="json")) + b"\n", entry), card
+
+
 def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Sequence[ModelEndpoint] = (),
                 cards_out: list[Scorecard] | None = None,
                 seeds_out: list[dict[str, Any]] | None = None) -> Iterator[tuple[str, bytes]]:
@@ -203,7 +217,8 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seque
     ``task_ids`` are ignored. ``cards_out``, when given, receives the scorecards in the order
     scorecards.jsonl lists them, before that file is yielded; ``seeds_out``, events.json's
     entries. Of a finished task only its scorecard's line and its entry are kept (and its
-    scorecard, for ``cards_out``).
+    scorecard, for ``cards_out``). :func:`derive_hashed` makes the same files without holding
+    those either.
 
     Raises:
         EventError: a parsed line whose event this release does not read.
@@ -217,15 +232,10 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seque
             continue
         pending.setdefault(tid, []).append(line)
         if isinstance(line.event, ev.TaskFinished):
-            task_events = pending.pop(tid)
-            trace = trace_bytes(task_events)
+            trace, made, card = _finished_task(pending.pop(tid), endpoints)
             yield f"traces/{tid}.json", trace
-            card = scorecard_for(task_events, endpoints, trace)
-            if card is not None:
-                entry = seed_event(card).model_dump(mode="json")
-                entry.pop("excluded_after_lock", None)
-                cards[tid] = (canonical_json(card.model_dump(mode="json")) + b"\n", entry,
-                              card if cards_out is not None else None)
+            if made is not None:
+                cards[tid] = (*made, card if cards_out is not None else None)
     for tid in task_ids:
         if tid in pending:
             yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
@@ -238,6 +248,98 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seque
         seeds_out.extend(seed)
     del cards, ordered
     yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Made:
+    """A derived file hashed as it was made, in pieces: its sha256 (hex) and size, not its bytes."""
+
+    sha256: str
+    size: int
+
+
+class FinishedTwice(Exception):
+    """A task finished again after :func:`derive_hashed` had passed it: its files can only be
+    made whole (:func:`derive_iter`), as a later finish replaces an earlier one there."""
+
+
+class _InOrder:
+    """scorecards.jsonl and events.json, hashed in the order of ``task_ids`` as tasks finish: a
+    finished task's line and entry wait only until every task before it has finished (or the
+    journal has ended). events.json's bytes are ``json.dumps`` of the list with an indent of 2,
+    made one entry at a time: the list indents each entry's own lines by two more spaces (no
+    JSON string holds a newline), and separates entries with a comma and a newline."""
+
+    def __init__(self, task_ids: Sequence[str], on_seed: Callable[[dict[str, Any]], None] | None) -> None:
+        self.order = task_ids
+        self.cursor = 0
+        self.waiting: dict[str, tuple[bytes, dict[str, Any]] | None] = {}
+        self.passed: set[str] = set()
+        self.on_seed = on_seed
+        self.cards, self.seeds = hashlib.sha256(), hashlib.sha256()
+        self.sizes = [0, 0]
+
+    def finished(self, tid: str, made: tuple[bytes, dict[str, Any]] | None) -> None:
+        if tid in self.passed:
+            raise FinishedTwice(tid)
+        self.waiting[tid] = made
+        while self.cursor < len(self.order) and self.order[self.cursor] in self.waiting:
+            tid = self.order[self.cursor]
+            self.cursor += 1
+            self.passed.add(tid)
+            self._add(self.waiting.pop(tid))
+
+    def _add(self, made: tuple[bytes, dict[str, Any]] | None) -> None:
+        if made is None:
+            return
+        line, entry = made
+        self._feed(0, self.cards, line)
+        text = json.dumps(entry, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        self._feed(1, self.seeds, ("[\n  " if self.sizes[1] == 0 else ",\n  ").encode() + text.encode("utf-8"))
+        if self.on_seed is not None:
+            self.on_seed(entry)
+
+    def _feed(self, which: int, h: Any, data: bytes) -> None:
+        h.update(data)
+        self.sizes[which] += len(data)
+
+    def end(self) -> tuple[Made, Made]:
+        for tid in self.order[self.cursor:]:
+            if tid in self.waiting:
+                self._add(self.waiting.pop(tid))
+        self._feed(1, self.seeds, b"[]\n" if self.sizes[1] == 0 else b"\n]\n")
+        return Made(self.cards.hexdigest(), self.sizes[0]), Made(self.seeds.hexdigest(), self.sizes[1])
+
+
+def derive_hashed(events: Iterable[Any], task_ids: Sequence[str], endpoints: Sequence[ModelEndpoint] = (),
+                  on_seed: Callable[[dict[str, Any]], None] | None = None) -> Iterator[tuple[str, bytes | Made]]:
+    """:func:`derive_iter`'s files, with scorecards.jsonl and events.json hashed as their tasks
+    finish (each a :class:`Made`) rather than held: a task's line and entry are kept only while
+    a task listed before it in ``task_ids`` is still running. ``on_seed`` is given each of
+    events.json's entries in its order.
+
+    Raises:
+        EventError: a parsed line whose event this release does not read.
+        FinishedTwice: a task finished again after its line was hashed (make the files whole).
+    """
+    wanted = set(task_ids)
+    pending: dict[str, list[ev.Line]] = {}
+    ordered = _InOrder(task_ids, on_seed)
+    for line in ev.lines(events):
+        tid = line.task_id
+        if tid is None or tid not in wanted:
+            continue
+        pending.setdefault(tid, []).append(line)
+        if isinstance(line.event, ev.TaskFinished):
+            trace, made, _ = _finished_task(pending.pop(tid), endpoints)
+            yield f"traces/{tid}.json", trace
+            ordered.finished(tid, made)
+    for tid in task_ids:
+        if tid in pending:
+            yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
+    cards, seeds = ordered.end()
+    yield "scorecards.jsonl", cards
+    yield "events.json", seeds
 
 
 def derive(events: Iterable[Any], task_ids: Sequence[str], endpoints: Sequence[ModelEndpoint] = ()) -> Derived:
@@ -436,7 +538,10 @@ class CommandNotes:
     def __init__(self, task_ids: Iterable[str]) -> None:
         self._wanted = frozenset(task_ids)
         self._headers: list[str] = []
-        self._oracle: dict[str, tuple[str, Any]] = {}
+        self._oracle: dict[str, tuple[Any, str | None]] = {}
+        """Each task's first task_started: its seq, and its oracle_cmd shell-quoted (None when
+        it is not a list of strings), one string for every task of the same command."""
+        self._joined: dict[tuple[str, ...], str] = {}
 
     def feed(self, source: str, line: ev.Line) -> None:
         header = line.event
@@ -452,19 +557,30 @@ class CommandNotes:
         elif source == JOURNAL and isinstance(header, ev.TaskStarted):
             tid = line.task_id
             if tid is not None and tid in self._wanted and tid not in self._oracle:
-                self._oracle[tid] = (where_of(JOURNAL, line), header.oracle_cmd)
+                cmd = header.oracle_cmd
+                joined = None
+                if isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
+                    key = tuple(cmd)
+                    joined = self._joined.get(key)
+                    if joined is None:
+                        joined = self._joined[key] = shlex.join(cmd)
+                self._oracle[tid] = (line.raw.get("seq"), joined)
+
+    def pieces(self, task_ids: Sequence[str]) -> Iterator[bytes]:
+        """commands.txt's bytes (see :func:`commands_bytes`), a task's lines at a time."""
+        lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted).", *self._headers]
+        yield "".join(line + "\n" for line in lines).encode("utf-8")
+        for tid in task_ids:
+            seq, joined = self._oracle.get(tid, (None, None))
+            if tid in self._oracle and joined is not None:
+                yield (f"# oracle_cmd of {tid}, run in its grading copy ({JOURNAL} seq {seq} ({ev.TASK_STARTED})):\n"
+                       f"{joined}\n").encode()
+            else:
+                yield f"# oracle_cmd of {tid}: not recorded in {JOURNAL}\n".encode()
 
     def text(self, task_ids: Sequence[str]) -> bytes:
         """commands.txt's bytes (see :func:`commands_bytes`)."""
-        lines = ["# Commands recorded in this bundle's journals, verbatim (argv, shell-quoted).", *self._headers]
-        for tid in task_ids:
-            where, cmd = self._oracle.get(tid, (None, None))
-            if where is not None and isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd):
-                lines.append(f"# oracle_cmd of {tid}, run in its grading copy ({where}):")
-                lines.append(shlex.join(cmd))
-            else:
-                lines.append(f"# oracle_cmd of {tid}: not recorded in {JOURNAL}")
-        return "".join(line + "\n" for line in lines).encode("utf-8")
+        return b"".join(self.pieces(task_ids))
 
 
 def commands_bytes(
@@ -496,6 +612,9 @@ class Rules:
     derive_iter: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint], list[Scorecard] | None,
                            list[dict[str, Any]] | None], Iterator[tuple[str, bytes]]]
     """The same files as ``derive``, streamed (see :func:`derive_iter`)."""
+    derive_hashed: Callable[[Iterable[Any], Sequence[str], Sequence[ModelEndpoint],
+                             Callable[[dict[str, Any]], None] | None], Iterator[tuple[str, bytes | Made]]]
+    """The same files, scorecards.jsonl and events.json hashed as they are made (see :func:`derive_hashed`)."""
     rate_bytes: Callable[[Rate], bytes]
     probe_summary: Callable[[Iterable[Any], Sequence[str]], dict[str, Any]]
     probe_bytes: Callable[[Mapping[str, Any]], bytes]
@@ -509,7 +628,7 @@ RESUMABLE: Final = frozenset(VOCABULARY)
 derives with, and it writes only their vocabulary (no ``submitted`` or ``duplicate_result``
 line in a version 1 run), so the release that started a run still reads it whole."""
 
-_RULES_1 = Rules(derive=derive, derive_iter=derive_iter, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
+_RULES_1 = Rules(derive=derive, derive_iter=derive_iter, derive_hashed=derive_hashed, rate_bytes=rate_bytes, probe_summary=probe_summary, probe_bytes=probe_bytes,
                  patch_files=patch_files, commands_bytes=commands_bytes, readme_bytes=readme_bytes)
 
 RULES: Final[Mapping[int, Rules]] = {

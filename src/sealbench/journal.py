@@ -176,6 +176,7 @@ def scan_chain(path: Path, scan: ChainScan, *, line_cap: int | None = None,
     prev: str | None = None
     seq = 0
     offset = 0
+    same: dict[str, str] = {}
     for lineno, raw, complete in iter_lines(path, line_cap):
         if not complete:
             # Only the last line can lack its newline: a crash mid-write, repaired, not judged.
@@ -192,6 +193,9 @@ def scan_chain(path: Path, scan: ChainScan, *, line_cap: int | None = None,
             scan.problems.append(f"journal.jsonl line {lineno}: not valid JSON (edited)")
             continue
         full = None
+        if type(event) is dict and type(tid := event.get("task_id")) is str:
+            # One string per task, however many lines and checks keep it.
+            event["task_id"] = same.setdefault(tid, tid)
         if _shaped(event):
             full, hashed = _hashed_canonical(event)
             problems = check_event(event, lineno, seq - 1, prev, hashed=hashed)

@@ -7,8 +7,8 @@ events.json.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -74,13 +74,59 @@ def _denominator(contract: ScoringContract) -> list[str]:
     return allowed
 
 
-def _one_event_per_task(allowed: Sequence[str], events: Sequence[SeedEvent]) -> dict[str, SeedEvent]:
+class _Entry(NamedTuple):
+    """What scoring keeps of one seed event: its fields as a tuple (a run of 100,000 tasks held
+    as models would cost ten times the memory). The fields are :class:`SeedEvent`'s, in order."""
+
+    task_id: str
+    task_pass: bool
+    abstain: bool
+    wall_seconds: float | None
+    excluded_after_lock: bool
+    outcome: Outcome | None
+    attempts_used: int | None
+
+    @classmethod
+    def of(cls, ev: SeedEvent) -> _Entry:
+        return cls(ev.task_id, ev.task_pass, ev.abstain, ev.wall_seconds, ev.excluded_after_lock, ev.outcome,
+                   ev.attempts_used)
+
+    def dumped(self) -> str:
+        """The event's JSON, as :meth:`SeedEvent.model_dump_json` writes it."""
+        return SeedEvent.model_construct(**self._asdict()).model_dump_json()
+
+
+class Tally:
+    """Seed events as scoring keeps them, added one at a time (see :func:`score`)."""
+
+    def __init__(self, events: Iterable[SeedEvent] = ()) -> None:
+        self.entries = [_Entry.of(ev) for ev in events]
+
+    def add(self, ev: SeedEvent) -> None:
+        self.entries.append(_Entry.of(ev))
+
+
+def _in_order(entries: list[_Entry]) -> list[_Entry]:
+    """The entries sorted by task_id, and the entries of one task by their JSON: the order
+    every check reads them in, whatever the order of events.json."""
+    ordered = sorted(entries, key=lambda e: e.task_id)
+    i = 0
+    while i < len(ordered):
+        j = i + 1
+        while j < len(ordered) and ordered[j].task_id == ordered[i].task_id:
+            j += 1
+        if j - i > 1:
+            ordered[i:j] = sorted(ordered[i:j], key=_Entry.dumped)
+        i = j
+    return ordered
+
+
+def _one_event_per_task(allowed: Sequence[str], events: list[_Entry]) -> dict[str, _Entry]:
     """Each task's one event: none outside the slice, none excluded after the lock, no task
     twice (a silent rerun) and none missing (denominator drift)."""
     allowed_set = set(allowed)
-    ordered = sorted(events, key=lambda e: (e.task_id, e.model_dump_json()))
-    by_id: dict[str, SeedEvent] = {}
-    for ev in ordered:
+    by_id: dict[str, _Entry] = {}
+    for ev in _in_order(events):
         tid = ev.task_id
         if tid not in allowed_set:
             raise ScoreRefusal(f"event outside locked slice: {tid}")
@@ -95,7 +141,7 @@ def _one_event_per_task(allowed: Sequence[str], events: Sequence[SeedEvent]) -> 
     return by_id
 
 
-def contradiction(ev: SeedEvent) -> str | None:
+def contradiction(ev: SeedEvent | _Entry) -> str | None:
     """How an event contradicts itself (an abstain that passes, an outcome its flags deny), or None."""
     if ev.abstain and ev.task_pass:
         return f"abstain cannot pass: {ev.task_id}"
@@ -106,7 +152,7 @@ def contradiction(ev: SeedEvent) -> str | None:
     return None
 
 
-def _refuse_unrated(by_id: Mapping[str, SeedEvent]) -> None:
+def _refuse_unrated(by_id: Mapping[str, _Entry]) -> None:
     """Refuse tasks the agent did not decide: harness errors, infrastructure errors."""
     harness = sorted(t for t, ev in by_id.items() if ev.outcome is Outcome.HARNESS_ERROR)
     if harness:
@@ -125,7 +171,7 @@ def _refuse_unrated(by_id: Mapping[str, SeedEvent]) -> None:
         )
 
 
-def counted_as(ev: SeedEvent) -> Outcome:
+def counted_as(ev: SeedEvent | _Entry) -> Outcome:
     """The outcome an event is counted under: its own, else what its flags say (an event of a
     release before outcomes were recorded)."""
     if ev.outcome is not None:
@@ -135,8 +181,11 @@ def counted_as(ev: SeedEvent) -> Outcome:
     return Outcome.PASS if ev.task_pass else Outcome.FAIL
 
 
-def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
+def score(contract: ScoringContract, events: Iterable[SeedEvent] | Tally) -> Rate:
     """Score events under a locked contract, or refuse.
+
+    ``events`` are read once; a :class:`Tally` holds them as scoring keeps them (a compact
+    record each), so a caller that makes them one at a time need not hold them as models.
 
     Raises:
         ContractError: unlocked or edited contract.
@@ -149,7 +198,7 @@ def score(contract: ScoringContract, events: Sequence[SeedEvent]) -> Rate:
     if access is None or access.quota_assumed or access.permanence_assumed:
         raise ScoreRefusal("assumed quota or permanence; no rate emitted")
     allowed = _denominator(contract)
-    by_id = _one_event_per_task(allowed, events)
+    by_id = _one_event_per_task(allowed, (events if isinstance(events, Tally) else Tally(events)).entries)
     for tid in sorted(allowed):
         why = contradiction(by_id[tid])
         if why is not None:
