@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from .consistency import Contradictions
-from .derive import derive_iter
+from .derive import FinishedTwice, derive_hashed, derive_iter
 from .errors import ScoreRefusal, VerificationFailed
 from .events import Line, RunHeader
 from .files import read_text
 from .formats import ScoringContract, SeedEvent
 from .journal import iter_verified
 from .lock import hold_reader
-from .score import parse_events_json
+from .score import Tally, parse_events_json
 
 
-def events_from(source: Path, contract: ScoringContract) -> list[SeedEvent]:
+def events_from(source: Path, contract: ScoringContract) -> Tally:
     """Events to score: re-derived from ``source/journal.jsonl`` for a run directory.
 
     A run directory is scored from its journal, never from files derived from it, so an
@@ -31,13 +31,24 @@ def events_from(source: Path, contract: ScoringContract) -> list[SeedEvent]:
     if source.is_dir():
         with hold_reader(source, "score") or contextlib.nullcontext():
             return _events_from_run(source, contract)
-    return parse_events_json(read_text(source, ScoreRefusal), str(source))
+    return Tally(parse_events_json(read_text(source, ScoreRefusal), str(source)))
 
 
-def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]:
+def _events_from_run(source: Path, contract: ScoringContract) -> Tally:
     journal = source / "journal.jsonl"
     if not journal.is_file():
         raise ScoreRefusal(f"{source}: no journal.jsonl in this run directory")
+    try:
+        return _seed_events(journal, contract, whole=False)
+    except FinishedTwice:
+        # A task finished again after its entry was made: the entries are made whole, from a
+        # second read, the later finish in place of the earlier (as events.json holds them).
+        return _seed_events(journal, contract, whole=True)
+
+
+def _seed_events(journal: Path, contract: ScoringContract, *, whole: bool) -> Tally:
+    """The seed events of a run's journal, as events.json holds them: what seed_event made of
+    each scorecard, made one task at a time (:func:`derive.derive_hashed`) unless ``whole``."""
     pinned: list[str | None] = []
     # What the events mean is checked as they stream by, as verify checks a bundle's: a journal
     # whose outcomes were rewritten, chain and all, is refused, never scored.
@@ -55,11 +66,22 @@ def _events_from_run(source: Path, contract: ScoringContract) -> list[SeedEvent]
             meaning.feed(line)
             yield line
 
-    seeds: list[dict[str, Any]] = []
-    # Each trace is dropped as soon as it is made: only events.json's entries are kept.
-    for _ in derive_iter(checked(), contract.task_ids, contract.model_endpoints or (), None, seeds):
-        pass
+    tally = Tally()
+
+    def add(entry: dict[str, Any]) -> None:
+        tally.add(SeedEvent.model_validate(entry))
+
+    endpoints = contract.model_endpoints or ()
+    if whole:
+        seeds: list[dict[str, Any]] = []
+        for _ in derive_iter(checked(), contract.task_ids, endpoints, None, seeds):
+            pass
+        for entry in seeds:
+            add(entry)
+    else:
+        # Each trace is dropped as soon as it is made, each task's entry once it is tallied.
+        for _ in derive_hashed(checked(), contract.task_ids, endpoints, add):
+            pass
     if meaning.problems:
         raise VerificationFailed(meaning.problems)
-    # The seed events as events.json holds them: what seed_event made of each scorecard.
-    return [SeedEvent.model_validate(entry) for entry in seeds]
+    return tally
