@@ -514,3 +514,32 @@ def test_a_real_run_with_visible_test_feedback_tells_a_consistent_story(raw_pack
     events = read_chain(tmp_path / "run" / "journal.jsonl").events
     assert [(e["kind"], e["attempt"]) for e in events if e["kind"] == "feedback"] == [("feedback", 1)]
     assert verify_bundle(make_bundle(tmp_path / "run", tmp_path / "out")).rate.task_pass_count == 1
+
+
+# ---------------------------------------------------------------- the pure rules, as tables
+
+
+@pytest.mark.parametrize(("probe", "refused", "allowed"), [
+    (False, False, {"pass", "fail", "timeout", "abstain"}),
+    (False, True, {"pass", "fail", "timeout", "abstain"}),  # the result checks then say fail
+    (True, False, {"probe_pass", "probe_fail", "timeout"}),
+    (True, True, {"probe_pass", "probe_fail", "timeout", "fail"}),  # a refused workspace fails the probe too
+], ids=["run", "run-refused", "probe", "probe-refused"])
+def test_the_results_the_runner_may_write_depend_on_the_probe_and_the_capture(
+        probe: bool, refused: bool, allowed: set[str]) -> None:
+    from sealbench.consistency import _allowed_results
+
+    assert set(_allowed_results(probe, refused)) == allowed
+
+
+@pytest.mark.parametrize(("task_pass", "oracle_timed_out", "result", "why"), [
+    (True, False, "pass", "task_pass"),
+    (True, True, "pass", "task_pass"),  # a pass is a pass, whatever the oracle's clock said
+    (False, True, "timeout", "the oracle timed out"),
+    (False, False, "fail", "task_pass is false"),
+], ids=["pass", "pass-despite-timeout", "oracle-timeout", "fail"])
+def test_a_graded_attempt_s_result_is_its_grading_s(task_pass: bool, oracle_timed_out: bool, result: str,
+                                                    why: str) -> None:
+    from sealbench.consistency import _graded_result
+
+    assert _graded_result(task_pass, oracle_timed_out) == (result, why)

@@ -802,3 +802,28 @@ def test_an_exercise_with_its_test_under_tests_validates(tmp_path: Path) -> None
     assert evidence.valid, evidence
     assert pack.tasks["reverse-words"].record.oracle_cmd == [
         "sealbench-pytest", "-q", "-o", "pythonpath=.", "tests/reverse_words_test.py"]
+
+
+@pytest.mark.parametrize(("lines", "kept", "dropped"), [
+    ([], [], False),
+    (["a==1 --hash=sha256:aa", "b==2 --hash=sha256:bb"], ["a==1 --hash=sha256:aa", "b==2 --hash=sha256:bb"], False),
+    (["a==1", "b==2"], ["a==1", "b==2"], False),
+    (["a==1 --hash=sha256:aa", "b==2"], ["a==1", "b==2"], True),
+], ids=["none", "all-hashed", "none-hashed", "some-hashed"])
+def test_swebench_requirements_carry_hashes_on_every_line_or_on_none(lines: list[str], kept: list[str],
+                                                                     dropped: bool) -> None:
+    from sealbench.importers.swebench import _hashes_all_or_none
+
+    requirements, source = _hashes_all_or_none(lines, "the lock")
+    assert requirements == kept
+    assert source == ("the lock, hashes dropped (some lines carry none)" if dropped else "the lock")
+
+
+@pytest.mark.parametrize(("setup", "commit"), [
+    (None, "base"), (7, "base"), ("", "base"), ("main", "base"),
+    (" " + "a" * 40 + "\n", "a" * 40),
+], ids=["absent", "not-a-string", "empty", "a-branch-name", "a-commit-id"])
+def test_swebench_environment_comes_from_the_setup_commit_only_when_it_is_a_commit(setup: Any, commit: str) -> None:
+    from sealbench.importers.swebench import _setup_commit
+
+    assert _setup_commit(setup, "base") == commit

@@ -323,3 +323,49 @@ def test_refuse_hidden_test_copied_into_workspace_at_check(sealed_pack: Path) ->
 def test_sample_pack_has_no_leaks(raw_pack: Path) -> None:
     pack = load_pack(raw_pack)
     assert {tid: visible_test_leaks(t) for tid, t in pack.tasks.items() if visible_test_leaks(t)} == {}
+
+
+def _record(**fields: Any) -> Any:
+    from sealbench.formats import TaskRecord
+
+    return TaskRecord.model_validate({"task_id": "t", "prompt_template_id": "p", "oracle_cmd": ["pytest", "-q"],
+                                      "hidden_tests_sha256": "sha256:" + "0" * 64, "max_attempts": 1,
+                                      "wall_clock_s": 60, "language": "python", **fields})
+
+
+GUARDED = ["sealbench-pytest", "-q", "tests"]
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({}, None),
+    ({"oracle_cmd": GUARDED}, None),
+    ({"oracle_cmd": GUARDED, "junit_xml": "report.xml"},
+     "junit_xml: must be null for a sealbench-pytest oracle (the harness writes its JUnit report outside the "
+     "workspace)"),
+    ({"required_tests": ["t::a"]}, "required_tests: needs junit_xml (or a sealbench-pytest oracle) to be checked"),
+    ({"required_tests": ["t::a"], "junit_xml": "r.xml"}, None),
+    ({"decided_by": "required", "junit_xml": "r.xml"},
+     "decided_by: 'required' needs required_tests, the tests that decide"),
+    ({"decided_by": "required", "required_tests": ["t::a"], "oracle_cmd": GUARDED}, None),
+    ({"visible_test_cmd": GUARDED},
+     "visible_test_cmd: sealbench-pytest is for oracles; the visible tests are the agent's own (use python -m "
+     "pytest ...)"),
+    ({"junit_xml": "/tmp/r.xml"}, "junit_xml: must be a relative path inside the workspace"),
+    ({"junit_xml": "a/../../r.xml"}, "junit_xml: must be a relative path inside the workspace"),
+    ({"deleted_test_files": ["tests/test_a.py"]},
+     "deleted_test_files: 'tests/test_a.py': must be a plain relative path inside the workspace, in a task whose "
+     "test_files is 'reset'"),
+    ({"deleted_test_files": ["tests/test_a.py"], "test_files": "reset"}, None),
+    ({"deleted_test_files": ["tests/./a.py"], "test_files": "reset"},
+     "deleted_test_files: 'tests/./a.py': must be a plain relative path inside the workspace, in a task whose "
+     "test_files is 'reset'"),
+    # Reported in order: the oracle's problem before the paths'.
+    ({"required_tests": ["t::a"], "junit_xml": None, "deleted_test_files": ["x"]},
+     "required_tests: needs junit_xml (or a sealbench-pytest oracle) to be checked"),
+], ids=["plain", "guarded", "guarded-with-junit", "required-without-report", "required-with-report",
+        "decided-without-required", "decided-by-the-guard", "visible-tests-guarded", "junit-absolute",
+        "junit-escapes", "deleted-without-reset", "deleted-with-reset", "deleted-not-plain", "first-problem-only"])
+def test_a_task_record_is_refused_for_its_first_problem(fields: dict[str, Any], problem: str | None) -> None:
+    from sealbench.pack import _record_problem
+
+    assert _record_problem(_record(**fields)) == problem

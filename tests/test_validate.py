@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,3 +229,36 @@ def test_contract_new_and_lock_warn_when_the_cap_leaves_little_room_for_grading(
     assert code == 0 and "warning" not in out + err, out + err
     code, out, err = cli("contract", "lock", tmp_path / "roomy.json", "--run-id", "roomy")
     assert code == 0 and "warning" not in out + err, out + err
+
+
+@pytest.mark.parametrize(("graded", "why"), [
+    ({}, None),
+    ({"forbidden": ["a", "b", "c", "d", "e", "f"], "patch_applies_clean": False},
+     "the reference touches forbidden paths: a, b, c, d, e"),
+    ({"patch_applies_clean": False, "oracle_timed_out": True}, "the reference's patch does not apply to a pristine copy"),
+    ({"oracle_timed_out": True}, "the oracle ran out of time"),
+    ({"oracle": {"timed_out": True}}, "the oracle ran out of time"),
+    ({"patch_applies_clean": True, "oracle": {"timed_out": False}}, None),
+], ids=["ran", "forbidden-first", "patch-before-clock", "grade-timed-out", "oracle-timed-out", "ran-clean"])
+def test_a_reference_grade_that_never_ran_its_tests_says_why(graded: dict[str, Any], why: str | None) -> None:
+    from sealbench.validate import _why_not_run
+
+    assert _why_not_run(graded) == why
+
+
+@pytest.mark.parametrize(("graded", "names", "parts"), [
+    ({}, [], []),
+    ({"junit": {"ok": False, "why": "no report"}}, [], ["JUnit: no report"]),
+    ({"junit": {"ok": True}}, ["t::a"], ["failed: t::a"]),
+    ({}, [f"t::{i}" for i in range(6)], ["failed: t::0, t::1, t::2, t::3, t::4, ..."]),
+    ({"forging_flags": ["exit_hook"], "tests_green": False}, [], []),
+    ({"forging_flags": ["exit_hook"], "tests_green": True}, [], ["the tests passed, but the guard flagged exit_hook"]),
+    ({"forging_flags": ["a"], "forging_detail": ["1", "2", "3", "4"], "tests_green": True}, [],
+     ["the tests passed, but the guard flagged 1; 2; 3"]),
+], ids=["nothing", "junit-not-ok", "failed-tests", "failed-tests-cut", "flagged-red", "flagged-green",
+        "flag-details"])
+def test_a_failing_reference_grade_is_told_by_its_report_tests_and_flags(graded: dict[str, Any], names: list[str],
+                                                                          parts: list[str]) -> None:
+    from sealbench.validate import _verdicts
+
+    assert _verdicts(graded, names) == parts

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import events
 from .formats import ScoringContract
@@ -58,6 +58,7 @@ _RESULTS = frozenset({AttemptResult.PASS, AttemptResult.FAIL, AttemptResult.TIME
 _PROBE_RESULTS = frozenset({AttemptResult.PROBE_PASS, AttemptResult.PROBE_FAIL, AttemptResult.TIMEOUT})
 _OUTCOMES = frozenset(o.value for o in Outcome)
 _MISSING: Any = object()
+_E = TypeVar("_E", events.PatchCaptured, events.AgentFinished)
 # How far past the task's wall-clock cap an agent that did not time out may have run in a true
 # journal: the kill comes within a second of the deadline, and a loaded machine writes late.
 # Generous, so that no honest run is ever called edited; a gross rewrite is still named.
@@ -97,6 +98,27 @@ def _at(line: events.Line) -> str:
     number = f" {attempt}" if attempt is not None and line.task_id is not None else ""
     seq = line.raw.get("seq")
     return f"{line.kind}{number} (seq {seq})"
+
+
+def _event_of(line: events.Line | None, kind: type[_E]) -> _E:
+    """The event of ``line`` when it is a ``kind``; else an empty one (every field absent)."""
+    return line.event if line is not None and isinstance(line.event, kind) else kind()
+
+
+def _allowed_results(probe: bool, refused: bool) -> frozenset[str]:
+    """The results the runner may write for an attempt: a refused workspace is a fail, in the probe too."""
+    if not probe:
+        return _RESULTS
+    return _PROBE_RESULTS | {AttemptResult.FAIL} if refused else _PROBE_RESULTS
+
+
+def _graded_result(task_pass: bool, oracle_timed_out: bool) -> tuple[str, str]:
+    """The result the runner writes for a graded attempt, and why."""
+    if task_pass:
+        return AttemptResult.PASS.value, "task_pass"
+    if oracle_timed_out:
+        return AttemptResult.TIMEOUT.value, "the oracle timed out"
+    return AttemptResult.FAIL.value, "task_pass is false"
 
 
 @dataclass
@@ -288,49 +310,62 @@ class _Reader:
         """Whether an attempt's result is what its agent, patch and grading say."""
         result = event.result
         patch_ev = attempt.steps.get(events.PATCH_CAPTURED)
-        patch = patch_ev.event if patch_ev is not None and isinstance(patch_ev.event, events.PatchCaptured) \
-            else events.PatchCaptured()
+        patch = _event_of(patch_ev, events.PatchCaptured)
         # A workspace the capture refused (too deep, a special file, over a cap) is the agent's
         # failure, decided before any grading, in the narration probe too.
         refused = isinstance(patch.rejected, str) and bool(patch.rejected) and patch.capture_timed_out is not True
-        allowed = (_PROBE_RESULTS | {AttemptResult.FAIL} if refused else _PROBE_RESULTS) if self.probe else _RESULTS
+        allowed = _allowed_results(self.probe, refused)
         if not isinstance(result, str) or result not in allowed:
             self.say(tid, f"{_at(line)} has result {result!r}, which the runner never writes here "
                           f"(one of {', '.join(sorted(allowed))})")
             return
         agent_ev = attempt.steps.get(events.AGENT_FINISHED)
         graded_ev = attempt.steps.get(events.GRADED)
-        agent = agent_ev.event if agent_ev is not None and isinstance(agent_ev.event, events.AgentFinished) \
-            else events.AgentFinished()
-        abstained = agent.exit_code == 0 and patch.empty is True
+        agent = _event_of(agent_ev, events.AgentFinished)
+        self.agent_time(tid, line, agent_ev, agent)
+        if agent.timed_out is True:
+            self.timed_out_result(tid, line, result, agent_ev, graded_ev)
+        elif refused:
+            self.refused_result(tid, line, result, patch_ev, graded_ev)
+        elif graded_ev is not None:
+            self.graded(tid, graded_ev, result, agent.exit_code == 0 and patch.empty is True)
+        else:
+            self.ungraded_result(tid, line, result, agent, patch)
+
+    def agent_time(self, tid: str, line: events.Line, agent_ev: events.Line | None,
+                   agent: events.AgentFinished) -> None:
+        """An agent that did not time out ran no longer than the cap (and the slack) allows."""
         if (agent.timed_out is not True and not self.probe and self.wall_clock_s is not None
                 and isinstance(agent.elapsed_ms, int) and agent.elapsed_ms > (self.wall_clock_s + _TIME_SLACK_S) * 1000):
             self.say(tid, f"{_at(agent_ev or line)} says the agent ran {agent.elapsed_ms} ms and did not time out, "
                           f"but the task's wall-clock cap is {self.wall_clock_s:g} s: the runner kills it at the cap")
-        if agent.timed_out is True:
-            if result != AttemptResult.TIMEOUT:
-                self.say(tid, f"{_at(line)} says {result!r}, but the agent timed out ({_at(agent_ev or line)}): "
-                              f"the result of a timed-out attempt is timeout")
-            if graded_ev is not None:
-                self.say(tid, f"{_at(graded_ev)}: a timed-out attempt is never graded")
-            return
-        if refused:
-            if result != AttemptResult.FAIL:
-                self.say(tid, f"{_at(line)} says {result!r}, but the capture refused the workspace "
-                              f"({_at(patch_ev or line)}): the result of a refused workspace is fail")
-            if graded_ev is not None:
-                self.say(tid, f"{_at(graded_ev)}: a refused workspace is never graded")
-            return
+
+    def timed_out_result(self, tid: str, line: events.Line, result: str, agent_ev: events.Line | None,
+                         graded_ev: events.Line | None) -> None:
+        if result != AttemptResult.TIMEOUT:
+            self.say(tid, f"{_at(line)} says {result!r}, but the agent timed out ({_at(agent_ev or line)}): "
+                          f"the result of a timed-out attempt is timeout")
         if graded_ev is not None:
-            self.graded(tid, graded_ev, result, abstained)
-            return
+            self.say(tid, f"{_at(graded_ev)}: a timed-out attempt is never graded")
+
+    def refused_result(self, tid: str, line: events.Line, result: str, patch_ev: events.Line | None,
+                       graded_ev: events.Line | None) -> None:
+        if result != AttemptResult.FAIL:
+            self.say(tid, f"{_at(line)} says {result!r}, but the capture refused the workspace "
+                          f"({_at(patch_ev or line)}): the result of a refused workspace is fail")
+        if graded_ev is not None:
+            self.say(tid, f"{_at(graded_ev)}: a refused workspace is never graded")
+
+    def ungraded_result(self, tid: str, line: events.Line, result: str, agent: events.AgentFinished,
+                        patch: events.PatchCaptured) -> None:
+        """An attempt neither timed out, refused nor graded: its result follows from its exit and patch."""
         if result == AttemptResult.PASS:
             self.say(tid, f"{_at(line)} says pass, but the attempt was never graded: only the hidden tests "
                           f"decide a pass")
         elif result == AttemptResult.FAIL:
             self.say(tid, f"{_at(line)} says fail, but the attempt was never graded and its workspace was "
                           f"not refused")
-        elif result == AttemptResult.ABSTAIN and not abstained:
+        elif result == AttemptResult.ABSTAIN and not (agent.exit_code == 0 and patch.empty is True):
             self.say(tid, f"{_at(line)} says abstain, but the agent exited {agent.exit_code!r} with "
                           f"{'an empty' if patch.empty is True else 'a non-empty'} patch "
                           f"(abstain is exit 0 with an empty patch)")
@@ -346,17 +381,29 @@ class _Reader:
                           f"never graded")
         task_pass = g.task_pass is True
         if task_pass:
-            # task_pass = tests_green AND patch_applies_clean AND no_forbidden_path (DESIGN, metrics).
-            for key, value in (("tests_green", g.tests_green), ("patch_applies_clean", g.patch_applies_clean),
-                               ("no_forbidden_path", g.no_forbidden_path)):
-                if value is not True:
-                    self.say(tid, f"{_at(graded_ev)} says task_pass, but {key} is {value!r}")
-            if g.forbidden:
-                self.say(tid, f"{_at(graded_ev)} says task_pass, but the patch touched forbidden paths "
-                              f"{g.forbidden!r}")
-            if g.flagged_pass == "not_counted":
-                self.say(tid, f"{_at(graded_ev)} says task_pass, but flagged_pass is 'not_counted': the "
-                              f"contract does not count a pass whose test process was flagged")
+            self.task_pass(tid, graded_ev, g)
+        self.tests_green(tid, graded_ev, g)
+        expected, why = _graded_result(task_pass, g.oracle_timed_out is True)
+        if result != expected:
+            self.say(tid, f"attempt_finished {graded_ev.attempt} says {result!r}, but its "
+                          f"grading ({_at(graded_ev)}) says {why}: the runner writes {expected!r}")
+
+    def task_pass(self, tid: str, graded_ev: events.Line, g: events.Graded) -> None:
+        """A grading that says task_pass says what a pass is made of."""
+        # task_pass = tests_green AND patch_applies_clean AND no_forbidden_path (DESIGN, metrics).
+        for key, value in (("tests_green", g.tests_green), ("patch_applies_clean", g.patch_applies_clean),
+                           ("no_forbidden_path", g.no_forbidden_path)):
+            if value is not True:
+                self.say(tid, f"{_at(graded_ev)} says task_pass, but {key} is {value!r}")
+        if g.forbidden:
+            self.say(tid, f"{_at(graded_ev)} says task_pass, but the patch touched forbidden paths "
+                          f"{g.forbidden!r}")
+        if g.flagged_pass == "not_counted":
+            self.say(tid, f"{_at(graded_ev)} says task_pass, but flagged_pass is 'not_counted': the "
+                          f"contract does not count a pass whose test process was flagged")
+
+    def tests_green(self, tid: str, graded_ev: events.Line, g: events.Graded) -> None:
+        """A grading that says tests_green agrees with its flags, its JUnit verdict and the oracle's exit."""
         if g.tests_green is True and g.forging_flags:
             # The runner writes flagged_pass for every flagged green run, as the contract rules.
             expected_flag = "counted" if self.flagged_counts else "not_counted"
@@ -375,13 +422,6 @@ class _Reader:
             if (oracle.exit_code != 0 and not decided_by_report) or oracle.timed_out is not False:
                 self.say(tid, f"{_at(graded_ev)} says tests_green, but the oracle exited "
                               f"{oracle.exit_code!r} (timed out: {oracle.timed_out!r})")
-        expected = (AttemptResult.PASS if task_pass else AttemptResult.TIMEOUT if g.oracle_timed_out is True
-                    else AttemptResult.FAIL).value
-        if result != expected:
-            why = "task_pass" if task_pass else ("the oracle timed out" if expected == AttemptResult.TIMEOUT
-                                                 else "task_pass is false")
-            self.say(tid, f"attempt_finished {graded_ev.attempt} says {result!r}, but its "
-                          f"grading ({_at(graded_ev)}) says {why}: the runner writes {expected!r}")
 
     def task_finished(self, tid: str, task: _Task, line: events.Line, p: events.TaskFinished) -> None:
         """Whether the task's outcome, attempts_used, first attempt and patch are its attempts'."""
@@ -390,28 +430,8 @@ class _Reader:
         if not isinstance(outcome, str) or outcome not in _OUTCOMES:
             self.say(tid, f"{where} has outcome {outcome!r}, which is not an outcome")
             return
-        used = len(task.order)
-        longest = max(((a.number, a.closed.event.elapsed_ms) for a in task.order if a.closed is not None
-                       and isinstance(a.closed.event, events.AttemptFinished)
-                       and isinstance(a.closed.event.elapsed_ms, int)), key=lambda na: na[1], default=None)
-        # A task's time holds its attempts' (in one session: a resumed task's counts what it was
-        # charged before, which is capped).
-        if not self.resumed and longest is not None and isinstance(p.elapsed_ms, int) and p.elapsed_ms + 1 < longest[1]:
-            self.say(tid, f"{where} says elapsed_ms {p.elapsed_ms}, but attempt {longest[0]} alone took "
-                          f"{longest[1]} ms")
-        if p.attempts_used != used:
-            self.say(tid, f"{where} says attempts_used {p.attempts_used!r}, but {used} attempt(s) started")
-        first = task.attempts.get(1)
-        first_passed = first is not None and first.result == AttemptResult.PASS
-        if p.first_attempt_passed != first_passed:
-            self.say(tid, f"{where} says first_attempt_passed {p.first_attempt_passed!r}, but attempt 1 "
-                          f"{_story(first)}")
-        last = task.last_patch.event if task.last_patch is not None else None
-        patch = last.patch_sha256 if isinstance(last, events.PatchCaptured) else None
-        if p.patch_sha256 != patch:
-            said = f"the last patch captured ({_at(task.last_patch)}) is {patch!r}" if task.last_patch is not None \
-                else "no patch was captured"
-            self.say(tid, f"{where} names patch {p.patch_sha256!r}, but {said}")
+        self.task_time(tid, where, task, p)
+        self.task_counts(tid, where, task, p)
         if task.harness_error is not None:
             if outcome != Outcome.HARNESS_ERROR.value:
                 self.say(tid, f"{where} says outcome {outcome!r}, but a harness_error was journaled "
@@ -425,12 +445,39 @@ class _Reader:
             self.say(tid, f"{where} while attempt {last_attempt.number} was still open (only a harness error "
                           f"ends a task mid-attempt)")
             return
-        expected = self.expected_outcomes(last_attempt, used)
+        expected = self.expected_outcomes(last_attempt, len(task.order))
         if outcome not in expected:
             story = (f"its last attempt ({last_attempt.number}) {_story(last_attempt)}" if last_attempt is not None
                      else "no attempt started")
             self.say(tid, f"{where} says outcome {outcome!r}, but {story}: the runner writes "
                           f"{' or '.join(repr(o) for o in sorted(expected))}")
+
+    def task_time(self, tid: str, where: str, task: _Task, p: events.TaskFinished) -> None:
+        longest = max(((a.number, a.closed.event.elapsed_ms) for a in task.order if a.closed is not None
+                       and isinstance(a.closed.event, events.AttemptFinished)
+                       and isinstance(a.closed.event.elapsed_ms, int)), key=lambda na: na[1], default=None)
+        # A task's time holds its attempts' (in one session: a resumed task's counts what it was
+        # charged before, which is capped).
+        if not self.resumed and longest is not None and isinstance(p.elapsed_ms, int) and p.elapsed_ms + 1 < longest[1]:
+            self.say(tid, f"{where} says elapsed_ms {p.elapsed_ms}, but attempt {longest[0]} alone took "
+                          f"{longest[1]} ms")
+
+    def task_counts(self, tid: str, where: str, task: _Task, p: events.TaskFinished) -> None:
+        """attempts_used, first_attempt_passed and the patch are the task's attempts'."""
+        used = len(task.order)
+        if p.attempts_used != used:
+            self.say(tid, f"{where} says attempts_used {p.attempts_used!r}, but {used} attempt(s) started")
+        first = task.attempts.get(1)
+        first_passed = first is not None and first.result == AttemptResult.PASS
+        if p.first_attempt_passed != first_passed:
+            self.say(tid, f"{where} says first_attempt_passed {p.first_attempt_passed!r}, but attempt 1 "
+                          f"{_story(first)}")
+        last = task.last_patch.event if task.last_patch is not None else None
+        patch = last.patch_sha256 if isinstance(last, events.PatchCaptured) else None
+        if p.patch_sha256 != patch:
+            said = f"the last patch captured ({_at(task.last_patch)}) is {patch!r}" if task.last_patch is not None \
+                else "no patch was captured"
+            self.say(tid, f"{where} names patch {p.patch_sha256!r}, but {said}")
 
     def expected_outcomes(self, last: _Attempt | None, used: int) -> set[str]:
         result = last.result if last is not None else None

@@ -109,7 +109,7 @@ from collections import Counter, OrderedDict, defaultdict, deque
 # No typing at run time: this module starts twice in every grade, and typing costs ~8 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from typing import Any, NoReturn
 
     _Objects = Callable[[str, dict[str, Any]], Any]
@@ -205,13 +205,21 @@ def encode(value: Any, *, objects: Mapping[str, type] | None = None, max_values:
         NotPlainData: naming the first value that is not plain data, or a value nested
             deeper than :data:`MAX_DEPTH` or made of more than ``max_values`` values.
     """
-    count = 0
+    return _Encoder(objects, max_values).enc(value, 0)
 
-    def enc(value: Any, depth: int) -> Any:
-        nonlocal count
-        count += 1
-        if count > max_values:
-            raise NotPlainData(f"more than {max_values} values")
+
+class _Encoder:
+    """One :func:`encode` call: the values counted so far and the trusted classes."""
+
+    def __init__(self, objects: Mapping[str, type] | None, max_values: int) -> None:
+        self.objects = objects
+        self.max_values = max_values
+        self.count = 0
+
+    def enc(self, value: Any, depth: int) -> Any:
+        self.count += 1
+        if self.count > self.max_values:
+            raise NotPlainData(f"more than {self.max_values} values")
         kind = type(value)
         if kind in _SCALARS:
             if kind is int and value.bit_length() > _JSON_INT_BITS:
@@ -219,44 +227,63 @@ def encode(value: Any, *, objects: Mapping[str, type] | None = None, max_values:
             return value
         if depth >= MAX_DEPTH:
             raise NotPlainData(f"nested deeper than {MAX_DEPTH}")
-        inner = depth + 1
-        if kind is list or kind is tuple:
-            return ["L" if kind is list else "T", *[enc(v, inner) for v in value]]
-        if kind is dict or kind is Counter or kind is OrderedDict:
-            out: list[Any] = ["D" if kind is dict else "K" if kind is Counter else "R"]
-            for k, v in value.items():
-                out += [enc(k, inner), enc(v, inner)]
-            return out
-        if kind is deque:
-            return ["Q", *[enc(v, inner) for v in value]]
-        if kind is defaultdict:
-            factory = value.default_factory
-            name = None if factory is None else getattr(factory, "__name__", "")
-            if factory is not None and _BUILTIN_TYPES.get(name or "") is not factory:
-                raise NotPlainData("a defaultdict whose default is not a builtin type")
-            out = ["F", name]
-            for k, v in value.items():
-                out += [enc(k, inner), enc(v, inner)]
-            return out
-        if objects is not None and kind is type and _BUILTIN_TYPES.get(getattr(value, "__name__", "")) is value:
-            return ["B", getattr(value, "__name__", "")]
-        if kind is set or kind is frozenset:
+        shape = _SHAPES.get(id(kind))
+        if shape is None:
+            return self.other(value, depth + 1)
+        head, children = shape(value)
+        # A loop, not a comprehension: one frame a level keeps MAX_DEPTH far from the recursion limit.
+        items = []
+        for child in children:
+            items.append(self.enc(child, depth + 1))
+        if id(kind) in _UNORDERED:
             # A canonical order: the worker's iteration order must not depend on the parent's hash seed.
-            items = sorted((enc(v, inner) for v in value), key=lambda e: json.dumps(e, sort_keys=True))
-            return ["E" if kind is set else "Z", *items]
-        if kind is bytes:
-            return ["Y", value.hex()]
-        if kind is complex:
-            return ["C", value.real, value.imag]
-        if objects is not None and objects.get(kind.__name__) is kind and hasattr(value, "__dict__"):
+            items.sort(key=lambda e: json.dumps(e, sort_keys=True))
+        return [*head, *items]
+
+    def other(self, value: Any, inner: int) -> Any:
+        """A builtin type (in arguments only), an instance of a trusted class, or a refusal."""
+        kind = type(value)
+        if self.objects is None:
+            raise NotPlainData(f"a {kind.__module__}.{kind.__qualname__}")
+        if kind is type and _BUILTIN_TYPES.get(getattr(value, "__name__", "")) is value:
+            return ["B", getattr(value, "__name__", "")]
+        if self.objects.get(kind.__name__) is kind and hasattr(value, "__dict__"):
             attrs: list[Any] = ["O", kind.__name__]
             for k, v in vars(value).items():
                 if type(k) is str:
-                    attrs += [k, enc(v, inner)]
+                    attrs += [k, self.enc(v, inner)]
             return attrs
         raise NotPlainData(f"a {kind.__module__}.{kind.__qualname__}")
 
-    return enc(value, 0)
+
+def _pairs(mapping: Mapping[Any, Any]) -> Iterator[Any]:
+    """Keys and values alternating, in the mapping's order."""
+    for k, v in mapping.items():
+        yield k
+        yield v
+
+
+def _default_dict_shape(value: defaultdict[Any, Any]) -> tuple[list[Any], Iterator[Any]]:
+    factory = value.default_factory
+    name = None if factory is None else getattr(factory, "__name__", "")
+    if factory is not None and _BUILTIN_TYPES.get(name or "") is not factory:
+        raise NotPlainData("a defaultdict whose default is not a builtin type")
+    return ["F", name], _pairs(value)
+
+
+# The head and the children of each container, keyed by the type's id: the lookup is of the
+# exact type, and runs no metaclass's __eq__ or __hash__ (the worker encodes what the
+# candidate returned).
+_SHAPES: dict[int, Callable[[Any], tuple[list[Any], Iterable[Any]]]] = {
+    id(list): lambda v: (["L"], v), id(tuple): lambda v: (["T"], v), id(deque): lambda v: (["Q"], v),
+    id(set): lambda v: (["E"], v), id(frozenset): lambda v: (["Z"], v),
+    id(dict): lambda v: (["D"], _pairs(v)), id(Counter): lambda v: (["K"], _pairs(v)),
+    id(OrderedDict): lambda v: (["R"], _pairs(v)), id(defaultdict): _default_dict_shape,
+    id(bytes): lambda v: (["Y", v.hex()], ()), id(complex): lambda v: (["C", v.real, v.imag], ()),
+}
+_UNORDERED = frozenset({id(set), id(frozenset)})
+_MALFORMED = object()
+"""What a decoder of :data:`_DECODERS` returns for a node of the wrong shape for its tag."""
 
 
 def decode(node: Any, *, objects: _Objects | None = None, depth: int = 0) -> Any:
@@ -278,38 +305,75 @@ def decode(node: Any, *, objects: _Objects | None = None, depth: int = 0) -> Any
         raise NotPlainData(f"nested deeper than {MAX_DEPTH}")
     tag, inner = node[0], depth + 1
     try:
+        # Containers and mappings here, not in a helper: a helper's frame at every level would
+        # bring MAX_DEPTH closer to the recursion limit.
         if tag in _CONTAINERS:
             return _CONTAINERS[tag](decode(v, objects=objects, depth=inner) for v in node[1:])
         if tag in _MAPPINGS and len(node) % 2 == 1:
             items = {decode(node[i], objects=objects, depth=inner): decode(node[i + 1], objects=objects, depth=inner)
                      for i in range(1, len(node), 2)}
             return items if tag == "D" else _MAPPINGS[tag](items)
-        if tag == "F" and len(node) % 2 == 0 and (node[1] is None or node[1] in _BUILTIN_TYPES):
-            items = {decode(node[i], objects=objects, depth=inner): decode(node[i + 1], objects=objects, depth=inner)
-                     for i in range(2, len(node), 2)}
-            return defaultdict(None if node[1] is None else _BUILTIN_TYPES[node[1]], items)
-        if tag == "B" and objects is not None and len(node) == 2 and node[1] in _BUILTIN_TYPES:
-            return _BUILTIN_TYPES[node[1]]
-        if tag == "Y" and len(node) == 2 and type(node[1]) is str:
-            return bytes.fromhex(node[1])
-        if tag == "C" and len(node) == 3 and all(type(v) in (int, float) for v in node[1:]):
-            return complex(node[1], node[2])
-        if tag == "I" and len(node) == 2 and type(node[1]) is str:
-            return int(node[1], 16)
-        if tag == "O" and objects is not None and len(node) % 2 == 0 and type(node[1]) is str:
-            attrs = {}
-            for i in range(2, len(node), 2):
-                if type(node[i]) is not str:
-                    raise NotPlainData("a malformed object attribute")
-                attrs[node[i]] = decode(node[i + 1], objects=objects, depth=inner)
-            return objects(node[1], attrs)
+        how = _DECODERS.get(tag)
+        value = _MALFORMED if how is None else how(node, objects, inner)
     except NotPlainData:
         raise
     except (ValueError, OverflowError):
         raise NotPlainData(f"a malformed {tag!r} value") from None
     except TypeError:
         raise NotPlainData("an unhashable set element or dict key") from None
-    raise NotPlainData(f"an unknown or malformed value tagged {tag!r}")
+    if value is _MALFORMED:
+        raise NotPlainData(f"an unknown or malformed value tagged {tag!r}")
+    return value
+
+
+def _decode_default_dict(node: list[Any], objects: _Objects | None, inner: int) -> Any:
+    if len(node) % 2 != 0 or not (node[1] is None or node[1] in _BUILTIN_TYPES):
+        return _MALFORMED
+    items = {decode(node[i], objects=objects, depth=inner): decode(node[i + 1], objects=objects, depth=inner)
+             for i in range(2, len(node), 2)}
+    return defaultdict(None if node[1] is None else _BUILTIN_TYPES[node[1]], items)
+
+
+def _decode_builtin_type(node: list[Any], objects: _Objects | None, inner: int) -> Any:
+    if objects is None or len(node) != 2 or node[1] not in _BUILTIN_TYPES:
+        return _MALFORMED
+    return _BUILTIN_TYPES[node[1]]
+
+
+def _decode_bytes(node: list[Any], objects: _Objects | None, inner: int) -> Any:
+    if len(node) != 2 or type(node[1]) is not str:
+        return _MALFORMED
+    return bytes.fromhex(node[1])
+
+
+def _decode_complex(node: list[Any], objects: _Objects | None, inner: int) -> Any:
+    if len(node) != 3 or not all(type(v) in (int, float) for v in node[1:]):
+        return _MALFORMED
+    return complex(node[1], node[2])
+
+
+def _decode_large_int(node: list[Any], objects: _Objects | None, inner: int) -> Any:
+    if len(node) != 2 or type(node[1]) is not str:
+        return _MALFORMED
+    return int(node[1], 16)
+
+
+def _decode_object(node: list[Any], objects: _Objects | None, inner: int) -> Any:
+    if objects is None or len(node) % 2 != 0 or type(node[1]) is not str:
+        return _MALFORMED
+    attrs = {}
+    for i in range(2, len(node), 2):
+        if type(node[i]) is not str:
+            raise NotPlainData("a malformed object attribute")
+        attrs[node[i]] = decode(node[i + 1], objects=objects, depth=inner)
+    return objects(node[1], attrs)
+
+
+# The tags decode() does not read itself.
+_DECODERS: dict[str, Callable[[list[Any], _Objects | None, int], Any]] = {
+    "F": _decode_default_dict, "B": _decode_builtin_type, "Y": _decode_bytes, "C": _decode_complex,
+    "I": _decode_large_int, "O": _decode_object,
+}
 
 
 # --- frames ------------------------------------------------------------------------------

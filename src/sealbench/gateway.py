@@ -761,19 +761,40 @@ class Gateway:
         headers = {k.lower(): v for k, v in request.headers.items()}
         token = model_api.presented_token(style, headers)
         if token != att.token:
-            other = self._tokens.get(token) if token is not None else None
-            if other is not None and other.closed:
-                return self._refuse(call, 401, style, f"the token is that of a finished attempt ({other.task_id} "
-                                                      f"attempt {other.attempt}); each attempt has its own")
-            if other is not None:
-                return self._refuse(call, 401, style, "the token is another attempt's")
-            return self._refuse(call, 401, style, "no valid token (send the one in OPENAI_API_KEY / "
-                                                  "ANTHROPIC_API_KEY)")
+            return self._refuse(call, 401, style, self._token_words(token))
         if endpoint is None:
             return self._refuse(call, 404, style, why)
         call.endpoint = endpoint.name
         if request.method != "POST":
             return self._refuse(call, 405, style, f"method {request.method[:20]} is not allowed (POST only)")
+        body = await self._read_body(att, request, call, style)
+        if not isinstance(body, bytearray):
+            return body
+        call.request = bytes(body)
+        parsed = self._parse_body(call, style, body)
+        if not isinstance(parsed, dict):
+            return parsed
+        model = parsed.get("model")
+        call.model = model if isinstance(model, str) else None
+        call.streamed = parsed.get("stream") is True
+        if not isinstance(model, str) or model not in endpoint.models:
+            return self._refuse(call, 403, style, f"model {str(model)[:200]!r} is not declared for endpoint "
+                                                  f"{endpoint.name!r} (declared: {', '.join(endpoint.models)})")
+        return await self._send(att, endpoint, headers, call, request)
+
+    def _token_words(self, token: str | None) -> str:
+        """Why a token that is not the attempt's is refused."""
+        other = self._tokens.get(token) if token is not None else None
+        if other is not None and other.closed:
+            return f"the token is that of a finished attempt ({other.task_id} attempt {other.attempt}); each attempt " \
+                   f"has its own"
+        if other is not None:
+            return "the token is another attempt's"
+        return "no valid token (send the one in OPENAI_API_KEY / ANTHROPIC_API_KEY)"
+
+    async def _read_body(self, att: _Attempt, request: web.BaseRequest, call: _Call,
+                         style: str) -> bytearray | web.StreamResponse:
+        """The request's body, read within the client timeout and the caps; or the refusal."""
         limit = self.limits.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return self._refuse(call, 413, style, f"the body of {request.content_length} bytes is over the cap "
@@ -797,7 +818,10 @@ class Gateway:
             return self._refuse(call, 408, style, f"the body did not arrive within {self.limits.client_timeout_s:g} s")
         finally:
             att.buffered -= len(body)
-        call.request = bytes(body)
+        return body
+
+    def _parse_body(self, call: _Call, style: str, body: bytearray) -> dict[str, Any] | web.StreamResponse:
+        """The body's JSON object, each key once (in any case); or the refusal."""
         try:
             parsed = json.loads(body, object_pairs_hook=_no_duplicates)
         except _DuplicateKey as e:
@@ -811,12 +835,12 @@ class Gateway:
         if folded is not None:
             return self._refuse(call, 400, style, f"the body's keys {folded[0][:100]!r} and {folded[1][:100]!r} "
                                                   "differ only by case; send each key once")
-        model = parsed.get("model")
-        call.model = model if isinstance(model, str) else None
-        call.streamed = parsed.get("stream") is True
-        if not isinstance(model, str) or model not in endpoint.models:
-            return self._refuse(call, 403, style, f"model {str(model)[:200]!r} is not declared for endpoint "
-                                                  f"{endpoint.name!r} (declared: {', '.join(endpoint.models)})")
+        return parsed
+
+    async def _send(self, att: _Attempt, endpoint: ModelEndpoint, headers: dict[str, str], call: _Call,
+                    request: web.BaseRequest) -> web.StreamResponse:
+        """Forward the call (or answer it from the replay) unless a cap of the task's budget is reached."""
+        style = endpoint.style
         ledger = self._ledgers.setdefault(att.task_id, Ledger())
         # Under a token or cost cap a task's calls go upstream one at a time, each checked once
         # the one before it is accounted: a cap is then passed by one call's use at most.
@@ -1072,28 +1096,28 @@ class Gateway:
         if forwarded:
             # In the order the calls ended: the endpoint's state when the attempt ends.
             att.upstream_failing = call.upstream_failed
-        usage = call.usage or model_api.NO_USAGE
         request = call.stored_request
         if request is None and call.request is not None:
             request = self._keep_request(att, call.request, refused=call.refused is not None)
         response = self._keep(reply, len(reply)) if reply else None
         missing = [f"{what}: {stored.missing}" for what, stored in (("request", request), ("response", response))
                    if stored is not None and stored.missing is not None]
-        error = call.error
         if missing:
             att.storage_failure = att.storage_failure or f"storage failure: a model call's bodies could not be " \
                                                          f"stored ({'; '.join(missing)})"
-        if self._announce:
-            digests = ev.present(
-                request_sha256=request.sha256 if request is not None else None,
-                request_truncated=True if request is not None and request.truncated else None,
-                response_sha256=response.sha256 if response is not None and response.missing else None,
-                bodies_missing="; ".join(missing) or None)
-        else:  # an older run's vocabulary: the blobs are left out, and the error says why
-            digests = {}
-            if missing:
-                error = "; ".join([*([error] if error else []), "bodies not stored: " + "; ".join(missing)])
-        event = ev.ModelCall(
+        event = self._model_call(att, call, request, response, missing)
+        try:
+            self._record(event)
+        except Exception as e:  # the journal failed: the run is stopping on it already
+            att.storage_failure = att.storage_failure or f"storage failure: a model call could not be journaled " \
+                                                         f"({type(e).__name__}: {str(e)[:300]})"
+
+    def _model_call(self, att: _Attempt, call: _Call, request: _Stored | None, response: _Stored | None,
+                    missing: list[str]) -> ev.ModelCall:
+        """The journal line of an ended call, its bodies stored as ``request`` and ``response``."""
+        usage = call.usage or model_api.NO_USAGE
+        digests, error = _body_facts(self._announce, request, response, missing, call.error)
+        return ev.ModelCall(
             task_id=att.task_id, attempt=att.attempt, index=call.index, started_at=call.started_at,
             latency_ms=call.latency_ms, status=call.status, endpoint=_clean(call.endpoint), model=_clean(call.model),
             streamed=call.streamed,
@@ -1107,11 +1131,22 @@ class Gateway:
                          refused=_clean(call.refused), error=_clean(error), cap=call.cap,
                          replayed=True if call.replayed else None, diverged=_clean(call.diverged)),
             **digests)
-        try:
-            self._record(event)
-        except Exception as e:  # the journal failed: the run is stopping on it already
-            att.storage_failure = att.storage_failure or f"storage failure: a model call could not be journaled " \
-                                                         f"({type(e).__name__}: {str(e)[:300]})"
+
+
+def _body_facts(announce: bool, request: _Stored | None, response: _Stored | None, missing: list[str],
+                error: str | None) -> tuple[dict[str, Any], str | None]:
+    """What a model_call line says of its stored bodies: their digests (and what is missing)
+    where the run's vocabulary announces calls, else nothing; and the call's error."""
+    if announce:
+        return ev.present(
+            request_sha256=request.sha256 if request is not None else None,
+            request_truncated=True if request is not None and request.truncated else None,
+            response_sha256=response.sha256 if response is not None and response.missing else None,
+            bodies_missing="; ".join(missing) or None), error
+    # An older run's vocabulary: the blobs are left out, and the error says why.
+    if missing:
+        error = "; ".join([*([error] if error else []), "bodies not stored: " + "; ".join(missing)])
+    return {}, error
 
 
 class AttemptAccess:

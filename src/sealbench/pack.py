@@ -124,51 +124,88 @@ def load_task(task_dir: Path, root: Path, templates: dict[str, str] | None = Non
         raise PackError(
             f"{task_json}: task_id: {record.task_id!r} differs from its folder {task_dir.name!r}"
         )
-    if is_guarded(record.oracle_cmd):
-        problem = owned_option_problem(record.oracle_cmd)
-        if problem is not None:
-            raise PackError(f"{task_json}: oracle_cmd: {problem}")
-        if record.junit_xml is not None:
-            raise PackError(f"{task_json}: junit_xml: must be null for a {HARNESS_PYTEST} oracle "
-                            "(the harness writes its JUnit report outside the workspace)")
-    elif record.required_tests and not record.junit_xml:
-        raise PackError(f"{task_json}: required_tests: needs junit_xml (or a {HARNESS_PYTEST} oracle) to be checked")
-    if record.decided_by == "required" and not record.required_tests:
-        raise PackError(f"{task_json}: decided_by: 'required' needs required_tests, the tests that decide")
-    if record.decided_by == "required" and not (record.junit_xml or is_guarded(record.oracle_cmd)):
-        raise PackError(f"{task_json}: decided_by: 'required' needs junit_xml (or a {HARNESS_PYTEST} oracle): "
-                        "only a test report tells which tests passed")
-    if record.visible_test_cmd and is_guarded(record.visible_test_cmd):
-        raise PackError(f"{task_json}: visible_test_cmd: {HARNESS_PYTEST} is for oracles; the visible tests are "
-                        "the agent's own (use python -m pytest ...)")
-    if record.junit_xml is not None and (
-        record.junit_xml.startswith("/") or ".." in Path(record.junit_xml).parts
-    ):
-        raise PackError(f"{task_json}: junit_xml: must be a relative path inside the workspace")
-    for rel in record.deleted_test_files:
-        parts = rel.split("/")
-        if record.test_files != "reset" or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise PackError(f"{task_json}: deleted_test_files: {rel!r}: must be a plain relative path inside the "
-                            "workspace, in a task whose test_files is 'reset'")
+    problem = _record_problem(record)
+    if problem is not None:
+        raise PackError(f"{task_json}: {problem}")
     prompt = read_text(task_dir / "prompt.md", PackError)
-    cache = templates if templates is not None else {}
-    template = cache.get(record.prompt_template_id)
-    if template is None:
-        tpath = root / "prompts" / f"{record.prompt_template_id}.txt"
-        if not tpath.is_file():
-            raise PackError(
-                f"{task_json}: prompt_template_id: no template {record.prompt_template_id!r} "
-                f"(expected {tpath})"
-            )
-        if not _inside(tpath, root):
-            raise PackError(f"{tpath}: symlink leaves the pack")
-        template = read_text(tpath, PackError)
-        cache[record.prompt_template_id] = template
+    template = _template(record.prompt_template_id, root, templates if templates is not None else {}, task_json)
     for sub in ("workspace", "hidden", "solution", "prompt.md", "task.json"):
         p = task_dir / sub
         if p.is_symlink() and not _inside(p, root):
             raise PackError(f"{p}: symlink leaves the pack")
     return Task(record=record, dir=task_dir, prompt=prompt, template=template)
+
+
+def _template(template_id: str, root: Path, cache: dict[str, str], task_json: Path) -> str:
+    """The pack's prompt template ``template_id``, read once per pack into ``cache``."""
+    template = cache.get(template_id)
+    if template is None:
+        tpath = root / "prompts" / f"{template_id}.txt"
+        if not tpath.is_file():
+            raise PackError(
+                f"{task_json}: prompt_template_id: no template {template_id!r} "
+                f"(expected {tpath})"
+            )
+        if not _inside(tpath, root):
+            raise PackError(f"{tpath}: symlink leaves the pack")
+        template = read_text(tpath, PackError)
+        cache[template_id] = template
+    return template
+
+
+def _oracle_problem(record: TaskRecord) -> str | None:
+    if is_guarded(record.oracle_cmd):
+        problem = owned_option_problem(record.oracle_cmd)
+        if problem is not None:
+            return f"oracle_cmd: {problem}"
+        if record.junit_xml is not None:
+            return (f"junit_xml: must be null for a {HARNESS_PYTEST} oracle "
+                    "(the harness writes its JUnit report outside the workspace)")
+    elif record.required_tests and not record.junit_xml:
+        return f"required_tests: needs junit_xml (or a {HARNESS_PYTEST} oracle) to be checked"
+    return None
+
+
+def _decided_by_problem(record: TaskRecord) -> str | None:
+    if record.decided_by == "required" and not record.required_tests:
+        return "decided_by: 'required' needs required_tests, the tests that decide"
+    if record.decided_by == "required" and not (record.junit_xml or is_guarded(record.oracle_cmd)):
+        return (f"decided_by: 'required' needs junit_xml (or a {HARNESS_PYTEST} oracle): "
+                "only a test report tells which tests passed")
+    return None
+
+
+def _visible_tests_problem(record: TaskRecord) -> str | None:
+    if record.visible_test_cmd and is_guarded(record.visible_test_cmd):
+        return (f"visible_test_cmd: {HARNESS_PYTEST} is for oracles; the visible tests are "
+                "the agent's own (use python -m pytest ...)")
+    return None
+
+
+def _paths_problem(record: TaskRecord) -> str | None:
+    if record.junit_xml is not None and (
+        record.junit_xml.startswith("/") or ".." in Path(record.junit_xml).parts
+    ):
+        return "junit_xml: must be a relative path inside the workspace"
+    for rel in record.deleted_test_files:
+        parts = rel.split("/")
+        if record.test_files != "reset" or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return (f"deleted_test_files: {rel!r}: must be a plain relative path inside the "
+                    "workspace, in a task whose test_files is 'reset'")
+    return None
+
+
+_RECORD_RULES = (_oracle_problem, _decided_by_problem, _visible_tests_problem, _paths_problem)
+"""The checks of a task record its model cannot make alone, in the order they are reported."""
+
+
+def _record_problem(record: TaskRecord) -> str | None:
+    """The first problem of a task record (``key: why``) beyond its model's own checks, or None."""
+    for rule in _RECORD_RULES:
+        problem = rule(record)
+        if problem is not None:
+            return problem
+    return None
 
 
 def load_pack(root: Path) -> Pack:

@@ -679,51 +679,56 @@ class _Watch:
         if caller is None or caller.f_code not in self.trusted:
             self.flag("runner_hook", f"a {event} message from {self.where(caller)}")
             return
-        if kind == "bytecode":
-            if not self.read_from_library(args[2]):
-                self.on_loaded(args[0], args[1])
-        elif kind == "rename":
-            # _imp._fix_co_filename renames code objects without an audit event: only importlib's
-            # own _compile_bytecode may, naming bytecode it just unmarshalled after its source.
-            code, path, frame = args
-            if (getattr(code, "co_filename", path) != path and isinstance(path, str)
-                    and self.classify_file(_norm(path) if path.startswith("/") else path) != CANDIDATE
-                    and (frame is None or frame.f_code is not self.compile_bytecode)):
-                self.flag("disguised_code", f"code renamed {path} from {self.where(frame)}")
-        elif kind in ("exit", "trace"):
-            frame = args[1]
-            if os.getpid() == self.pid and self.candidate(frame):
-                self.flag("exit_hook" if kind == "exit" else "trace_function", f"{args[0]} from {self.where(frame)}")
-        elif kind == "outcome":
-            frame = self.effective(args[1], _is_outcome_helper)
-            kind_of = self.classify(frame)
-            # pytest's own machinery (skip marks, unittest's skips) raises them too; any
-            # other library raising one was handed the choice by code under test.
-            if kind_of == CANDIDATE or (kind_of == LIBRARY and frame is not None
-                                        and "/_pytest/" not in frame.f_code.co_filename):
-                self.flag("outcome_from_code_under_test", f"{args[0]} raised from {self.where(frame)}")
-        elif kind == "armed":
-            self.arm(args[0], args[1])
-        elif kind == "conftest":
-            path, box = _norm(str(args[0])), args[1]
-            allowed = path in self.owned
-            if not allowed:
-                rel = os.path.relpath(path, self.rootdir)
-                if rel not in self.ignored:
-                    self.ignored.append(rel)
-                    self.write({"kind": "ignored", "path": rel})
-            box.append(allowed)
-        elif kind == "registered":
-            self.on_registered(args[0], args[1], args[2])
-        elif kind == "collected":
-            self.collected = [str(n) for n in args[0]]
-            self.items = [(str(item.nodeid), item, getattr(item, "obj", None)) for item in args[1]]
-        elif kind == "test":
-            self.on_test(str(args[0]), str(args[1]), str(args[2]))
-        elif kind == "window":
-            self.report_window = bool(args[0])
-            if not self.report_window:
-                self.report_sha256 = _file_sha256(self.report)
+        handler = _MESSAGE_HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, args)
+
+    def on_bytecode(self, args: tuple[Any, ...]) -> None:
+        if not self.read_from_library(args[2]):
+            self.on_loaded(args[0], args[1])
+
+    def on_rename(self, args: tuple[Any, ...]) -> None:
+        # _imp._fix_co_filename renames code objects without an audit event: only importlib's
+        # own _compile_bytecode may, naming bytecode it just unmarshalled after its source.
+        code, path, frame = args
+        if (getattr(code, "co_filename", path) != path and isinstance(path, str)
+                and self.classify_file(_norm(path) if path.startswith("/") else path) != CANDIDATE
+                and (frame is None or frame.f_code is not self.compile_bytecode)):
+            self.flag("disguised_code", f"code renamed {path} from {self.where(frame)}")
+
+    def on_hook_set(self, flag: str, args: tuple[Any, ...]) -> None:
+        """An exit hook or a trace function set (``args``: what, and the frame that set it)."""
+        frame = args[1]
+        if os.getpid() == self.pid and self.candidate(frame):
+            self.flag(flag, f"{args[0]} from {self.where(frame)}")
+
+    def on_outcome(self, args: tuple[Any, ...]) -> None:
+        frame = self.effective(args[1], _is_outcome_helper)
+        kind_of = self.classify(frame)
+        # pytest's own machinery (skip marks, unittest's skips) raises them too; any
+        # other library raising one was handed the choice by code under test.
+        if kind_of == CANDIDATE or (kind_of == LIBRARY and frame is not None
+                                    and "/_pytest/" not in frame.f_code.co_filename):
+            self.flag("outcome_from_code_under_test", f"{args[0]} raised from {self.where(frame)}")
+
+    def on_conftest(self, args: tuple[Any, ...]) -> None:
+        path, box = _norm(str(args[0])), args[1]
+        allowed = path in self.owned
+        if not allowed:
+            rel = os.path.relpath(path, self.rootdir)
+            if rel not in self.ignored:
+                self.ignored.append(rel)
+                self.write({"kind": "ignored", "path": rel})
+        box.append(allowed)
+
+    def on_collected(self, args: tuple[Any, ...]) -> None:
+        self.collected = [str(n) for n in args[0]]
+        self.items = [(str(item.nodeid), item, getattr(item, "obj", None)) for item in args[1]]
+
+    def on_window(self, args: tuple[Any, ...]) -> None:
+        self.report_window = bool(args[0])
+        if not self.report_window:
+            self.report_sha256 = _file_sha256(self.report)
 
     def arm(self, manager: Any, junitxml: types.ModuleType) -> None:
         """The last moment before a conftest, and so any code under test, can run."""
@@ -870,6 +875,24 @@ class _Watch:
             "ignored": self.ignored,
             "processes_killed": self.processes_killed,
         }
+
+
+# The messages a trusted caller sends, each with its handler. Read-only: the tests run in this
+# process, and a handler swapped in a mutable table would escape the end's integrity check
+# (which compares this module's globals and the watch's class by identity).
+_MESSAGE_HANDLERS: Final[types.MappingProxyType[str, Callable[[_Watch, tuple[Any, ...]], None]]] = types.MappingProxyType({
+    "bytecode": _Watch.on_bytecode,
+    "rename": _Watch.on_rename,
+    "exit": lambda watch, args: watch.on_hook_set("exit_hook", args),
+    "trace": lambda watch, args: watch.on_hook_set("trace_function", args),
+    "outcome": _Watch.on_outcome,
+    "armed": lambda watch, args: watch.arm(args[0], args[1]),
+    "conftest": _Watch.on_conftest,
+    "registered": lambda watch, args: watch.on_registered(args[0], args[1], args[2]),
+    "collected": _Watch.on_collected,
+    "test": lambda watch, args: watch.on_test(str(args[0]), str(args[1]), str(args[2])),
+    "window": _Watch.on_window,
+})
 
 
 class _Ending(NamedTuple):

@@ -81,27 +81,13 @@ def _why_reference_failed(ctx: _Validation, graded: Mapping[str, Any]) -> str | 
     """Why one failing grade of the reference failed, in words (see ValidityEvidence.why)."""
     from .show import Blobs, failed_tests, last_text_line
 
-    if graded.get("forbidden"):
-        return "the reference touches forbidden paths: " + ", ".join(map(str, graded["forbidden"][:5]))
-    if graded.get("patch_applies_clean") is False:
-        return "the reference's patch does not apply to a pristine copy"
+    before = _why_not_run(graded)
+    if before is not None:
+        return before
     oracle = graded.get("oracle") or {}
-    if graded.get("oracle_timed_out") or oracle.get("timed_out"):
-        return "the oracle ran out of time"
     blobs = Blobs(ctx.settings.run_dir)
     stdout = blobs.read(oracle.get("stdout"))
-    names = failed_tests(stdout)
-    junit = graded.get("junit") or {}
-    parts = []
-    if junit and not junit.get("ok"):
-        parts.append(f"JUnit: {junit.get('why')}")
-    if names:
-        parts.append("failed: " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""))
-    flags = graded.get("forging_flags") or []
-    if flags and graded.get("tests_green"):
-        # Green, but the guard saw the code under test reach what decides the verdict.
-        details = [str(d) for d in graded.get("forging_detail") or []] or [str(f) for f in flags]
-        parts.append("the tests passed, but the guard flagged " + "; ".join(details[:3]))
+    parts = _verdicts(graded, failed_tests(stdout))
     err = blobs.read(oracle.get("stderr"))
     output = "\n".join(b.text() for b in (stdout, err) if b is not None)
     setup = _setup_problem(output)
@@ -114,6 +100,34 @@ def _why_reference_failed(ctx: _Validation, graded: Mapping[str, Any]) -> str | 
         code = oracle.get("exit_code")
         parts.append(f"the oracle exited {code}" + (f": {tail}" if tail else ""))
     return "; ".join(parts)[:900]
+
+
+def _why_not_run(graded: Mapping[str, Any]) -> str | None:
+    """Why a grade failed before its tests said anything: the patch, or the oracle's clock."""
+    if graded.get("forbidden"):
+        return "the reference touches forbidden paths: " + ", ".join(map(str, graded["forbidden"][:5]))
+    if graded.get("patch_applies_clean") is False:
+        return "the reference's patch does not apply to a pristine copy"
+    oracle = graded.get("oracle") or {}
+    if graded.get("oracle_timed_out") or oracle.get("timed_out"):
+        return "the oracle ran out of time"
+    return None
+
+
+def _verdicts(graded: Mapping[str, Any], names: list[str]) -> list[str]:
+    """What the grade's report, its failed tests (``names``) and the guard's flags say, in words."""
+    junit = graded.get("junit") or {}
+    parts = []
+    if junit and not junit.get("ok"):
+        parts.append(f"JUnit: {junit.get('why')}")
+    if names:
+        parts.append("failed: " + ", ".join(names[:5]) + (", ..." if len(names) > 5 else ""))
+    flags = graded.get("forging_flags") or []
+    if flags and graded.get("tests_green"):
+        # Green, but the guard saw the code under test reach what decides the verdict.
+        details = [str(d) for d in graded.get("forging_detail") or []] or [str(f) for f in flags]
+        parts.append("the tests passed, but the guard flagged " + "; ".join(details[:3]))
+    return parts
 
 
 _SETUP_MARKS = ("ModuleNotFoundError", "ImportError", "ERROR collecting", "error during collection",

@@ -451,39 +451,18 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
     """The environment spec of one instance (module docstring)."""
     repo = _repo_name(rec)
     version = rec.data.get("version") if isinstance(rec.data.get("version"), str) else ""
-    setup = rec.data.get("environment_setup_commit")
-    commit = setup.strip() if isinstance(setup, str) and _COMMIT_RE.match(setup.strip()) else base_commit
+    commit = _setup_commit(rec.data.get("environment_setup_commit"), base_commit)
     files = base if commit == base_commit else scratch.tree(commit, rec.where)
     override = {**overrides.get(repo or "", {}), **(overrides.get(f"{repo}@{version}", {}) if version else {})}
     python = str(override.get("python", options.python or f"{sys.version_info.major}.{sys.version_info.minor}"))
-    if "requirements" in override:
-        # Pinned as given, and with everything they need: env build installs exactly these lines.
-        given = _pinned(list(override["requirements"]), rec.where, "--env-spec's requirements")
-        requirements = resolve_requirements([r.split(" --hash=", 1)[0] for r in given], python, rec.where,
-                                            "--env-spec's requirements")
-        source = "--env-spec, with what its requirements need resolved at import"
-    else:
-        found = _from_lock(files, rec.where, commit) or _from_requirements(files, python, rec.where)
-        requirements, source = found if found is not None else (
-            resolve_requirements(["pytest"], python, rec.where, "pytest"),
-            "no uv.lock or test requirements file: pytest only, resolved with hashes at import")
-    if "pins" in override:
-        pins = _pinned(list(override["pins"]), rec.where, "--env-spec's pins")
-        named = {_name(p) for p in pins}
-        requirements = [r for r in requirements if _name(r) not in named] + pins
+    requirements, source = _requirements(files, override, python, rec.where, commit)
     install = str(override.get("install", "editable"))
     build = _build_requirements(files) if install == "editable" else None
     if build is None or build[1]:
         install = "none"  # nothing declares the build, or its requirements are not all of the index
     else:
-        named = {_name(r) for r in requirements}
-        constraints = [r.split(" --hash=", 1)[0] for r in requirements]
-        requirements += [r for r in resolve_requirements(build[0], python, rec.where, "the build requirements", constraints)
-                         if _name(r) not in named]
-        source += "; the repository installed by its build backend, whose requirements were resolved at import"
-    if 0 < sum("--hash=" in r for r in requirements) < len(requirements):
-        requirements = [r.split(" --hash=", 1)[0] for r in requirements]  # all or none, as env build takes them
-        source += ", hashes dropped (some lines carry none)"
+        requirements, source = _with_build(requirements, source, build[0], python, rec.where)
+    requirements, source = _hashes_all_or_none(requirements, source)
     if "requirements" in override or "pins" in override:
         source = str(override.get("source", f"{source}, overridden by --env-spec"))
     label = f"{repo or 'repository'}{'@' + version if version else ''} tests, Python {python}"
@@ -494,6 +473,55 @@ def _environment(scratch: _Scratch, rec: SourceRecord, base: Mapping[str, FileEn
             "import_roots": override.get("import_roots", import_roots(base)), "install": install})
     except ValidationError as e:
         raise PackError(f"{rec.where}: its environment: {describe_validation_error(e)}") from None
+
+
+def _setup_commit(setup: Any, base_commit: str) -> str:
+    """The commit whose files declare the environment: the record's environment_setup_commit
+    when it is a commit id, else the base commit."""
+    return setup.strip() if isinstance(setup, str) and _COMMIT_RE.match(setup.strip()) else base_commit
+
+
+def _with_build(requirements: list[str], source: str, build: list[str], python: str,
+                where: str) -> tuple[list[str], str]:
+    """The requirements with what the repository's build backend needs, resolved under them."""
+    named = {_name(r) for r in requirements}
+    constraints = [r.split(" --hash=", 1)[0] for r in requirements]
+    requirements = requirements + [r for r in resolve_requirements(build, python, where, "the build requirements",
+                                                                   constraints)
+                                   if _name(r) not in named]
+    return requirements, source + "; the repository installed by its build backend, whose requirements were " \
+                                  "resolved at import"
+
+
+def _hashes_all_or_none(requirements: list[str], source: str) -> tuple[list[str], str]:
+    """Hashes on every line or on none, as env build takes them: where some lines carry none,
+    the others' are dropped (and the source says so)."""
+    if 0 < sum("--hash=" in r for r in requirements) < len(requirements):
+        return [r.split(" --hash=", 1)[0] for r in requirements], source + ", hashes dropped (some lines carry none)"
+    return requirements, source
+
+
+def _requirements(files: Mapping[str, FileEntry], override: Mapping[str, Any], python: str, where: str,
+                  commit: str) -> tuple[list[str], str]:
+    """The environment's requirements before the build's, and where they came from: the
+    --env-spec's, else the repository's lock or test requirements, else pytest alone; then the
+    --env-spec's pins over them."""
+    if "requirements" in override:
+        # Pinned as given, and with everything they need: env build installs exactly these lines.
+        given = _pinned(list(override["requirements"]), where, "--env-spec's requirements")
+        requirements = resolve_requirements([r.split(" --hash=", 1)[0] for r in given], python, where,
+                                            "--env-spec's requirements")
+        source = "--env-spec, with what its requirements need resolved at import"
+    else:
+        found = _from_lock(files, where, commit) or _from_requirements(files, python, where)
+        requirements, source = found if found is not None else (
+            resolve_requirements(["pytest"], python, where, "pytest"),
+            "no uv.lock or test requirements file: pytest only, resolved with hashes at import")
+    if "pins" in override:
+        pins = _pinned(list(override["pins"]), where, "--env-spec's pins")
+        named = {_name(p) for p in pins}
+        requirements = [r for r in requirements if _name(r) not in named] + pins
+    return requirements, source
 
 
 def _name(line: str) -> str:
