@@ -11,9 +11,7 @@ sent to the terminal.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any, Final
 
 from . import conversation as cv
 from . import events as ev
-from .digest import sha256_bytes
+from .blobs import FULL_CAP, Blob, Blobs
 from .errors import ScoreRefusal, VerificationFailed
 from .outcomes import SHOWN_OUTCOMES, Outcome, TaskState
 from .safe_text import inert as inert
@@ -30,65 +28,8 @@ from .usage import ENDPOINT_FAILED, NEVER_STARTED, unfinished, upstream_failed, 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
 where the error usually is."""
-FULL_CAP = 4 * 2**20
-"""Bytes of a blob read at most, even with ``--full``."""
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
 """What reading a run directory checked (a bundle's reading verifies it whole)."""
-
-
-@dataclass(frozen=True)
-class Blob:
-    """What one stored blob holds, as read: ``data`` (at most the cap), whether it was longer,
-    and whether its bytes match the digest that names it (unknown when not read whole)."""
-
-    data: bytes
-    truncated: bool
-    matches: bool | None
-
-    def text(self) -> str:
-        return inert(self.data.decode("utf-8", "replace"))
-
-
-class Blobs:
-    """The ``blobs/`` folder of a run directory or bundle, read without following links."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def read(self, digest: str | None, cap: int = FULL_CAP) -> Blob | None:
-        """The blob ``digest`` names, or None when there is none (no digest, a malformed one,
-        or no regular file of that name)."""
-        m = _DIGEST.fullmatch(digest or "")
-        if m is None:
-            return None
-        try:
-            dir_fd = os.open(self.root / "blobs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            fd = os.open(m.group(1), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        except OSError:
-            return None
-        finally:
-            os.close(dir_fd)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            chunks: list[bytes] = []
-            size = 0
-            while size <= cap:
-                chunk = os.read(fd, min(1 << 20, cap + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-        data = b"".join(chunks)
-        if len(data) > cap:
-            return Blob(data[:cap], True, None)
-        return Blob(data, False, sha256_bytes(data) == digest)
 
 
 @dataclass

@@ -18,11 +18,11 @@ from typing import Any
 
 from . import conversation as cv
 from . import events as ev
+from .blobs import Blobs
 from .document import CSP, CSS
 from .files import write_atomic
 from .show import (
     AttemptStory,
-    Blobs,
     Message,
     TaskStory,
     TranscriptFile,
