@@ -31,7 +31,8 @@ from .formats import AccessClass, Controls
 from .outcomes import Outcome
 from .pack import check_pack
 from .runner import RunOptions, execute
-from .show import AttemptStory, Shown, agent_words, cause, inert, last_text_line, not_started, read_run
+from .show import Shown, agent_words, cause, inert, last_text_line, not_started, read_run
+from .stories import AttemptStory
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from .document import CSP, CSS
 from .files import write_atomic
 from .journal import read_chain
 from .outcomes import Outcome
-from .show import stories
+from .stories import stories
 from .task_pages import environment, page_name, safe_name, write_task_pages
 
 RUNS_DIR = "runs"

@@ -46,8 +46,8 @@ from .progress import Progress
 from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
 from .settings import Settings
-from .show import StoryBook, TaskStory
 from .sizing import check_memory, default_jobs, sized
+from .stories import StoryBook, TaskStory
 from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:

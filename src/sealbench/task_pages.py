@@ -22,9 +22,7 @@ from .blobs import Blobs
 from .document import CSP, CSS
 from .files import write_atomic
 from .show import (
-    AttemptStory,
     Message,
-    TaskStory,
     TranscriptFile,
     agent_words,
     attempt_conversation,
@@ -38,6 +36,7 @@ from .show import (
     request_words,
     transcript_files,
 )
+from .stories import AttemptStory, TaskStory
 from .usage import usage_of
 
 PAGE_MESSAGES = 500
