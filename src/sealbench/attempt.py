@@ -554,6 +554,7 @@ def failure_facts(exc: Exception, cancel: Cancellation, run_dir: Path) -> dict[s
 
 
 def _attempt(run: _Run, setup: Setup | None) -> AttemptFacts:
+    """:func:`run_attempt`'s steps, in order; what raises is :func:`failure_facts`'s to tell."""
     settings, spec, task_ws = run.settings, run.spec, run.task_ws
     tid, attempt = spec.task.task_id, spec.attempt
     ready, prompt, agent_facts = _run_the_agent(run, setup)
@@ -663,6 +664,6 @@ def _feedback(run: _Run, gap_from: float) -> AttemptFacts:
         # sandbox all carry the time they were made, which would tell the next
         # attempt when this one's grading ended.
         wait_gap(run.cancel, gap_from, gap_s, run.deadline)
-    text, shown = feedback(settings, run.cancel, spec.task, run.task_ws, spec.attempt, run.remaining())
+    text, shown = feedback(GradeContext(settings, run.cancel), spec.task, run.task_ws, spec.attempt, run.remaining())
     run.done["feedback_event"] = shown
     return run.facts(feedback=text)

@@ -626,7 +626,7 @@ def whose_crash(ctx: GradeContext, job: GradeJob, res: SandboxResult, junit: Map
             f"Its output ends: {pytest_oracle.output_tail(output, chars=400)}")
 
 
-def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
+def feedback(ctx: GradeContext, task: Task, task_ws: TaskWorkspace, attempt: int,
              remaining: float) -> tuple[str, ev.Feedback | None]:
     """What the agent is shown after failed attempt ``attempt``, and the ``feedback`` event to
     journal when the visible tests ran (None otherwise).
@@ -634,6 +634,7 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: Task
     Raises:
         Stopped: cancelled while the visible tests ran.
     """
+    settings = ctx.settings
     policy = settings.budget.feedback
     if policy == "none":
         return "", None
@@ -644,7 +645,7 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: Task
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
     env = task_env(settings, task, task_ws.agent_dir, attempt, None)
     argv = bytecode.python_argv(cmd, bytecode_mirror(settings, task).prefix)
-    res, facts = sandboxed(settings, cancel, argv, task_ws.agent_dir, env, min(remaining, 60.0), task=task)
+    res, facts = sandboxed(settings, ctx.cancel, argv, task_ws.agent_dir, env, min(remaining, 60.0), task=task)
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event
