@@ -105,7 +105,7 @@ def main() -> None:
                          "compare against a release from before workspace quotas")
     args = ap.parse_args()
     n = args.tasks
-    from sealbench.runner import default_jobs
+    from sealbench.sizing import default_jobs
 
     jobs_default = args.jobs or default_jobs()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:

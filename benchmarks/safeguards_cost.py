@@ -144,7 +144,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None, help="also measure at this --jobs (default: the CLI default)")
     ap.add_argument("--runs", type=runs_argument, default=6)
     args = ap.parse_args()
-    from sealbench.runner import default_jobs
+    from sealbench.sizing import default_jobs
 
     jobs_default = args.jobs or default_jobs()
     with tempfile.TemporaryDirectory(prefix="sealbench-bench-") as tmp:

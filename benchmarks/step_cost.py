@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None, help="the --jobs of the parallel lines (default: the CLI default)")
     ap.add_argument("--runs", type=runs_argument, default=7)
     args = ap.parse_args()
-    from sealbench.runner import default_jobs
+    from sealbench.sizing import default_jobs
 
     jobs = args.jobs or default_jobs()
     steps = [s for s in args.steps.split(",") if s]

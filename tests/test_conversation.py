@@ -346,7 +346,9 @@ def test_a_responses_request_that_continues_a_stored_response_says_so() -> None:
 
 
 def test_without_full_an_attempt_shows_its_last_calls_and_says_how_many_came_before(tmp_path: Path) -> None:
-    from sealbench.show import CALLS_SHOWN, AttemptStory, Blobs, conversation_lines
+    from sealbench.blobs import Blobs
+    from sealbench.show import CALLS_SHOWN, conversation_lines
+    from sealbench.stories import AttemptStory
 
     story = AttemptStory(1, calls=[_call(n, request=None, request_bytes=None, response=None, response_bytes=0,
                                          status=401, refused="no token") for n in range(CALLS_SHOWN + 5)])

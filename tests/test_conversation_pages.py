@@ -27,6 +27,7 @@ from chromium import CHROMIUM, load_page
 from conftest import LOCK_TIME, needs_bwrap
 from sealbench import events as ev
 from sealbench import model_api
+from sealbench.blobs import Blobs
 from sealbench.contract import lock_contract, new_contract
 from sealbench.digest import sha256_bytes
 from sealbench.files import model_json, write_atomic
@@ -36,7 +37,8 @@ from sealbench.model_stub import StubReply, StubServer, StubToolCall, StubUsage,
 from sealbench.pack import load_pack
 from sealbench.report import write_report
 from sealbench.runner import RunOptions, execute
-from sealbench.show import Blobs, Shown, StoryBook, call_words, task_lines
+from sealbench.show import Shown, call_words, task_lines
+from sealbench.stories import StoryBook
 from sealbench.task_pages import render_task_page
 
 REPO = Path(__file__).resolve().parents[1]

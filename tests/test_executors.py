@@ -23,9 +23,9 @@ from sealbench.compare import compare
 from sealbench.consistency import journal_contradictions
 from sealbench.contract import load_contract
 from sealbench.executors import Delivery, Handle, LocalExecutor
-from sealbench.grading import Settings
 from sealbench.journal import read_chain
 from sealbench.runner import RunOptions, execute
+from sealbench.settings import Settings
 
 TASK = "t_11_fix_off_by_one"
 OTHER = "t_03_rename_helper"

@@ -774,8 +774,8 @@ def test_small_sandboxes_let_more_jobs_run_than_the_defaults_do(sealed_pack: Pat
     # What lets hundreds of model-bound agents run at once: the memory check counts the
     # contract's sizes (workspace, the harness's folder no larger than it, /tmp and /dev/shm).
     from sealbench.errors import RunRefusal
-    from sealbench.runner import MEMORY_SHARE, _memory_total, memory_per_job, sized
     from sealbench.sandbox import Limits
+    from sealbench.sizing import MEMORY_SHARE, _memory_total, memory_per_job, sized
 
     total = _memory_total()
     if total is None:
@@ -848,7 +848,9 @@ def test_deeply_nested_junit_report_does_not_blow_up_the_runners_memory(raw_pack
 def test_jobs_without_workspace_quotas_are_charged_only_their_tmp_mounts(sealed_pack: Path, tmp_path: Path) -> None:
     # --no-workspace-quota mounts no workspace tmpfs: refusing its --jobs for 1 GiB quotas it
     # does not have refused a 64-sleeper run at --jobs 16 on a 24 GiB machine.
-    from sealbench.runner import PRIVATE_CAPS, Limits, memory_per_job
+    from sealbench.grading import PRIVATE_CAPS
+    from sealbench.sandbox import Limits
+    from sealbench.sizing import memory_per_job
 
     limits, caps = Limits(), TreeCaps()
     assert memory_per_job(limits, caps) == caps.max_bytes + PRIVATE_CAPS.max_bytes + 2 * limits.tmp_bytes

@@ -21,17 +21,17 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("values: words, formats, digests; and the programs that run alone inside a sandbox",
      frozenset({"errors", "outcomes", "formats", "freshness", "events", "digest", "safe_text", "stats", "progress",
                 "relay", "function_oracle", "pytest_guard", "repo_install", "trivial", "vocabulary"})),
-    ("files: scratch, atomic writes, trees, locks, signatures, the clock, usage counts",
+    ("files: scratch, atomic writes, trees, the blob store, locks, signatures, the clock, usage counts",
      frozenset({"scratch", "files", "agentfs", "lock", "signing", "gitrepo", "clock", "usage", "bytecode",
-                "charge", "model_api", "document", "plots"})),
-    ("records: the journal, packs, agents, environments, workspaces, conversations",
+                "charge", "model_api", "document", "plots", "blobs"})),
+    ("records: the journal, packs, agents, environments, workspaces, conversations, a run's stories",
      frozenset({"journal", "scorecard", "pack", "pytest_oracle", "agents", "environments", "sandboxes",
-                "workspace", "conversation", "model_stub"})),
-    ("the sandbox and the rules: contracts, derivation, scores, importers",
+                "workspace", "conversation", "model_stub", "stories"})),
+    ("the sandbox and the rules: contracts, derivation, scores, importers; a run's settings and cancellation",
      frozenset({"sandbox", "contract", "derive", "consistency", "score", "preflight", "presets", "importers",
-                "first_run"})),
-    ("grading and reading a run: grades, bundles, the runs index, a run's story",
-     frozenset({"grading", "bundle", "scoring_io", "runs_index", "show"})),
+                "first_run", "settings", "cancellation"})),
+    ("grading and reading a run: grades, the sandboxes a machine holds, bundles, the runs index, a run's story",
+     frozenset({"grading", "sizing", "bundle", "scoring_io", "runs_index", "show"})),
     ("attempts: one attempt, the executors, the coordinator, the model gateway",
      frozenset({"attempt", "executors", "coordinator", "gateway", "replay", "ray_executor"})),
     ("runs: a contract executed, a pack validated, tasks mined",
@@ -44,7 +44,6 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 LAYER: dict[str, int] = {module: n for n, (_, modules) in enumerate(LAYERS) for module in modules}
 
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("ray_executor", "runner"): "check_memory, until the memory sizing of a run leaves the runner",
     ("ray_executor", "validate"): "the Validator a cluster's node runs for `validate --executor ray`, "
                                   "until validation on a node is its own module below both",
 }

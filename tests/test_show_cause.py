@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from sealbench import events as ev
-from sealbench.show import AttemptStory, TaskStory, cause, grading_words
+from sealbench.show import cause, grading_words
+from sealbench.stories import AttemptStory, TaskStory
 
 
 def task(outcome: str | None, *attempts: AttemptStory, max_attempts: int | None = 2, error: str | None = None,

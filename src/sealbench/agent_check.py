@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import events as ev
 from . import scratch
+from .blobs import Blobs
 from .contract import UNSPECIFIED, load_contract, lock_contract, pack_path
 from .errors import ContractError
 from .files import model_json, write_atomic
@@ -30,7 +31,8 @@ from .formats import AccessClass, Controls
 from .outcomes import Outcome
 from .pack import check_pack
 from .runner import RunOptions, execute
-from .show import AttemptStory, Blobs, Shown, agent_words, cause, inert, last_text_line, not_started, read_run
+from .show import Shown, agent_words, cause, inert, last_text_line, not_started, read_run
+from .stories import AttemptStory
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the attempt's number, the time that remains, the feedback to show) and returns i
 (:class:`AttemptFacts`: the events to journal, its result, the patch's stored blob, why it was
 stopped or failed). It writes no journal, starts no thread of its own but the one that holds
 an in-process agent, and shares nothing with other attempts but the executor's
-:class:`~sealbench.grading.Cancellation`: the run's coordinator (:mod:`sealbench.coordinator`)
+:class:`~sealbench.cancellation.Cancellation`: the run's coordinator (:mod:`sealbench.coordinator`)
 journals the facts, and an executor (:mod:`sealbench.executors`) decides where it runs.
 
 The classification is pure: the facts of how the agent ended, what capturing its patch found
@@ -38,25 +38,25 @@ from typing import TYPE_CHECKING, Any, Final
 from . import events as ev
 from .agentfs import TraceCaps, TreeRejected, read_trace, trace_digest
 from .agents import render_argv
+from .blobs import store_bytes
+from .cancellation import Cancellation, Stopped
 from .digest import sha256_bytes
 from .errors import describe_storage_failure, storage_failure
 from .files import write_atomic
 from .grading import (
-    Cancellation,
-    OracleAhead,
-    Settings,
-    Stopped,
+    GradeContext,
+    GradeJob,
+    HeldOracle,
     feedback,
     grade,
-    prepare_oracle,
     process_facts,
     sandbox_spec,
-    store_bytes,
     task_env,
 )
 from .outcomes import AttemptResult, Outcome
 from .pack import Task
 from .sandbox import Prepared
+from .settings import Settings
 from .usage import ENDPOINT_FAILED, NEVER_STARTED
 from .workspace import META_DIR, TaskWorkspace
 
@@ -508,6 +508,23 @@ def set_up(settings: Settings, spec: AttemptSpec, task_ws: TaskWorkspace,
         return Setup(error=e)
 
 
+class _Run:
+    """One attempt under way: what it is, its deadline, and the events it has so far."""
+
+    def __init__(self, spec: AttemptSpec, settings: Settings, cancel: Cancellation, task_ws: TaskWorkspace) -> None:
+        self.spec, self.settings, self.cancel, self.task_ws = spec, settings, cancel, task_ws
+        self.started = time.monotonic()
+        self.deadline = self.started + spec.budget_s
+        self.done: dict[str, Any] = {}
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def facts(self, **more: Any) -> AttemptFacts:
+        return AttemptFacts(task_id=self.spec.task.task_id, attempt=self.spec.attempt,
+                            elapsed_s=time.monotonic() - self.started, **self.done, **more)
+
+
 def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, task_ws: TaskWorkspace,
                 setup: Setup | None = None) -> AttemptFacts:
     """Run one attempt to its end: the agent, the capture of its patch, grading, and (after a
@@ -517,111 +534,136 @@ def run_attempt(spec: AttemptSpec, settings: Settings, cancel: Cancellation, tas
     ``setup``, what was set up ahead. Never raises for the attempt's own sake: a stop, a
     storage failure and a harness error are facts too.
     """
-    started = time.monotonic()
-    deadline = started + spec.budget_s
-    task, attempt = spec.task, spec.attempt
-    tid = task.task_id
-    done: dict[str, Any] = {}
-    ahead: OracleAhead | None = None
-
-    def facts(**more: Any) -> AttemptFacts:
-        return AttemptFacts(task_id=tid, attempt=attempt, elapsed_s=time.monotonic() - started, **done, **more)
-
+    run = _Run(spec, settings, cancel, task_ws)
     try:
-        if setup is None:
-            setup = set_up(settings, spec, task_ws) if spec.fresh else Setup()
-        if setup.error is not None:
-            raise setup.error
-        ready = setup.ready
-        try:
-            if ready is None or ready.attempt != attempt:
-                ready = ready_attempt(settings, task, task_ws, attempt, spec.feedback)
-            agent_facts = run_agent(settings, cancel, task, task_ws, ready, deadline)
-            prompt = ready.prompt
-        except TreeRejected as e:
-            # Only without a sandbox can an attempt replace its own workspace folder.
-            prompt = ""
-            agent_facts = {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
-                           "error": f"the workspace was replaced: {e.reason}"}
-        why = storage_failed(settings.run_dir, None)
-        if why is None and ready is not None and ready.access is not None:
-            why = ready.access.storage_failure()  # a model call the record lacks a part of
-        if why is not None:  # an agent whose writes failed on a full disk is not judged on them
-            return facts(stopped=why, storage_failure=why)
-        gap_from = time.monotonic()
-        agent = ev.AgentFinished(task_id=tid, attempt=attempt, prompt_sha256=sha256_bytes(prompt.encode()),
-                                 **transcript(settings, task_ws), **agent_facts)
-        done["agent"] = agent
+        return _attempt(run, setup)
+    except Exception as e:
+        return run.facts(**failure_facts(e, cancel, settings.run_dir))
 
-        def oracle_ahead() -> None:
-            # The patch is not empty (or only in what capture drops): the oracle's sandbox sets
-            # itself up while git takes the patch, unless the attempt cannot be graded anyway.
-            nonlocal ahead
-            end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=False)
-            if must_grade(end, probe=settings.probe):
-                ahead = prepare_oracle(settings, task, task_ws, attempt, deadline - time.monotonic())
 
-        if agent.workdir_rejected:
-            # The copy back of the quota'd workspace stopped at a cap: the agent's failure. What
-            # it copied so far is cut off at the cap, and an attempt started on it could break
-            # the same cap on the way in (250,000 entries, plus the trace folder it rebuilds),
-            # a harness error: the next attempt starts from the pack's workspace instead.
-            cap = Capture([], b"", rejected=agent.workdir_rejected)
-            if attempt < settings.max_attempts and not settings.probe:
-                task_ws.materialise()
-        else:
-            cap = capture(task_ws, deadline, oracle_ahead)
-        patch = cap.patch
-        patch_digest = store_bytes(settings.run_dir, patch, durable=settings.durable_blobs) if patch else None
-        done["capture"] = ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest, empty=not patch,
-                                           changed=cap.changed[:200], changed_count=len(cap.changed),
-                                           **ev.present(rejected=cap.rejected,
-                                                        capture_timed_out=True if cap.timed_out else None))
-        end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=not patch,
+def failure_facts(exc: Exception, cancel: Cancellation, run_dir: Path) -> dict[str, str]:
+    """How an attempt that raised ``exc`` ended: stopped, stopped by the storage, or a harness error."""
+    if isinstance(exc, Stopped) or cancel.cancelled:
+        # The operator or the infrastructure stopped the attempt: nothing about it is decided.
+        return {"stopped": cancel.reason or "the run stopped"}
+    why = storage_failed(run_dir, exc)
+    if why is not None:
+        return {"stopped": why, "storage_failure": why}
+    # The harness failed, not the agent: recorded, and the task stays in the denominator.
+    return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _attempt(run: _Run, setup: Setup | None) -> AttemptFacts:
+    """:func:`run_attempt`'s steps, in order; what raises is :func:`failure_facts`'s to tell."""
+    settings, spec, task_ws = run.settings, run.spec, run.task_ws
+    tid, attempt = spec.task.task_id, spec.attempt
+    ready, prompt, agent_facts = _run_the_agent(run, setup)
+    why = _storage_failure(settings, ready)
+    if why is not None:  # an agent whose writes failed on a full disk is not judged on them
+        return run.facts(stopped=why, storage_failure=why)
+    gap_from = time.monotonic()
+    agent = ev.AgentFinished(task_id=tid, attempt=attempt, prompt_sha256=sha256_bytes(prompt.encode()),
+                             **transcript(settings, task_ws), **agent_facts)
+    run.done["agent"] = agent
+    with HeldOracle(settings, spec.task, task_ws, attempt) as held:
+        cap = _capture(run, agent, held)
+        patch_digest = store_bytes(settings.run_dir, cap.patch, durable=settings.durable_blobs) if cap.patch else None
+        run.done["capture"] = ev.PatchCaptured(task_id=tid, attempt=attempt, patch_sha256=patch_digest,
+                                               empty=not cap.patch, changed=cap.changed[:200],
+                                               changed_count=len(cap.changed),
+                                               **ev.present(rejected=cap.rejected,
+                                                            capture_timed_out=True if cap.timed_out else None))
+        end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=not cap.patch,
                        capture_timed_out=cap.timed_out, rejected=cap.rejected)
         never = _never_started(ready, cap, agent.exit_code)
         if never is not None:
-            return facts(error=never)
-        grading: Grading | None = None
+            return run.facts(error=never)
+        grading = _grade(run, cap, held) if must_grade(end, probe=settings.probe) else None
+    result = classify(end, grading, probe=settings.probe)
+    assert result is not None
+    run.done["finished"] = ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
+                                              elapsed_ms=int((time.monotonic() - run.started) * 1000))
+    upstream = _endpoint_failed(ready, attempt, result)
+    if upstream is not None:
+        return run.facts(error=upstream)
+    if settings.probe or result != AttemptResult.FAIL or attempt >= settings.max_attempts:
+        return run.facts()
+    return _feedback(run, gap_from)
+
+
+def _run_the_agent(run: _Run, setup: Setup | None) -> tuple[Ready | None, str, dict[str, Any]]:
+    """The attempt made ready (unless ``setup`` did) and its agent run: what was ready, the
+    prompt and the agent's facts (``agent_finished`` fields)."""
+    settings, spec, task_ws = run.settings, run.spec, run.task_ws
+    if setup is None:
+        setup = set_up(settings, spec, task_ws) if spec.fresh else Setup()
+    if setup.error is not None:
+        raise setup.error
+    ready = setup.ready
+    try:
+        if ready is None or ready.attempt != spec.attempt:
+            ready = ready_attempt(settings, spec.task, task_ws, spec.attempt, spec.feedback)
+        return ready, ready.prompt, run_agent(settings, run.cancel, spec.task, task_ws, ready, run.deadline)
+    except TreeRejected as e:
+        # Only without a sandbox can an attempt replace its own workspace folder.
+        return ready, "", {"exit_code": None, "timed_out": False, "elapsed_ms": 0,
+                           "error": f"the workspace was replaced: {e.reason}"}
+
+
+def _storage_failure(settings: Settings, ready: Ready | None) -> str | None:
+    """Why the run's storage failed while the agent ran, or None."""
+    why = storage_failed(settings.run_dir, None)
+    if why is None and ready is not None and ready.access is not None:
+        why = ready.access.storage_failure()  # a model call the record lacks a part of
+    return why
+
+
+def _capture(run: _Run, agent: ev.AgentFinished, held: HeldOracle) -> Capture:
+    """What the attempt changed, and its patch; the oracle set up ahead meanwhile (``held``)."""
+    settings, spec, task_ws = run.settings, run.spec, run.task_ws
+    if agent.workdir_rejected:
+        # The copy back of the quota'd workspace stopped at a cap: the agent's failure. What
+        # it copied so far is cut off at the cap, and an attempt started on it could break
+        # the same cap on the way in (250,000 entries, plus the trace folder it rebuilds),
+        # a harness error: the next attempt starts from the pack's workspace instead.
+        if spec.attempt < settings.max_attempts and not settings.probe:
+            task_ws.materialise()
+        return Capture([], b"", rejected=agent.workdir_rejected)
+
+    def oracle_ahead() -> None:
+        # The patch is not empty (or only in what capture drops): the oracle's sandbox sets
+        # itself up while git takes the patch, unless the attempt cannot be graded anyway.
+        end = AgentEnd(exit_code=agent.exit_code, timed_out=bool(agent.timed_out), patch_empty=False)
         if must_grade(end, probe=settings.probe):
-            remaining = deadline - time.monotonic()
-            graded = None
-            if remaining > 0:
-                try:
-                    graded = grade(settings, cancel, task, task_ws, attempt, patch, cap.changed, remaining, ahead)
-                    ahead = None  # grade closed it
-                except subprocess.TimeoutExpired:
-                    graded = None
-            if graded is not None:
-                done["grading"] = event = ev.Graded(task_id=tid, attempt=attempt, **graded)
-                grading = Grading(task_pass=bool(event.task_pass), oracle_timed_out=bool(event.oracle_timed_out))
-        result = classify(end, grading, probe=settings.probe)
-        assert result is not None
-        done["finished"] = ev.AttemptFinished(task_id=tid, attempt=attempt, result=result,
-                                              elapsed_ms=int((time.monotonic() - started) * 1000))
-        upstream = _endpoint_failed(ready, attempt, result)
-        if upstream is not None:
-            return facts(error=upstream)
-        if settings.probe or result != AttemptResult.FAIL or attempt >= settings.max_attempts:
-            return facts()
-        gap_s = settings.budget.attempt_gap_s
-        if gap_s is not None:
-            # First of all: the visible tests' run, the prompt file, .sealbench/ and the
-            # sandbox all carry the time they were made, which would tell the next
-            # attempt when this one's grading ended.
-            wait_gap(cancel, gap_from, gap_s, deadline)
-        text, shown = feedback(settings, cancel, task, task_ws, attempt, deadline - time.monotonic())
-        done["feedback_event"] = shown
-        return facts(feedback=text)
-    except Exception as e:
-        if isinstance(e, Stopped) or cancel.cancelled:
-            # The operator or the infrastructure stopped the attempt: nothing about it is decided.
-            return facts(stopped=cancel.reason or "the run stopped")
-        why = storage_failed(settings.run_dir, e)
-        if why is not None:
-            return facts(stopped=why, storage_failure=why)
-        # The harness failed, not the agent: recorded, and the task stays in the denominator.
-        return facts(error=f"{type(e).__name__}: {e}")
-    finally:
-        if ahead is not None:  # set up for grading that never came
-            ahead.close()
+            held.set_up(run.remaining())
+
+    return capture(task_ws, run.deadline, oracle_ahead)
+
+
+def _grade(run: _Run, cap: Capture, held: HeldOracle) -> Grading | None:
+    """The hidden tests' verdict on the patch (its ``graded`` event kept), or None when no time
+    was left for them."""
+    remaining = run.remaining()
+    if remaining <= 0:
+        return None
+    job = GradeJob(run.spec.task, run.task_ws, run.spec.attempt, cap.patch, cap.changed, remaining)
+    try:
+        event = grade(GradeContext(run.settings, run.cancel), job, held)
+    except subprocess.TimeoutExpired:
+        return None
+    run.done["grading"] = event
+    return Grading(task_pass=bool(event.task_pass), oracle_timed_out=bool(event.oracle_timed_out))
+
+
+def _feedback(run: _Run, gap_from: float) -> AttemptFacts:
+    """After a failed attempt that is not the last: the wait between attempts, then the feedback."""
+    settings, spec = run.settings, run.spec
+    gap_s = settings.budget.attempt_gap_s
+    if gap_s is not None:
+        # First of all: the visible tests' run, the prompt file, .sealbench/ and the
+        # sandbox all carry the time they were made, which would tell the next
+        # attempt when this one's grading ended.
+        wait_gap(run.cancel, gap_from, gap_s, run.deadline)
+    text, shown = feedback(GradeContext(settings, run.cancel), spec.task, run.task_ws, spec.attempt, run.remaining())
+    run.done["feedback_event"] = shown
+    return run.facts(feedback=text)

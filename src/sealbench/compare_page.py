@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .blobs import Blobs
 from .compare import CompareReport
 from .document import CSP, CSS
 from .files import write_atomic
 from .journal import read_chain
 from .outcomes import Outcome
-from .show import Blobs, stories
+from .stories import stories
 from .task_pages import environment, page_name, safe_name, write_task_pages
 
 RUNS_DIR = "runs"

@@ -46,11 +46,11 @@ from .derive import DERIVATION_VERSION
 from .errors import HarnessError, StorageError, Terminated
 from .executors import AHEAD_BEYOND_JOBS, Delivery, Executor, Handle
 from .files import write_atomic
-from .grading import Settings
 from .journal import Journal
 from .outcomes import AttemptResult, Outcome, TaskState
 from .pack import Task
 from .progress import Progress
+from .settings import Settings
 from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:

@@ -35,8 +35,9 @@ from typing import Final, Protocol
 
 from .agentfs import remove_tree
 from .attempt import AttemptFacts, AttemptSpec, Setup, run_attempt, set_up
-from .grading import Cancellation, Settings
+from .cancellation import Cancellation
 from .sandbox import YIELD_ABOVE_JOBS, Prepared
+from .settings import Settings
 from .workspace import TaskWorkspace
 
 

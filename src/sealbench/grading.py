@@ -1,11 +1,12 @@
 """Grading: an attempt's patch judged by the hidden tests in a pristine copy, JUnit reports
 read as hostile input, and the feedback shown before the next attempt.
 
-Nothing here writes the journal: :func:`grade` returns the facts of one grading (the payload
-of a ``graded`` event) and :func:`feedback` the text and facts of one feedback; the caller
-(the run's coordinator, or ``pack validate``) decides what to record. What grading needs of
-the run is passed explicitly: the run-wide :class:`Settings` and the :class:`Cancellation`
-that stops its sandboxed commands at once.
+Nothing here writes the journal: :func:`grade` returns one grading's ``graded`` event and
+:func:`feedback` the text and event of one feedback; the caller (the run's coordinator, or
+``pack validate``) decides what to record. What grading needs of the run is passed as one
+value, a :class:`GradeContext`: the run-wide :class:`~sealbench.settings.Settings` and the
+:class:`~sealbench.cancellation.Cancellation` that stops its sandboxed commands at once. An
+attempt's oracle set up ahead has one owner, a :class:`HeldOracle` the attempt enters.
 """
 
 from __future__ import annotations
@@ -15,25 +16,23 @@ import posixpath
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import bytecode, pytest_oracle
 from . import events as ev
 from .agentfs import TreeCaps, exists_at, read_regular, remove_entry, remove_tree
-from .agents import ResolvedAgent
+from .blobs import store_bytes
+from .cancellation import Cancellation
 from .contract import flagged_pass_counts
-from .derive import DERIVATION_VERSION
-from .digest import same_digest, sha256_bytes, tree_digest
+from .digest import same_digest, tree_digest
 from .errors import HarnessError
-from .files import write_atomic
-from .formats import Budget, ScoringContract
 from .function_oracle import is_oracle_cmd
 from .pack import Task
-from .sandbox import Limits, Prepared, Sandbox, SandboxResult, SandboxSpec
+from .sandbox import Prepared, Sandbox, SandboxResult, SandboxSpec
 from .sandbox import command_path as sandbox_path
-from .vocabulary import Vocabulary, vocabulary_of
+from .settings import Settings
 from .workspace import (
     META_DIR,
     TaskWorkspace,
@@ -46,7 +45,6 @@ from .workspace import (
 
 if TYPE_CHECKING:
     from .environments import BuiltEnv
-    from .gateway import Gateway
 
 JUNIT_REPORT_CAP = 16 * 2**20
 
@@ -61,116 +59,6 @@ def private_caps(workspace: TreeCaps) -> TreeCaps:
     """:data:`PRIVATE_CAPS`, its quota no larger than the workspace's: a contract that sizes its
     sandboxes down for many model-bound agents at once sizes this folder with them."""
     return replace(PRIVATE_CAPS, max_bytes=min(PRIVATE_CAPS.max_bytes, workspace.max_bytes))
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What every attempt and grading of one run (or validation) shares, fixed before the first."""
-
-    contract: ScoringContract
-    budget: Budget
-    pack_root: Path
-    run_dir: Path
-    """Where blobs are stored (``run_dir/blobs``) and the workspaces live (``run_dir/work``)."""
-    sandbox: Sandbox
-    agent: ResolvedAgent
-    limits: Limits = field(default_factory=Limits)
-    tree_caps: TreeCaps = field(default_factory=TreeCaps)
-    workspace_quota: bool = True
-    keep_work: bool = False
-    probe: bool = False
-    template_override: str | None = None
-    """The narration probe's template, used instead of each task's."""
-    gateway: Gateway | None = None
-    """The run's model gateway, when the contract declares model endpoints and the agent is a command."""
-    yield_cpu: bool = False
-    """Sandboxed commands run below the runner's priority (a run of many agents at once: see
-    :data:`sealbench.sandbox.YIELD_ABOVE_JOBS`)."""
-    environments: Mapping[str, BuiltEnv] = field(default_factory=dict)
-    """The built environments the tasks name, by spec digest (checked before the run)."""
-    durable_blobs: bool = True
-    """Blobs are made durable before the line naming them is written; False on a cluster node,
-    whose blobs the coordinator stores (durably) before it journals them."""
-    derivation_version: int = DERIVATION_VERSION
-    """The rules the run is derived by (a resumed run keeps the version it started under): what
-    its journal may say (see :data:`sealbench.derive.DERIVATION_VERSION`)."""
-
-    @property
-    def vocabulary(self) -> Vocabulary:
-        """What the run's journal may say, by :attr:`derivation_version`."""
-        return vocabulary_of(self.derivation_version)
-
-    @property
-    def max_attempts(self) -> int:
-        return 1 if self.probe else self.budget.max_attempts
-
-
-class Stopped(Exception):
-    """The attempt under way was stopped (a second interrupt, a storage failure, a cancel)."""
-
-
-class Cancellation:
-    """Reaches the sandboxed commands of one attempt (or of a whole validation) to kill them at once.
-
-    Whoever owns it (an executor, ``pack validate``) calls :meth:`cancel`; the code it was
-    given to runs its commands through :meth:`start` and waits through :meth:`pause`.
-    """
-
-    def __init__(self) -> None:
-        self._live: set[Prepared] = set()
-        self._lock = threading.Lock()
-        self._abort = threading.Event()
-        self._soon = threading.Event()
-        self.reasons: list[str] = []
-
-    @property
-    def cancelled(self) -> bool:
-        return self._abort.is_set()
-
-    @property
-    def reason(self) -> str | None:
-        return self.reasons[0] if self.reasons else None
-
-    def cancel(self, reason: str) -> None:
-        """Kill the commands running now; none starts after this."""
-        self._soon.set()
-        with self._lock:
-            self.reasons.append(reason)
-            self._abort.set()
-            live = list(self._live)
-        for prepared in live:
-            prepared.kill()
-
-    def wind_down(self) -> None:
-        """End waits (:meth:`pause`) early; running commands go on."""
-        self._soon.set()
-
-    def pause(self, seconds: float) -> None:
-        """Wait ``seconds``, or less once winding down or cancelled."""
-        self._soon.wait(max(0.0, seconds))
-
-    def start(self, prepared: Prepared, timeout_s: float | None = None) -> SandboxResult:
-        """Start a prepared command where :meth:`cancel` can reach it.
-
-        Raises:
-            Stopped: cancelled (before or while the command ran).
-        """
-        with self._lock:
-            if self._abort.is_set():
-                raise Stopped
-            self._live.add(prepared)
-        try:
-            result = prepared.start(timeout_s)
-        except HarnessError:
-            if self._abort.is_set():
-                raise Stopped from None
-            raise
-        finally:
-            with self._lock:
-                self._live.discard(prepared)
-        if self._abort.is_set():
-            raise Stopped
-        return result
 
 
 def command_path(environment: BuiltEnv | None = None) -> str:
@@ -242,16 +130,6 @@ def task_env(settings: Settings, task: Task, ws: Path, attempt: int, prompt_file
         "SEALBENCH_PROMPT_FILE": str(prompt_file) if prompt_file is not None else "",
         "SEALBENCH_TRACE_DIR": str(ws / META_DIR / "trace"),
     }
-
-
-def store_bytes(run_dir: Path, data: bytes, *, durable: bool = True) -> str:
-    """Keep ``data`` in blobs/ under its digest, durably (before the journal event naming it)
-    unless ``durable`` is False (a cluster node's scratch: the coordinator stores it again)."""
-    digest = sha256_bytes(data)
-    dest = run_dir / "blobs" / digest.removeprefix("sha256:")
-    if not dest.exists():
-        write_atomic(dest, data, durable=durable)
-    return digest
 
 
 def sandbox_spec(settings: Settings, argv: Sequence[str], workdir: Path, env: dict[str, str], timeout: float,
@@ -421,99 +299,198 @@ def prepare_oracle(settings: Settings, task: Task, task_ws: TaskWorkspace, attem
     return OracleAhead(settings.sandbox, _oracle_spec(settings, task, grade_dir, attempt, remaining))
 
 
-def grade(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int, patch: bytes,
-          changed: list[str], remaining: float, ahead: OracleAhead | None = None) -> dict[str, Any]:
-    """Grade one attempt in a new directory; never in the agent's. Returns the ``graded`` payload.
+class HeldOracle:
+    """The one owner of an attempt's oracle set up ahead: entered for the attempt, it sets the
+    oracle up at most once (:meth:`set_up`, see :func:`prepare_oracle`), :func:`grade` takes it
+    to start it (:meth:`take`), and leaving closes it, once, whether it ran or not, so that
+    nothing of it outlives the attempt."""
 
-    ``ahead``: the oracle set up by :func:`prepare_oracle` for this attempt (closed here,
-    whether it ran or not).
+    def __init__(self, settings: Settings, task: Task, task_ws: TaskWorkspace, attempt: int) -> None:
+        self._where = (settings, task, task_ws, attempt)
+        self._asked = False
+        self._ahead: OracleAhead | None = None
+
+    def set_up(self, remaining: float) -> None:
+        """Begin setting the oracle up, with ``remaining`` seconds left; only the first call does."""
+        if not self._asked:
+            self._asked = True
+            self._ahead = prepare_oracle(*self._where, remaining)
+
+    @property
+    def made_grade_dir(self) -> bool:
+        """Whether the set-up made the grading directory (empty, for :func:`grade` to fill)."""
+        return self._ahead is not None
+
+    def take(self) -> Prepared | None:
+        """The oracle held at its gate (see :meth:`OracleAhead.take`); the caller closes it."""
+        return self._ahead.take() if self._ahead is not None else None
+
+    def __enter__(self) -> HeldOracle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ahead is not None:
+            self._ahead.close()  # never taken (not graded, or not in time) or already closed by its taker
+
+
+@dataclass(frozen=True)
+class GradeContext:
+    """What grading needs of the run (or of ``pack validate``), passed as one value: the
+    run-wide settings, and the cancellation that stops its sandboxed commands at once."""
+
+    settings: Settings
+    cancel: Cancellation
+
+
+@dataclass(frozen=True)
+class GradeJob:
+    """One grading: the attempt's captured patch, the paths it changed, and the time that remains."""
+
+    task: Task
+    task_ws: TaskWorkspace
+    attempt: int
+    patch: bytes
+    changed: Sequence[str]
+    remaining: float
+
+    @property
+    def grade_dir(self) -> Path:
+        """The grading copy: a new directory, never the agent's."""
+        return self.task_ws.root / f"grade-{self.attempt}"
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    """What running the hidden tests said: whether they are green, and the oracle's fields of
+    the ``graded`` event (a field that does not apply stays None, and out of the line)."""
+
+    green: bool
+    oracle: dict[str, Any] | None = None
+    oracle_guard: str | None = None
+    repo_install: dict[str, Any] | None = None
+    junit: dict[str, Any] | None = None
+    oracle_ignored: list[str] | None = None
+    forging_flags: list[str] | None = None
+    forging_detail: list[str] | None = None
+    oracle_timed_out: bool | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return ev.present(oracle=self.oracle, oracle_guard=self.oracle_guard, repo_install=self.repo_install,
+                          junit=self.junit, oracle_ignored=self.oracle_ignored, forging_flags=self.forging_flags,
+                          forging_detail=self.forging_detail, oracle_timed_out=self.oracle_timed_out)
+
+
+def task_verdict(*, green: bool, applies: bool, forbidden: Sequence[str], flagged: bool,
+                 flagged_counts: bool) -> tuple[bool, str | None]:
+    """Whether the task passes, and what a flagged green run's pass is (``counted`` or
+    ``not_counted``; None unless the run is both flagged and green)."""
+    # In-process forging cannot be prevented in repository tests, only flagged: the contract
+    # decides whether a flagged pass counts (by default it does not).
+    counted = not flagged or flagged_counts
+    flagged_pass = ("counted" if counted else "not_counted") if flagged and green else None
+    return green and applies and not forbidden and counted, flagged_pass
+
+
+def grade(ctx: GradeContext, job: GradeJob, held: HeldOracle | None = None) -> ev.Graded:
+    """Grade one attempt in a new directory; never in the agent's. Returns the ``graded`` event.
+
+    ``held``: the attempt's oracle set up ahead, started here when the hidden tests run (its
+    owner closes it).
 
     Raises:
         HarnessError: the hidden tests changed under the run, or the harness failed.
         Stopped: cancelled while a guarded oracle ran.
         subprocess.TimeoutExpired: applying the patch ran out of the time that remains.
     """
-    try:
-        return _grade(settings, cancel, task, task_ws, attempt, patch, changed, remaining, ahead)
-    finally:
-        if ahead is not None:
-            ahead.close()
+    settings, task, grade_dir = ctx.settings, job.task, job.grade_dir
+    forbidden = _forbidden(settings, job)
+    applies, apply_msg = _grading_copy(job, made=held is not None and held.made_grade_dir)
+    # Bytecode the patch carries (the copy holds none of the pack's) runs under the name it was
+    # compiled with: forbidden, whatever the contract lists.
+    forbidden += [p for p in job.changed if bytecode.is_bytecode(p) and p not in forbidden and exists_at(grade_dir, p)]
+    run = _run_oracle(ctx, job, held) if applies and not forbidden else OracleRun(green=False)
+    passed, flagged_pass = task_verdict(green=run.green, applies=applies, forbidden=forbidden,
+                                        flagged=bool(run.forging_flags),
+                                        flagged_counts=flagged_pass_counts(settings.contract))
+    if not settings.keep_work:
+        # The code under test wrote in it: removed without recursion, whatever its depth.
+        with contextlib.suppress(OSError):
+            remove_tree(grade_dir)
+            remove_tree(job.task_ws.root / f"oracle-{job.attempt}")
+            remove_tree(job.task_ws.root / f"install-{job.attempt}")
+    return ev.Graded(task_id=task.task_id, attempt=job.attempt, patch_applies_clean=applies, forbidden=forbidden,
+                     no_forbidden_path=not forbidden, tests_green=run.green,
+                     **ev.present(apply_message=apply_msg[:2000] if apply_msg else None), **run.fields(),
+                     **ev.present(flagged_pass=flagged_pass), task_pass=passed)
 
 
-def _grade(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int, patch: bytes,
-           changed: list[str], remaining: float, ahead: OracleAhead | None) -> dict[str, Any]:
+def _forbidden(settings: Settings, job: GradeJob) -> list[str]:
+    """The changed paths the contract forbids, the hidden tests' included, and those that shadow
+    a module where nobody watches the oracle's imports."""
+    task = job.task
     hidden_paths = task.hidden_paths()
     # A file the test patch deletes is one of its files too: reset (removed) at grading.
-    forbidden = forbidden_hits(changed, settings.contract.forbidden_paths or [],
+    forbidden = forbidden_hits(job.changed, settings.contract.forbidden_paths or [],
                                [*hidden_paths, *task.record.deleted_test_files],
                                reset=task.record.test_files == "reset")
     if not pytest_oracle.is_guarded(task.record.oracle_cmd) and not is_oracle_cmd(task.record.oracle_cmd):
         # sealbench-pytest's guard sees a shadowed module itself (flag module_shadowed), and the
         # function-level oracle runs isolated (python -I, -P: no working directory on sys.path);
         # a script oracle, or pytest run by the oracle itself, has nobody watching its imports.
-        forbidden += [p for p in module_shadows(changed, task.pack_workspace, task_ws.agent_dir, hidden_paths, task.record.oracle_cmd)
+        forbidden += [p for p in module_shadows(job.changed, task.pack_workspace, job.task_ws.agent_dir, hidden_paths, task.record.oracle_cmd)
                       if p not in forbidden]
-    grade_dir = task_ws.root / f"grade-{attempt}"
+    return forbidden
+
+
+def _grading_copy(job: GradeJob, *, made: bool) -> tuple[bool, str]:
+    """The pack's workspace copied to the grading directory (``made`` empty by the oracle's
+    set-up) and the patch applied to it: whether it applied, and what applying said."""
+    grade_dir = job.grade_dir
     # Without the pack's bytecode: Python would run a stale or planted .pyc as the pack's code.
-    if ahead is None:
+    if not made:
         remove_tree(grade_dir)
-        copy_tree(task.pack_workspace, grade_dir, ignore=bytecode.ignore_bytecode)
-    else:  # prepare_oracle made it, empty
-        copy_tree(task.pack_workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
-    applies, apply_msg = apply_patch(grade_dir, patch, timeout_s=remaining)
-    # Bytecode the patch carries (the copy holds none of the pack's) runs under the name it was
-    # compiled with: forbidden, whatever the contract lists.
-    forbidden += [p for p in changed if bytecode.is_bytecode(p) and p not in forbidden and exists_at(grade_dir, p)]
-    result: dict[str, Any] = {"patch_applies_clean": applies, "forbidden": forbidden,
-                              "no_forbidden_path": not forbidden, "tests_green": False}
-    if apply_msg:
-        result["apply_message"] = apply_msg[:2000]
-    if applies and not forbidden:
-        # The pack could change under a long run: grade only against the sealed tests.
-        if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, settings.pack_root)):
-            raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
-        for rel in task.record.deleted_test_files:
-            remove_entry(grade_dir, rel)  # never through a link the patch put on the way
-        overlay(task.hidden, grade_dir)
-        if pytest_oracle.is_guarded(task.record.oracle_cmd):
-            green = grade_guarded(settings, cancel, task, task_ws, attempt, changed, grade_dir, remaining, result)
-        else:
-            if task.record.junit_xml:
-                remove_planted_report(grade_dir, task.record.junit_xml)
-            prepared = ahead.take() if ahead is not None else None
-            if prepared is not None:
-                try:
-                    res = prepared.start(remaining)
-                finally:
-                    prepared.close()
-            else:
-                res = settings.sandbox.run(_oracle_spec(settings, task, grade_dir, attempt, remaining))
-            facts = process_facts(settings, res)
-            result["oracle"] = facts
-            rule = task.record.decided_by
-            green = pytest_oracle.exit_passes(res.exit_code, rule if task.record.junit_xml else "all") and not res.timed_out
-            if task.record.junit_xml:
-                verdict = junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests, rule)
-                result["junit"] = verdict
-                green = green and bool(verdict["ok"])
-            result["oracle_timed_out"] = res.timed_out
-        result["tests_green"] = green
-    # In-process forging cannot be prevented in repository tests, only flagged: the contract
-    # decides whether a flagged pass counts (by default it does not).
-    flagged = bool(result.get("forging_flags"))
-    counted = not flagged or flagged_pass_counts(settings.contract)
-    if flagged and result["tests_green"]:
-        result["flagged_pass"] = "counted" if counted else "not_counted"
-    result["task_pass"] = bool(result["tests_green"] and applies and not forbidden and counted)
-    if ahead is not None:
-        ahead.close()  # never started (the patch did not apply, or was forbidden): before its folder goes
-    if not settings.keep_work:
-        # The code under test wrote in it: removed without recursion, whatever its depth.
-        with contextlib.suppress(OSError):
-            remove_tree(grade_dir)
-            remove_tree(task_ws.root / f"oracle-{attempt}")
-            remove_tree(task_ws.root / f"install-{attempt}")
-    return result
+        copy_tree(job.task.pack_workspace, grade_dir, ignore=bytecode.ignore_bytecode)
+    else:
+        copy_tree(job.task.pack_workspace, grade_dir, into=True, ignore=bytecode.ignore_bytecode)
+    return apply_patch(grade_dir, job.patch, timeout_s=job.remaining)
+
+
+def _run_oracle(ctx: GradeContext, job: GradeJob, held: HeldOracle | None) -> OracleRun:
+    """The hidden tests over the patched grading copy, and the oracle run on it."""
+    task, grade_dir = job.task, job.grade_dir
+    # The pack could change under a long run: grade only against the sealed tests.
+    if not same_digest(task.record.hidden_tests_sha256, tree_digest(task.hidden, ctx.settings.pack_root)):
+        raise HarnessError(f"{task.task_id}: hidden tests no longer match hidden_tests_sha256")
+    for rel in task.record.deleted_test_files:
+        remove_entry(grade_dir, rel)  # never through a link the patch put on the way
+    overlay(task.hidden, grade_dir)
+    if pytest_oracle.is_guarded(task.record.oracle_cmd):
+        return grade_guarded(ctx, job)
+    return _run_script_oracle(ctx.settings, job, held)
+
+
+def _run_script_oracle(settings: Settings, job: GradeJob, held: HeldOracle | None) -> OracleRun:
+    """An oracle of the task's own (a script, or pytest it runs itself): its exit decides, and
+    its JUnit report too when the task names one."""
+    task, grade_dir, remaining = job.task, job.grade_dir, job.remaining
+    if task.record.junit_xml:
+        remove_planted_report(grade_dir, task.record.junit_xml)
+    prepared = held.take() if held is not None else None
+    if prepared is not None:
+        try:
+            res = prepared.start(remaining)
+        finally:
+            prepared.close()
+    else:
+        res = settings.sandbox.run(_oracle_spec(settings, task, grade_dir, job.attempt, remaining))
+    facts = process_facts(settings, res)
+    rule = task.record.decided_by
+    green = pytest_oracle.exit_passes(res.exit_code, rule if task.record.junit_xml else "all") and not res.timed_out
+    verdict = None
+    if task.record.junit_xml:
+        verdict = junit_verdict(grade_dir, task.record.junit_xml, task.record.required_tests, rule)
+        green = green and bool(verdict["ok"])
+    return OracleRun(green=green, oracle=facts, junit=verdict, oracle_timed_out=res.timed_out)
 
 
 INSTALL_FILE = Path(__file__).resolve().parent / "repo_install.py"
@@ -531,65 +508,68 @@ def with_pythonpath(args: Sequence[str], extra: str) -> list[str]:
     return [out[0], "-o", f"pythonpath={extra}", *out[1:]]
 
 
-def install_repository(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
-                       grade_dir: Path, remaining: float, result: dict[str, Any]) -> tuple[Path | None, float]:
+class Installed(NamedTuple):
+    """What installing the grading copy did: the folder to bind read-only for the oracle (None
+    when there was nothing to install, or the install failed), the install's facts (None when
+    there was nothing to install), and the time left."""
+
+    folder: Path | None
+    facts: dict[str, Any] | None
+    remaining: float
+
+
+def install_repository(ctx: GradeContext, job: GradeJob) -> Installed:
     """Install the grading copy by its own build backend, in the sandbox (see
-    :mod:`sealbench.repo_install`), when its environment says so: (the folder to bind read-only
-    for the oracle, whose ``site/`` holds the metadata; the time left). The folder is None when
-    there is nothing to install, and also when the install failed (``result`` says so: the
-    candidate's failure, since the backend and its build are the candidate's code).
+    :mod:`sealbench.repo_install`), when its environment says so; its folder's ``site/`` holds
+    the metadata. A failed install is the candidate's failure, since the backend and its build
+    are the candidate's code.
     """
+    settings, task = ctx.settings, job.task
     spec = task.record.environment
     if spec is None or spec.install != "editable":
-        return None, remaining
-    out = task_ws.root / f"install-{attempt}"
+        return Installed(None, None, job.remaining)
+    out = job.task_ws.root / f"install-{job.attempt}"
     remove_tree(out)
     out.mkdir()
-    env = task_env(settings, task, grade_dir, attempt, None, oracle=True)
-    res, facts = sandboxed(settings, cancel, ["python", "-P", "-s", str(INSTALL_FILE), str(out)], grade_dir, env,
-                           remaining, (INSTALL_FILE,), (out,), task=task)
-    result["repo_install"] = facts
+    env = task_env(settings, task, job.grade_dir, job.attempt, None, oracle=True)
+    res, facts = sandboxed(settings, ctx.cancel, ["python", "-P", "-s", str(INSTALL_FILE), str(out)], job.grade_dir,
+                           env, job.remaining, (INSTALL_FILE,), (out,), task=task)
     if res.exit_code != 0 or res.timed_out:
-        return None, 0.0
-    return out, max(0.0, remaining - res.elapsed_s)
+        return Installed(None, facts, 0.0)
+    return Installed(out, facts, max(0.0, job.remaining - res.elapsed_s))
 
 
-def grade_guarded(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
-                  changed: list[str], grade_dir: Path, remaining: float, result: dict[str, Any]) -> bool:
-    """Run a ``sealbench-pytest`` oracle (see :mod:`sealbench.pytest_oracle`); fills ``result``
-    with its facts, JUnit verdict and forging flags, and returns whether the tests are green."""
-    installed, remaining = install_repository(settings, cancel, task, task_ws, attempt, grade_dir, remaining, result)
-    if "repo_install" in result and installed is None:
-        return False
-    private = task_ws.root / f"oracle-{attempt}"
+def grade_guarded(ctx: GradeContext, job: GradeJob) -> OracleRun:
+    """Run a ``sealbench-pytest`` oracle (see :mod:`sealbench.pytest_oracle`): its facts, JUnit
+    verdict and forging flags, and whether the tests are green."""
+    settings, task, grade_dir = ctx.settings, job.task, job.grade_dir
+    installed = install_repository(ctx, job)
+    if installed.facts is not None and installed.folder is None:
+        return OracleRun(green=False, repo_install=installed.facts)
+    private = job.task_ws.root / f"oracle-{job.attempt}"
     remove_tree(private)
-    owned = (set(task_ws.base) - set(changed)) | set(task.hidden_paths())
+    owned = (set(job.task_ws.base) - set(job.changed)) | set(task.hidden_paths())
     # The installed metadata joins the import roots on sys.path through pytest, once the guard watches.
-    cmd = task.record.oracle_cmd if installed is None else with_pythonpath(task.record.oracle_cmd,
-                                                                            str(installed / "site"))
+    cmd = task.record.oracle_cmd if installed.folder is None else with_pythonpath(task.record.oracle_cmd,
+                                                                                   str(installed.folder / "site"))
     try:
         guarded = pytest_oracle.prepare(private, cmd, owned)
     except ValueError as e:
         raise HarnessError(f"{task.task_id}: oracle_cmd: {e}") from None
-    env = {**task_env(settings, task, grade_dir, attempt, None, oracle=True), **guarded.env}
+    env = {**task_env(settings, task, grade_dir, job.attempt, None, oracle=True), **guarded.env}
     argv = bytecode.python_argv(guarded.argv, bytecode_mirror(settings, task).prefix)
-    readonly = (*guarded.readonly, *((installed,) if installed is not None else ()))
-    res, facts = sandboxed(settings, cancel, argv, grade_dir, env, remaining, readonly,
+    readonly = (*guarded.readonly, *((installed.folder,) if installed.folder is not None else ()))
+    res, facts = sandboxed(settings, ctx.cancel, argv, grade_dir, env, installed.remaining, readonly,
                            guarded.writable, task=task)
     rule = task.record.decided_by
     verdict = pytest_oracle.read_verdict(guarded, task.record.required_tests, res.exit_code, rule)
-    result["oracle"] = facts
-    result["oracle_guard"] = pytest_oracle.GUARD_LABEL
-    result["junit"] = verdict.junit
+    junit = verdict.junit
     if pytest_oracle.crashed(res.exit_code, res.timed_out, verdict.junit):
-        result["junit"] = {**verdict.junit, "why": whose_crash(settings, cancel, task, task_ws, attempt, res, verdict.junit)}
-    if verdict.ignored:
-        result["oracle_ignored"] = verdict.ignored
-    if verdict.flags:
-        result["forging_flags"] = verdict.flags
-        result["forging_detail"] = verdict.details
-    result["oracle_timed_out"] = res.timed_out
-    return pytest_oracle.exit_passes(res.exit_code, rule) and not res.timed_out and bool(verdict.junit["ok"])
+        junit = {**verdict.junit, "why": whose_crash(ctx, job, res, verdict.junit)}
+    green = pytest_oracle.exit_passes(res.exit_code, rule) and not res.timed_out and bool(verdict.junit["ok"])
+    return OracleRun(green=green, oracle=facts, oracle_guard=pytest_oracle.GUARD_LABEL, repo_install=installed.facts,
+                     junit=junit, oracle_ignored=verdict.ignored or None, forging_flags=verdict.flags or None,
+                     forging_detail=verdict.details if verdict.flags else None, oracle_timed_out=res.timed_out)
 
 
 def _output(res: SandboxResult) -> str:
@@ -605,8 +585,7 @@ def pinned_versions(settings: Settings, task: Task) -> str:
     return f"the environment pins {' and '.join(sorted(pins, reverse=True)) or 'no pytest'}"
 
 
-def whose_crash(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
-                res: SandboxResult, junit: Mapping[str, Any]) -> str:
+def whose_crash(ctx: GradeContext, job: GradeJob, res: SandboxResult, junit: Mapping[str, Any]) -> str:
     """A guarded run that crashed (:func:`pytest_oracle.crashed`): the harness's own test run,
     in the same environment with nothing of the candidate's, says whose crash it was.
 
@@ -618,12 +597,13 @@ def whose_crash(settings: Settings, cancel: Cancellation, task: Task, task_ws: T
             never the agent's doing; the message says how, with the tail of the output.
         Stopped: cancelled.
     """
-    root = task_ws.root / f"self-check-{attempt}"
+    settings, task, attempt = ctx.settings, job.task, job.attempt
+    root = job.task_ws.root / f"self-check-{attempt}"
     remove_tree(root)
     try:
         guarded, workdir = pytest_oracle.prepare_self_check(root)
         env = {**task_env(settings, task, workdir, attempt, None, oracle=True), **guarded.env}
-        check, _facts = sandboxed(settings, cancel, guarded.argv, workdir, env, pytest_oracle.SELF_CHECK_S,
+        check, _facts = sandboxed(settings, ctx.cancel, guarded.argv, workdir, env, pytest_oracle.SELF_CHECK_S,
                                   guarded.readonly, guarded.writable, task=task)
         healthy = pytest_oracle.self_check_healthy(guarded, check.exit_code, check.timed_out)
     finally:
@@ -646,7 +626,7 @@ def whose_crash(settings: Settings, cancel: Cancellation, task: Task, task_ws: T
             f"Its output ends: {pytest_oracle.output_tail(output, chars=400)}")
 
 
-def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: TaskWorkspace, attempt: int,
+def feedback(ctx: GradeContext, task: Task, task_ws: TaskWorkspace, attempt: int,
              remaining: float) -> tuple[str, ev.Feedback | None]:
     """What the agent is shown after failed attempt ``attempt``, and the ``feedback`` event to
     journal when the visible tests ran (None otherwise).
@@ -654,6 +634,7 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: Task
     Raises:
         Stopped: cancelled while the visible tests ran.
     """
+    settings = ctx.settings
     policy = settings.budget.feedback
     if policy == "none":
         return "", None
@@ -664,7 +645,7 @@ def feedback(settings: Settings, cancel: Cancellation, task: Task, task_ws: Task
         return f"Attempt {attempt} did not pass the hidden tests. (This task has no visible tests.)", None
     env = task_env(settings, task, task_ws.agent_dir, attempt, None)
     argv = bytecode.python_argv(cmd, bytecode_mirror(settings, task).prefix)
-    res, facts = sandboxed(settings, cancel, argv, task_ws.agent_dir, env, min(remaining, 60.0), task=task)
+    res, facts = sandboxed(settings, ctx.cancel, argv, task_ws.agent_dir, env, min(remaining, 60.0), task=task)
     out = (res.stdout or b"")[:FEEDBACK_CAP].decode("utf-8", "replace")
     event = ev.Feedback(task_id=task.task_id, attempt=attempt, policy=policy, visible_tests=ev.ProcessFacts(**facts))
     return f"Attempt {attempt} did not pass the hidden tests. Output of the visible tests:\n{out}", event

@@ -41,10 +41,11 @@ from typing import Any, Final
 from . import events as ev
 from .agentfs import TreeCaps
 from .attempt import AttemptFacts, AttemptSpec
+from .blobs import store_bytes
 from .errors import HarnessError, RunRefusal, SealbenchError
 from .executors import Delivery, Handle, LocalExecutor
-from .grading import Settings, store_bytes
 from .sandbox import Limits
+from .settings import Settings
 from .vocabulary import vocabulary_of
 
 DEFAULT_ADDRESS: Final = "auto"
@@ -232,7 +233,7 @@ class NodeRunner:
         self.pack, self.environments = _receive(self.scratch, archive, s.version, s.pack_sha256, s.task_ids,
                                                 s.environment_pins)
         if s.sandbox == "bubblewrap":  # the node's memory holds its sandboxes' tmpfs quotas
-            from .runner import check_memory
+            from .sizing import check_memory
 
             check_memory(s.jobs, s.limits, s.tree_caps, quota=s.workspace_quota)
         self.sandbox = _open_same_sandbox(s.sandbox)

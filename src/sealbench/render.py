@@ -19,7 +19,7 @@ from .scoring_io import events_from
 
 if TYPE_CHECKING:
     from .runner import RunResult
-    from .show import TaskStory
+    from .stories import TaskStory
 
 
 def read_scorecards(run_dir: Path) -> list[Scorecard]:

@@ -63,9 +63,9 @@ def load_record(bundle: Path, contract: ScoringContract) -> Record:
         RunRefusal: not a bundle, another contract, or a run without model calls.
         VerificationFailed, MadeByNewerRelease: the bundle does not verify.
     """
+    from .blobs import Blobs
     from .bundle import SUMS, verify_bundle
     from .journal import read_chain
-    from .show import Blobs
 
     if not (bundle / SUMS).is_file():
         raise RunRefusal(f"--replay {bundle}: not a bundle (no {SUMS}); replay a bundle made by `sealbench bundle`")

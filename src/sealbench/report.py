@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from . import events as ev
 from .agentfs import read_regular
+from .blobs import Blobs
 from .contract import load_contract
 from .derive import derive_iter
 from .document import Block, Bullets, Fields, Figure, Para, Section, Span, Table, spans
@@ -46,8 +47,9 @@ from .journal import read_chain
 from .outcomes import Outcome, TaskState
 from .score import NOTE, score
 from .scoring_io import events_from
-from .show import Blobs, TaskStory, cause, stories
+from .show import cause
 from .stats import Interval, wilson_interval
+from .stories import TaskStory, stories
 from .task_pages import page_name, write_task_pages
 from .usage import cost_words, total
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import platform
 import secrets
 import shutil
@@ -28,6 +27,7 @@ from . import events as ev
 from .agentfs import TreeCaps, remove_tree
 from .agents import PythonAgent, ResolvedAgent, resolve_agent
 from .attempt import render_prompt
+from .blobs import store_bytes
 from .charge import Charge, time_used
 from .clock import HEARTBEAT_MS, Clock, Heartbeat, lease_for
 from .contract import load_contract, pack_path, require_locked
@@ -37,7 +37,7 @@ from .errors import RunRefusal, StorageError, describe_storage_failure, storage_
 from .executors import Executor, LocalExecutor
 from .files import write_atomic
 from .formats import Budget, ModelEndpoint, Scorecard, ScoringContract
-from .grading import PRIVATE_CAPS, Settings, command_path, private_caps, store_bytes
+from .grading import command_path
 from .journal import Journal, iter_verified, open_for_resume
 from .lock import hold_writer
 from .outcomes import AttemptResult
@@ -45,7 +45,9 @@ from .pack import Pack, check_pack
 from .progress import Progress
 from .sandbox import YIELD_ABOVE_JOBS, Limits, Sandbox, open_sandbox
 from .scratch import sweep_temp_files
-from .show import StoryBook, TaskStory
+from .settings import Settings
+from .sizing import check_memory, default_jobs, sized
+from .stories import StoryBook, TaskStory
 from .vocabulary import vocabulary_of
 
 if TYPE_CHECKING:
@@ -54,81 +56,9 @@ if TYPE_CHECKING:
     from .ray_executor import Cluster, RayOptions
     from .replay import Record
 
-__all__ = ["PRIVATE_CAPS", "JournalStopped", "Limits", "RunOptions", "RunPlan", "RunResult", "check_memory", "default_jobs",
-           "execute", "memory_per_job", "render_prompt", "write_derived", "write_probe_summary"]
+__all__ = ["JournalStopped", "Limits", "RunOptions", "RunPlan", "RunResult", "execute", "render_prompt", "write_derived",
+           "write_probe_summary"]
 
-
-
-def default_jobs() -> int:
-    """Agents mostly wait (on a model, on tests): more tasks than cores keeps them busy; but no
-    more than the machine's memory can hold at their default quotas (see :func:`memory_per_job`)."""
-    by_cores = max(2, min(16, 4 * (os.cpu_count() or 1)))
-    total = _memory_total()
-    if total is None:
-        return by_cores
-    return max(1, min(by_cores, int(total * MEMORY_SHARE) // memory_per_job(Limits(), TreeCaps())))
-
-
-MEMORY_SHARE = 0.75
-"""The share of the machine's memory the running tasks' tmpfs mounts may hold at most."""
-
-
-def memory_per_job(limits: Limits, caps: TreeCaps, *, quota: bool = True) -> int:
-    """Bytes of memory one running task's sandbox can hold in tmpfs pages at most: its workspace
-    (or grading copy) quota, the harness-private folder of a grading, /tmp and /dev/shm.
-
-    tmpfs pages are memory (swap aside): an agent that fills its quota holds that much until its
-    attempt ends; one that writes nothing costs nothing.
-    """
-    quotas = caps.max_bytes + private_caps(caps).max_bytes if quota else 0  # none with --no-workspace-quota
-    return quotas + 2 * limits.tmp_bytes
-
-
-def _memory_total() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def check_memory(jobs: int, limits: Limits, caps: TreeCaps, *, quota: bool = True) -> None:
-    """Refuse a ``--jobs`` whose sandboxes could fill more than :data:`MEMORY_SHARE` of the
-    machine's memory with their tmpfs quotas: hostile agents that all fill theirs would take
-    the host down, not only their own runs.
-
-    Raises:
-        RunRefusal: the quotas of ``jobs`` tasks at once do not fit.
-    """
-    total = _memory_total()
-    per_job = memory_per_job(limits, caps, quota=quota)
-    if total is None or jobs * per_job <= total * MEMORY_SHARE:
-        return
-    gib = 2**30
-    fits = int(total * MEMORY_SHARE) // per_job
-    raise RunRefusal(
-        f"--jobs {jobs} lets the running sandboxes hold up to {jobs * per_job / gib:.1f} GiB of memory in their "
-        f"size-capped tmpfs mounts (per task: a workspace quota of {caps.max_bytes / gib:.2f} GiB, /tmp and "
-        f"/dev/shm of {limits.tmp_bytes / gib:.2f} GiB each, {private_caps(caps).max_bytes >> 20} MiB of harness files), "
-        f"more than {MEMORY_SHARE:.0%} of this machine's {total / gib:.1f} GiB; "
-        + (f"use --jobs {fits} or fewer, or " if fits else "")
-        + "lock a contract with smaller sandboxes (contract new --workspace-mib, --tmp-mib)"
-    )
-
-
-def sized(budget: Budget | None, limits: Limits, caps: TreeCaps) -> tuple[Limits, TreeCaps]:
-    """The sandbox's sizes under the contract's budget: its ``tmp_bytes`` and
-    ``workspace_bytes`` in place of the defaults, where it sets them."""
-    if budget is None:
-        return limits, caps
-    if budget.tmp_bytes is not None:
-        limits = dataclasses.replace(limits, tmp_bytes=budget.tmp_bytes)
-    if budget.workspace_bytes is not None:
-        caps = dataclasses.replace(caps, max_bytes=budget.workspace_bytes)
-    return limits, caps
 
 
 @dataclass

@@ -6,191 +6,34 @@ before anything of it is shown (as :func:`sealbench.report.write_report` does); 
 directory's journal must chain. Text written by the agent or by code under test is shown
 inert: control characters (terminal escape sequences included) are printed as escapes, never
 sent to the terminal.
+
+This module only renders: each task's story (:mod:`sealbench.stories`) and the blobs its
+events name (:mod:`sealbench.blobs`) are read elsewhere.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from . import conversation as cv
 from . import events as ev
-from .digest import sha256_bytes
+from .blobs import FULL_CAP, Blob, Blobs
 from .errors import ScoreRefusal, VerificationFailed
 from .outcomes import SHOWN_OUTCOMES, Outcome, TaskState
 from .safe_text import inert as inert
+from .stories import AttemptStory, TaskStory, stories
 from .usage import ENDPOINT_FAILED, NEVER_STARTED, unfinished, upstream_failed, usage_of
 
 SHOWN_CHARS = 4000
 """Characters of one output (stdout, stderr, a patch) shown unless ``--full``: the end of it,
 where the error usually is."""
-FULL_CAP = 4 * 2**20
-"""Bytes of a blob read at most, even with ``--full``."""
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 RUN_DIRECTORY_CHECKED = "a run directory: its journal chains (sealbench verify checks a bundle whole)"
 """What reading a run directory checked (a bundle's reading verifies it whole)."""
-
-
-@dataclass(frozen=True)
-class Blob:
-    """What one stored blob holds, as read: ``data`` (at most the cap), whether it was longer,
-    and whether its bytes match the digest that names it (unknown when not read whole)."""
-
-    data: bytes
-    truncated: bool
-    matches: bool | None
-
-    def text(self) -> str:
-        return inert(self.data.decode("utf-8", "replace"))
-
-
-class Blobs:
-    """The ``blobs/`` folder of a run directory or bundle, read without following links."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def read(self, digest: str | None, cap: int = FULL_CAP) -> Blob | None:
-        """The blob ``digest`` names, or None when there is none (no digest, a malformed one,
-        or no regular file of that name)."""
-        m = _DIGEST.fullmatch(digest or "")
-        if m is None:
-            return None
-        try:
-            dir_fd = os.open(self.root / "blobs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            fd = os.open(m.group(1), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        except OSError:
-            return None
-        finally:
-            os.close(dir_fd)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            chunks: list[bytes] = []
-            size = 0
-            while size <= cap:
-                chunk = os.read(fd, min(1 << 20, cap + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-        data = b"".join(chunks)
-        if len(data) > cap:
-            return Blob(data[:cap], True, None)
-        return Blob(data, False, sha256_bytes(data) == digest)
-
-
-@dataclass
-class AttemptStory:
-    """One attempt's events, in the order the runner writes them."""
-
-    number: int
-    started: ev.AttemptStarted | None = None
-    agent: ev.AgentFinished | None = None
-    patch: ev.PatchCaptured | None = None
-    graded: ev.Graded | None = None
-    feedback: ev.Feedback | None = None
-    finished: ev.AttemptFinished | None = None
-    interrupted: ev.AttemptInterrupted | None = None
-    errors: list[ev.HarnessFailed] = field(default_factory=list)
-    calls: list[ev.ModelCall] = field(default_factory=list)
-    started_calls: list[ev.ModelCallStarted] = field(default_factory=list)
-
-    @property
-    def result(self) -> str:
-        if self.finished is not None and self.finished.result:
-            return self.finished.result
-        if self.interrupted is not None:
-            return TaskState.INTERRUPTED.value
-        if self.errors:
-            return Outcome.HARNESS_ERROR.value
-        return TaskState.UNFINISHED.value
-
-
-@dataclass
-class TaskStory:
-    """One task's events: its caps, each attempt, time charged after crashes, its outcome."""
-
-    task_id: str
-    started: ev.TaskStarted | None = None
-    attempts: dict[int, AttemptStory] = field(default_factory=dict)
-    errors: list[ev.HarnessFailed] = field(default_factory=list)
-    charges: list[ev.TimeCharged] = field(default_factory=list)
-    finished: ev.TaskFinished | None = None
-
-    @property
-    def outcome(self) -> str:
-        return (self.finished.outcome if self.finished is not None and self.finished.outcome
-                else TaskState.UNFINISHED.value)
-
-    def attempt(self, number: int) -> AttemptStory:
-        return self.attempts.setdefault(number, AttemptStory(number))
-
-    def last_attempt(self) -> AttemptStory | None:
-        return self.attempts[max(self.attempts)] if self.attempts else None
-
-
-class StoryBook:
-    """Each task's story, told one journal line at a time (:meth:`add`), in denominator order
-    (tasks with no event included, unfinished): a run builds it while it derives its files
-    from the journal, so its summary's why needs no second read of the journal."""
-
-    def __init__(self, task_ids: Sequence[str]) -> None:
-        self.tasks = {tid: TaskStory(tid) for tid in task_ids}
-
-    def add(self, line: ev.Line) -> None:
-        e = line.event
-        if e.task_id is None:
-            return
-        task = self.tasks.setdefault(e.task_id, TaskStory(e.task_id))
-        n = e.attempt
-        if isinstance(e, ev.TaskStarted):
-            task.started = e
-        elif isinstance(e, ev.TaskFinished):
-            task.finished = e
-        elif isinstance(e, ev.TimeCharged):
-            task.charges.append(e)
-        elif isinstance(e, ev.HarnessFailed):
-            (task.attempt(n).errors if n is not None else task.errors).append(e)
-        elif n is not None:
-            a = task.attempt(n)
-            if isinstance(e, ev.AttemptStarted):
-                a.started = e
-            elif isinstance(e, ev.AgentFinished):
-                a.agent = e
-            elif isinstance(e, ev.PatchCaptured):
-                a.patch = e
-            elif isinstance(e, ev.Graded):
-                a.graded = e
-            elif isinstance(e, ev.Feedback):
-                a.feedback = e
-            elif isinstance(e, ev.AttemptFinished):
-                a.finished = e
-            elif isinstance(e, ev.AttemptInterrupted):
-                a.interrupted = e
-            elif isinstance(e, ev.ModelCall):
-                a.calls.append(e)
-            elif isinstance(e, ev.ModelCallStarted):
-                a.started_calls.append(e)
-
-
-def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
-    """Each task's story, in denominator order (tasks with no event included, unfinished)."""
-    book = StoryBook(task_ids)
-    for line in lines:
-        book.add(line)
-    return book.tasks
 
 
 def _last_line(blob: Blob | None, limit: int = 160) -> str | None:
@@ -625,7 +468,7 @@ def read_run(where: Path) -> Shown:
 
 def shown_run(where: Path, run_id: str | None, tasks: dict[str, TaskStory]) -> Shown:
     """A run directory whose stories were told while its journal was read and verified anyway
-    (:class:`StoryBook`)."""
+    (:class:`~sealbench.stories.StoryBook`)."""
     return Shown(where, run_id, tasks, Blobs(where), RUN_DIRECTORY_CHECKED)
 
 

@@ -18,13 +18,11 @@ from typing import Any
 
 from . import conversation as cv
 from . import events as ev
+from .blobs import Blobs
 from .document import CSP, CSS
 from .files import write_atomic
 from .show import (
-    AttemptStory,
-    Blobs,
     Message,
-    TaskStory,
     TranscriptFile,
     agent_words,
     attempt_conversation,
@@ -38,6 +36,7 @@ from .show import (
     request_words,
     transcript_files,
 )
+from .stories import AttemptStory, TaskStory
 from .usage import usage_of
 
 PAGE_MESSAGES = 500

@@ -23,16 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from . import pytest_oracle
 from .agents import resolve_agent
+from .cancellation import Cancellation
 from .contract import DEFAULT_FORBIDDEN
 from .errors import PackError, RunRefusal, storage_failure
 from .files import model_json, write_atomic
 from .formats import Budget, ScoringContract, Validity, ValidityEvidence
 from .function_oracle import is_oracle_cmd, parse_summary
-from .grading import Cancellation, Settings, grade
+from .grading import GradeContext, GradeJob, grade
 from .pack import Pack, Task, check_pack
 from .progress import Progress
 from .sandbox import open_sandbox
 from .scratch import sweep_temp_files, temp_dir
+from .settings import Settings
 from .trivial import trivial_candidates
 from .workspace import TaskWorkspace
 
@@ -50,7 +52,8 @@ class _Validation:
     cancel: Cancellation
 
     def grade(self, task: Task, task_ws: TaskWorkspace, attempt: int, patch: bytes, changed: list[str]) -> dict[str, Any]:
-        return grade(self.settings, self.cancel, task, task_ws, attempt, patch, changed, task.record.wall_clock_s)
+        job = GradeJob(task, task_ws, attempt, patch, changed, task.record.wall_clock_s)
+        return grade(GradeContext(self.settings, self.cancel), job).payload()
 
 
 def verdict(reference: list[bool], empty: list[bool],
@@ -79,7 +82,8 @@ def _oracle_summary(ctx: _Validation, graded: dict[str, Any]) -> dict[str, Any]:
 
 def _why_reference_failed(ctx: _Validation, graded: Mapping[str, Any]) -> str | None:
     """Why one failing grade of the reference failed, in words (see ValidityEvidence.why)."""
-    from .show import Blobs, failed_tests, last_text_line
+    from .blobs import Blobs
+    from .show import failed_tests, last_text_line
 
     before = _why_not_run(graded)
     if before is not None:
