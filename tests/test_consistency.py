@@ -23,8 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SAMPLE, make_contract, needs_bwrap
-from sealbench.bundle import make_bundle, parse_contract, rederive, sums_bytes, verify_bundle
+from sealbench.bundle import make_bundle, parse_contract, sums_bytes, verify_bundle
 from sealbench.consistency import journal_contradictions
+from sealbench.derive import rederive
 from sealbench.errors import VerificationFailed
 from sealbench.formats import AccessClass, AgentSpec, Budget, Controls, PackRef, ScoringContract
 from sealbench.journal import event_hash, read_chain

@@ -64,14 +64,16 @@ from .derive import (
     FinishedTwice,
     Made,
     Rules,
-    derivation_version,
+    blob_problems,
+    blob_refs,
     isolation_of,
     isolation_sentence,
     newer_release,
+    note_blob_refs,
     note_patch,
     patch_names,
+    rederive,
     rules_for,
-    seed_event,
     typed_lines,
 )
 from .derive import where_of as _where
@@ -130,29 +132,6 @@ def sums_bytes(files: Mapping[str, bytes]) -> bytes:
         if rel not in (SUMS, SIGNATURE)
     ]
     return "".join(lines).encode("utf-8")
-
-
-def blob_refs(events: Iterable[Any], source: str = JOURNAL) -> tuple[dict[str, str], list[str]]:
-    """The blobs a journal references: ``{hex: where}``, and the malformed references.
-
-    ``where`` names the first event that references the blob (for messages).
-    """
-    refs: dict[str, str] = {}
-    problems: list[str] = []
-    for line in typed_lines(events, source):
-        note_blob_refs(line, source, refs, problems)
-    return refs, problems
-
-
-def note_blob_refs(line: ev.Line, source: str, refs: dict[str, str], problems: list[str],
-                   fields: Iterable[tuple[str, str]] | None = None) -> None:
-    """:func:`blob_refs` of one line, added to ``refs`` and ``problems`` (``fields``: the line's
-    :func:`events.blob_fields`, when the caller has them)."""
-    for name, value in ev.blob_fields(line.event) if fields is None else fields:
-        if not DIGEST_RE.match(value):
-            problems.append(f"{_where(source, line)}: {name} {value!r} is not a blob digest")
-            continue
-        refs.setdefault(value.removeprefix("sha256:"), _where(source, line))
 
 
 def withheld_blobs(events: Iterable[Any], probe_events: Iterable[Any] | None = None) -> list[str]:
@@ -237,92 +216,6 @@ class RunPins:
     def problems(self) -> list[str]:
         """Everything found, once every line was fed."""
         return self._problems if self._seen else [f"{self._source}: no events"]
-
-
-@dataclass(frozen=True)
-class Rederived:
-    """Every file of a bundle that is computed from its journals, and what stood in the way."""
-
-    files: dict[str, bytes]
-    scorecards: list[Scorecard]
-    rate: Rate | None
-    refusal: Refusal | None
-    probe: dict[str, Any] | None
-    blob_refs: dict[str, str]
-    problems: list[str] = field(default_factory=list)
-
-
-def rederive(
-    contract: ScoringContract,
-    events: Sequence[Any],
-    probe_events: Sequence[Any] | None,
-    blobs: Mapping[str, bytes],
-    withheld: Iterable[str] = (),
-) -> Rederived:
-    """Recompute every derived file from the journals' events, never raising for bad input.
-
-    ``blobs`` maps a blob's hex name to its bytes; ``withheld`` names those a public bundle
-    leaves out (no derived file is made of them). What cannot be derived (a referenced blob
-    missing or not matching its name, a journal that breaks the derivation) is listed in
-    ``problems``; a refusal by ``score`` is kept in ``refusal`` and leaves ``rate`` None.
-    """
-    problems: list[str] = []
-    files: dict[str, bytes] = {}
-    task_ids = list(contract.task_ids)
-    # Typed once: a line that is not an event this release reads is named by the chain check.
-    events = typed_lines(events, JOURNAL)
-    probe_events = typed_lines(probe_events, PROBE_JOURNAL) if probe_events is not None else None
-    refs, bad = blob_refs(events, JOURNAL)
-    problems += bad
-    probe_refs: dict[str, str] = {}
-    if probe_events is not None:
-        probe_refs, bad = blob_refs(probe_events, PROBE_JOURNAL)
-        problems += bad
-    all_refs = {**probe_refs, **refs}
-    digests = {h: hashlib.sha256(blobs[h]).hexdigest() for h in all_refs if h in blobs}
-    problems += _blob_problems(all_refs, digests, withheld)
-    good_blobs = {h: blobs[h] for h in all_refs if digests.get(h) == h}
-    cards: list[Scorecard] = []
-    rate: Rate | None = None
-    refusal: Refusal | None = None
-    summary: dict[str, Any] | None = None
-    version = derivation_version(events)
-    try:
-        rules = rules_for(version)
-    except KeyError:
-        problems.append(f"{JOURNAL}: run_started's derivation_version {version!r} is not one this release derives")
-        return Rederived(files=files, scorecards=cards, rate=None, refusal=None, probe=None,
-                         blob_refs=all_refs, problems=problems)
-    # A journal whose chain verifies can still be hand-made: a failure to derive is a finding.
-    try:
-        derived = rules.derive(events, task_ids, contract.model_endpoints or ())
-        files.update(derived.files)
-        cards = derived.scorecards
-    except Exception as e:
-        problems.append(f"{JOURNAL}: scorecards, events.json and traces cannot be derived ({type(e).__name__}: {e})")
-    else:
-        try:
-            rate = score(contract, [seed_event(c) for c in cards])
-            files[RATE] = rules.rate_bytes(rate)
-        except Refusal as e:
-            refusal = e
-        except ValueError as e:
-            # score() lets the statistics' ValueError through for an empty denominator.
-            refusal = ScoreRefusal(f"no rate for this denominator ({e})")
-    try:
-        files.update(rules.patch_files(events, task_ids, good_blobs))
-    except Exception as e:
-        problems.append(f"{JOURNAL}: patches cannot be derived ({type(e).__name__}: {e})")
-    if probe_events is not None:
-        try:
-            summary = rules.probe_summary(probe_events, task_ids)
-            files[PROBE_SUMMARY] = rules.probe_bytes(summary)
-        except Exception as e:
-            problems.append(f"{PROBE_JOURNAL}: {PROBE_SUMMARY} cannot be derived ({type(e).__name__}: {e})")
-    files[COMMANDS] = rules.commands_bytes(events, probe_events, task_ids)
-    files[README] = rules.readme_bytes(contract, summary)
-    return Rederived(files=files, scorecards=cards, rate=rate, refusal=refusal, probe=summary,
-                     blob_refs=all_refs, problems=problems)
 
 
 def never_started_error(events: Sequence[Any]) -> str | None:
@@ -1070,7 +963,7 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
         if PUBLIC in tree.whole else []
     blobs = {rel.removeprefix("blobs/"): digest for rel, digest in tree.digests.items()
              if rel.startswith("blobs/") and _HEX_RE.match(rel.removeprefix("blobs/"))}
-    problems += _blob_problems(all_refs, blobs, withheld)
+    problems += blob_problems(all_refs, blobs, withheld)
     problems += derive_problems
     if rules is None:
         return (main, probe), _Streamed(compared=compared, scorecards=CardLines(b""), rate=None, refusal=None, probe=None,
@@ -1084,21 +977,6 @@ def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackF
     compared.check(README, rules.readme_bytes(contract, summary))
     return (main, probe), _Streamed(compared=compared, scorecards=cards, rate=rate, refusal=refusal, probe=summary,
                                     blob_refs=all_refs, problems=problems, withheld=withheld)
-
-
-def _blob_problems(refs: Mapping[str, str], blobs: Mapping[str, str], withheld: Iterable[str]) -> list[str]:
-    """Each referenced blob missing (unless a public bundle withholds it) or not matching its name."""
-    problems: list[str] = []
-    left_out = frozenset(withheld)
-    for hexname, where in sorted(refs.items()):
-        digest = blobs.get(hexname)
-        if digest is None and hexname in left_out:
-            continue
-        if digest is None:
-            problems.append(f"blobs/{hexname}: missing; {where} references it")
-        elif digest != hexname:
-            problems.append(f"blobs/{hexname}: content does not match its name (sha256 sha256:{digest})")
-    return problems
 
 
 def _compare_patches(tree: BundleTree, compared: _Comparison, patches: Mapping[str, str]) -> None:
