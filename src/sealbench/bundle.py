@@ -1314,7 +1314,16 @@ def make_bundle(run_dir: Path, out_root: Path, *, sign_key: Path | None = None, 
         return _make_bundle(run_dir, out_root, sign_key, public)
 
 
-def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None, public: bool) -> Path:
+def _bundled_contract(run_dir: Path, out_root: Path, sign_key: Path | None,
+                      public: bool) -> tuple[bytes, ScoringContract, bytes | None]:
+    """The run's locked contract (its bytes and itself) and the signing key, once nothing stands
+    in the way of bundling the run into ``out_root``.
+
+    Raises:
+        ContractError: no contract, or one not locked.
+        UsageError: the bundle (or its sealed part) exists; the key is not a private key.
+        ScoreRefusal: no journal.
+    """
     contract_path = run_dir / CONTRACT
     try:
         contract_bytes = contract_path.read_bytes()
@@ -1323,9 +1332,8 @@ def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None, public: b
     contract = parse_contract(contract_bytes, str(contract_path))
     require_locked(contract)
     assert contract.run_id is not None
-    target = out_root / contract.run_id
-    sealed_target = out_root / (contract.run_id + SEALED_SUFFIX)
-    for path in (target, sealed_target) if public else (target,):
+    targets = [out_root / contract.run_id] + ([out_root / (contract.run_id + SEALED_SUFFIX)] if public else [])
+    for path in targets:
         if path.exists() or path.is_symlink():
             raise UsageError(f"{path} exists; a bundle is never overwritten (choose another --out)")
     private_pem = read_key(sign_key) if sign_key is not None else None
@@ -1333,40 +1341,55 @@ def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None, public: b
         check_private_key(private_pem, str(sign_key))
     if not (run_dir / JOURNAL).is_file():
         raise ScoreRefusal(f"{run_dir}: no {JOURNAL} in this run directory")
+    return contract_bytes, contract, private_pem
+
+
+def _fill_bundle(tmp: Path, run_dir: Path, contract_bytes: bytes, public: bool, private_pem: bytes | None,
+                 sign_key: Path | None) -> dict[str, bytes]:
+    """Every file of the run's bundle written durably under ``tmp``; the sealed part's files."""
+    # The chains checked are those of the copies bundled, not of files that may still grow.
+    journal_bytes = (run_dir / JOURNAL).read_bytes()
+    _write(tmp / JOURNAL, journal_bytes)
+    events = _read_journal(tmp / JOURNAL, JOURNAL).lines
+    probe: tuple[bytes, list[ev.Line]] | None = None
+    if (run_dir / PROBE_JOURNAL).is_file():
+        probe_journal = (run_dir / PROBE_JOURNAL).read_bytes()
+        _write(tmp / PROBE_JOURNAL, probe_journal)
+        probe = (probe_journal, _read_journal(tmp / PROBE_JOURNAL, PROBE_JOURNAL).lines)
+    files = bundle_files(contract_bytes, journal_bytes, events, probe, _run_blobs(run_dir, events, probe))
+    sealed: dict[str, bytes] = {}
+    if public:
+        files, sealed = make_public(files, events, probe[1] if probe is not None else None)
+    derived = [rel for rel in files if rel not in (CONTRACT, JOURNAL, PROBE_JOURNAL, SUMS, COMMANDS, README, PUBLIC)
+               and not rel.startswith("blobs/")]
+    stale = _stale(run_dir, files, derived)
+    if stale:
+        raise VerificationFailed([f"{p} (the journal wins; delete the stale file to bundle)" for p in stale])
+    for rel, data in files.items():
+        if rel not in (JOURNAL, PROBE_JOURNAL):
+            _write(tmp / rel, data)
+    if private_pem is not None:
+        _write(tmp / SIGNATURE, sign(private_pem, files[SUMS], str(sign_key)))
+    for sub in ("traces", "patches", "blobs"):
+        (tmp / sub).mkdir(exist_ok=True)
+    for sub in ("traces", "patches", "blobs", "probe", "."):
+        if (tmp / sub).is_dir():
+            fsync_dir(tmp / sub)
+    # mkdtemp makes the directory 0700; a bundle is meant to be read by others.
+    tmp.chmod(0o755)
+    return sealed
+
+
+def _make_bundle(run_dir: Path, out_root: Path, sign_key: Path | None, public: bool) -> Path:
+    contract_bytes, contract, private_pem = _bundled_contract(run_dir, out_root, sign_key, public)
+    assert contract.run_id is not None
+    target = out_root / contract.run_id
+    sealed_target = out_root / (contract.run_id + SEALED_SUFFIX)
     out_root.mkdir(parents=True, exist_ok=True)
     sweep(out_root, PARTIAL_BUNDLE)
     tmp = Path(tempfile.mkdtemp(prefix=f".{contract.run_id}.{tag('partial')}", dir=out_root))
     try:
-        # The chains checked are those of the copies bundled, not of files that may still grow.
-        journal_bytes = (run_dir / JOURNAL).read_bytes()
-        _write(tmp / JOURNAL, journal_bytes)
-        events = _read_journal(tmp / JOURNAL, JOURNAL).lines
-        probe: tuple[bytes, list[ev.Line]] | None = None
-        if (run_dir / PROBE_JOURNAL).is_file():
-            probe_journal = (run_dir / PROBE_JOURNAL).read_bytes()
-            _write(tmp / PROBE_JOURNAL, probe_journal)
-            probe = (probe_journal, _read_journal(tmp / PROBE_JOURNAL, PROBE_JOURNAL).lines)
-        files = bundle_files(contract_bytes, journal_bytes, events, probe, _run_blobs(run_dir, events, probe))
-        sealed: dict[str, bytes] = {}
-        if public:
-            files, sealed = make_public(files, events, probe[1] if probe is not None else None)
-        derived = [rel for rel in files if rel not in (CONTRACT, JOURNAL, PROBE_JOURNAL, SUMS, COMMANDS, README, PUBLIC)
-                   and not rel.startswith("blobs/")]
-        stale = _stale(run_dir, files, derived)
-        if stale:
-            raise VerificationFailed([f"{p} (the journal wins; delete the stale file to bundle)" for p in stale])
-        for rel, data in files.items():
-            if rel not in (JOURNAL, PROBE_JOURNAL):
-                _write(tmp / rel, data)
-        if private_pem is not None:
-            _write(tmp / SIGNATURE, sign(private_pem, files[SUMS], str(sign_key)))
-        for sub in ("traces", "patches", "blobs"):
-            (tmp / sub).mkdir(exist_ok=True)
-        for sub in ("traces", "patches", "blobs", "probe", "."):
-            if (tmp / sub).is_dir():
-                fsync_dir(tmp / sub)
-        # mkdtemp makes the directory 0700; a bundle is meant to be read by others.
-        tmp.chmod(0o755)
+        sealed = _fill_bundle(tmp, run_dir, contract_bytes, public, private_pem, sign_key)
         if target.exists() or target.is_symlink():
             raise UsageError(f"{target} exists; a bundle is never overwritten (choose another --out)")
         if public:
