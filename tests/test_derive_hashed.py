@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 
 from sealbench import events
 from sealbench.bundle import text_lines, verify_bundle
-from sealbench.derive import CommandNotes, FinishedTwice, Made, commands_bytes, derive_hashed, derive_iter
+from sealbench.derive import (
+    CommandNotes,
+    FinishedTwice,
+    Made,
+    commands_bytes,
+    derive_hashed,
+    derive_iter,
+    indented,
+)
 from sealbench.digest import sha256_bytes
 from sealbench.errors import ScoreRefusal
 from sealbench.formats import SeedEvent
@@ -216,3 +224,13 @@ def test_a_bundle_whose_tasks_finished_in_reverse_order_verifies(tmp_path: Path)
     report = verify_bundle(make_bundle(run_dir, tmp_path / "out"))
     assert [c.task_id for c in report.scorecards] == ids
     assert report.rate.task_pass_count == 2
+
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.text(), scalars | st.lists(scalars, max_size=2) | st.dictionaries(st.text(), scalars, max_size=2),
+                       max_size=6))
+def test_an_entry_is_laid_out_as_json_dumps_with_an_indent_lays_it_out(entry: dict[str, Any]) -> None:
+    assert indented(entry) == json.dumps(entry, indent=2, ensure_ascii=False)

@@ -1032,7 +1032,7 @@ it names the two sha256s."""
 _EMPTY = hashlib.sha256(b"").hexdigest()
 
 
-def sha256_hex_of(path: Path) -> str:
+def sha256_hex_of(path: str | Path) -> str:
     """The sha256 of a file's bytes, read in pieces of :data:`CHUNK` bytes without following a link."""
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -1131,7 +1131,7 @@ def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
                     data = tree.whole[rel] = Path(entry.path).read_bytes()
                     tree.digests[rel] = hashlib.sha256(data).hexdigest()
                 else:
-                    tree.digests[rel] = sha256_hex_of(Path(entry.path))
+                    tree.digests[rel] = sha256_hex_of(entry.path)
     return tree, problems
 
 
@@ -1226,7 +1226,7 @@ def _read_sealed(root: Path) -> tuple[dict[str, str], list[str]]:
         if not _HEX_RE.match(entry.name) or not entry.is_file(follow_symlinks=False):
             problems.append(f"sealed part {rel}: not a blob (a regular file named by its sha256)")
         else:
-            files[rel] = sha256_hex_of(Path(entry.path))
+            files[rel] = sha256_hex_of(entry.path)
     return files, problems
 
 

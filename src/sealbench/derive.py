@@ -252,6 +252,20 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seque
     yield "events.json", (json.dumps(seed, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+_FLAT = json.JSONEncoder(ensure_ascii=False, separators=(",\n  ", ": "))
+"""An object of scalars as ``json.dumps(indent=2)`` lays out its members, in one call of the
+encoder written in C (the one ``indent`` uses is written in Python)."""
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def indented(entry: dict[str, Any]) -> str:
+    """``json.dumps(entry, indent=2, ensure_ascii=False)``: one of events.json's entries (a flat
+    object of scalars, laid out by :data:`_FLAT`), or any other value as that call makes it."""
+    if not entry or not all(type(value) in _SCALARS for value in entry.values()):
+        return json.dumps(entry, indent=2, ensure_ascii=False)
+    return "{\n  " + _FLAT.encode(entry)[1:-1] + "\n}"
+
+
 @dataclass(frozen=True)
 class Made:
     """A derived file hashed as it was made, in pieces: its sha256 (hex) and size, not its bytes."""
@@ -296,7 +310,7 @@ class _InOrder:
             return
         line, entry = made
         self._feed(0, self.cards, line)
-        text = json.dumps(entry, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        text = indented(entry).replace("\n", "\n  ")
         self._feed(1, self.seeds, ("[\n  " if self.sizes[1] == 0 else ",\n  ").encode() + text.encode("utf-8"))
         if self.on_seed is not None:
             self.on_seed(entry)
