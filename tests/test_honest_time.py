@@ -313,7 +313,8 @@ def test_stalled_journal_ends_the_run_before_the_lease_runs_out(sealed_pack: Pat
         execute(Path(sys.argv[1]), Path(sys.argv[2]), RunOptions(progress=False, workspace_quota=False, jobs=1, keep_work=True))
     """))
     proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert wait_for_stamp(stamps_file(run_dir), proc)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 1
@@ -335,9 +336,12 @@ def test_repeated_ctrl_c_leaves_no_agent_running_past_the_lease(sealed_pack: Pat
     make_contract(sealed_pack, contract, task_ids=(TASK,), command=stamping_agent(10.0, first_attempt_only=True),
                   run_id="ctrl-c", wall_clock_s=60.0, max_attempts=2)
     run_dir = tmp_path / "run"
+    # A background job of a non-interactive shell (how CI may start us) inherits SIGINT
+    # ignored, and Python then leaves it ignored; a user's Ctrl-C reaches a default handler.
     proc = subprocess.Popen([*sealbench_argv(), "run", str(contract), "--out", str(run_dir), "--no-progress",
                              "--no-workspace-quota",
-                             "--keep-work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--keep-work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert wait_for_stamp(stamps_file(run_dir), proc)
     for _ in range(3):
         time.sleep(0.5)
@@ -384,7 +388,8 @@ def test_a_caller_that_survives_an_interrupt_cannot_keep_an_agent_running_unacco
         time.sleep(3)  # the caller carries on
     """))
     proc = subprocess.Popen([sys.executable, str(driver), str(contract), str(run_dir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err.decode()
     stamps = settled_stamps(stamps_file(run_dir))
