@@ -812,8 +812,11 @@ class CardLines(Sequence[Scorecard]):
         if isinstance(self._data, bytes):
             yield from self._data.splitlines()
             return
-        for _, raw, _ in iter_lines(self._data):
-            yield raw
+        # The bundle's own file, by its sha256 the one derived; never followed if it became a link.
+        fd = os.open(self._data, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            for raw in f:
+                yield raw.rstrip(b"\n")
 
     def __len__(self) -> int:
         return sum(1 for _ in self._lines())

@@ -195,6 +195,28 @@ def seed_event(card: Scorecard) -> SeedEvent:
     )
 
 
+def _by_task(events: Iterable[Any], task_ids: Sequence[str]) -> Iterator[tuple[str, list[ev.Line], bool]]:
+    """Each task's lines as soon as it finishes (True), then those of each task of ``task_ids``
+    still running when the journal ends (False); the lines of a task outside ``task_ids`` are
+    left out. Only the lines of tasks still running are held.
+
+    Raises:
+        EventError: a parsed line whose event this release does not read.
+    """
+    wanted = set(task_ids)
+    pending: dict[str, list[ev.Line]] = {}
+    for line in ev.lines(events):
+        tid = line.task_id
+        if tid is None or tid not in wanted:
+            continue
+        pending.setdefault(tid, []).append(line)
+        if isinstance(line.event, ev.TaskFinished):
+            yield tid, pending.pop(tid), True
+    for tid in task_ids:
+        if tid in pending:
+            yield tid, pending.pop(tid), False
+
+
 def _finished_task(task_events: Sequence[ev.Line], endpoints: Sequence[ModelEndpoint]
                    ) -> tuple[bytes, tuple[bytes, dict[str, Any]] | None, Scorecard | None]:
     """A finished task's trace, its scorecard's line and events.json entry (None when it gets
@@ -225,22 +247,15 @@ def derive_iter(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seque
     Raises:
         EventError: a parsed line whose event this release does not read.
     """
-    wanted = set(task_ids)
-    pending: dict[str, list[ev.Line]] = {}
     cards: dict[str, tuple[bytes, dict[str, Any], Scorecard | None]] = {}
-    for line in ev.lines(events):
-        tid = line.task_id
-        if tid is None or tid not in wanted:
+    for tid, task_events, finished in _by_task(events, task_ids):
+        if not finished:
+            yield f"traces/{tid}.json", trace_bytes(task_events)
             continue
-        pending.setdefault(tid, []).append(line)
-        if isinstance(line.event, ev.TaskFinished):
-            trace, made, card = _finished_task(pending.pop(tid), endpoints)
-            yield f"traces/{tid}.json", trace
-            if made is not None:
-                cards[tid] = (*made, card if cards_out is not None else None)
-    for tid in task_ids:
-        if tid in pending:
-            yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
+        trace, made, card = _finished_task(task_events, endpoints)
+        yield f"traces/{tid}.json", trace
+        if made is not None:
+            cards[tid] = (*made, card if cards_out is not None else None)
     ordered = [cards[t] for t in task_ids if t in cards]
     if cards_out is not None:
         cards_out.extend(card for _, _, card in ordered if card is not None)
@@ -338,21 +353,14 @@ def derive_hashed(events: Iterable[Any], task_ids: Sequence[str], endpoints: Seq
         EventError: a parsed line whose event this release does not read.
         FinishedTwice: a task finished again after its line was hashed (make the files whole).
     """
-    wanted = set(task_ids)
-    pending: dict[str, list[ev.Line]] = {}
     ordered = _InOrder(task_ids, on_seed)
-    for line in ev.lines(events):
-        tid = line.task_id
-        if tid is None or tid not in wanted:
+    for tid, task_events, finished in _by_task(events, task_ids):
+        if not finished:
+            yield f"traces/{tid}.json", trace_bytes(task_events)
             continue
-        pending.setdefault(tid, []).append(line)
-        if isinstance(line.event, ev.TaskFinished):
-            trace, made, _ = _finished_task(pending.pop(tid), endpoints)
-            yield f"traces/{tid}.json", trace
-            ordered.finished(tid, made)
-    for tid in task_ids:
-        if tid in pending:
-            yield f"traces/{tid}.json", trace_bytes(pending.pop(tid))
+        trace, made, _ = _finished_task(task_events, endpoints)
+        yield f"traces/{tid}.json", trace
+        ordered.finished(tid, made)
     cards, seeds = ordered.end()
     yield "scorecards.jsonl", cards
     yield "events.json", seeds
