@@ -486,22 +486,46 @@ def read_regular(root: Path, rel: str, max_bytes: int) -> bytes | None:
     """The bytes of ``root/rel`` if every component is a real directory and the last a regular
     file of at most ``max_bytes``; None otherwise (missing, a link, a fifo, too large)."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
+    if not parts:
+        return None
+    fd = open_folder(root, "/".join(parts[:-1]))
+    if fd is None:
+        return None
+    try:
+        return read_regular_at(fd, parts[-1], max_bytes)
+    finally:
+        os.close(fd)
+
+
+def open_folder(root: Path, rel: str) -> int | None:
+    """A descriptor of the directory ``root/rel`` ("" for ``root``), every component opened
+    without following a link; None when one is missing, a link or not a directory. The
+    caller closes it."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
         return None
     try:
         fd = os.open(root, _DIR_FLAGS)
     except OSError:
         return None
     try:
-        for part in parts[:-1]:
+        for part in parts:
             nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        ffd = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
     except OSError:
         os.close(fd)
         return None
-    os.close(fd)
+    return fd
+
+
+def read_regular_at(dir_fd: int, name: str, max_bytes: int) -> bytes | None:
+    """The bytes of the entry ``name`` of the directory ``dir_fd`` if it is a regular file of
+    at most ``max_bytes`` (never followed if it is a link); None otherwise."""
+    try:
+        ffd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
     try:
         st = os.fstat(ffd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:

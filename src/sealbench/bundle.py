@@ -598,10 +598,11 @@ class _Pass:
 
 
 def _journal_pass(path: Path, source: str, contract: ScoringContract, notes: CommandNotes, *,
-                  probe: bool, pack: PackFinding | None) -> tuple[_Pass, Iterator[ev.Line]]:
+                  probe: bool, pack: PackFinding | None,
+                  on_line: Callable[[ev.Line], None] | None = None) -> tuple[_Pass, Iterator[ev.Line]]:
     """One pass over a journal, read line by line (:func:`journal.scan_chain`): the lines it
-    yields, every check that reads them one at a time fed on the way. The pass's findings are
-    complete once the lines are exhausted."""
+    yields, every check that reads them one at a time fed on the way (and ``on_line``, a
+    reader riding along). The pass's findings are complete once the lines are exhausted."""
     found = _Pass(source)
     pins = RunPins(contract, source, probe=probe)
     meaning = Contradictions(contract, source=source, probe=probe)
@@ -628,6 +629,8 @@ def _journal_pass(path: Path, source: str, contract: ScoringContract, notes: Com
                 found.headers.append(line.event)
             elif isinstance(line.event, ev.TaskStarted) and line.event.task_id is not None:
                 found.dates[line.event.task_id] = line.event.committed_at
+            if on_line is not None:
+                on_line(line)
             yield line
         found.pins = pins.problems()
         found.contradictions = meaning.problems
@@ -695,12 +698,14 @@ def check_bundle(
     public_pem: bytes | None = None,
     pack: PackFinding | None = None,
     sealed: Mapping[str, str] | None = None,
+    on_line: Callable[[ev.Line], None] | None = None,
 ) -> tuple[list[str], BundleFacts | None]:
     """Every discrepancy in a bundle's files, and its facts when there is none.
 
     ``tree`` is the bundle as :func:`read_tree` found it; its journals are read here, line by
     line, once each; ``sealed``, a public bundle's sealed part (``blobs/<hex>`` to the sha256
-    of its bytes) when it is at hand.
+    of its bytes) when it is at hand; ``on_line`` is given each parsed line of the main
+    journal as it is read (what it makes of them is trusted only once no problem is found).
 
     Raises:
         UsageError: ``public_pem`` is not a PEM Ed25519 public key.
@@ -724,7 +729,7 @@ def check_bundle(
         return problems, None
     if pack is not None and pack.digest is not None and contract.pack is not None and pack.digest != contract.pack.sha256:
         problems.append(f"pack {pack.path}: digest {pack.digest} differs from {CONTRACT}'s {contract.pack.sha256}")
-    found, r = _rederive_streaming(tree, contract, pack, has_probe)
+    found, r = _rederive_streaming(tree, contract, pack, has_probe, on_line)
     main, probe = found
     problems += _chain_problems(main.scan, JOURNAL) + _chain_problems(probe.scan if probe else None, PROBE_JOURNAL)
     # The chain shows the journal was not edited, unless every hash was recomputed: what the
@@ -925,13 +930,15 @@ def _rate(contract: ScoringContract, rules: Rules, tally: Tally,
 
 
 def _rederive_streaming(tree: BundleTree, contract: ScoringContract, pack: PackFinding | None,
-                        has_probe: bool) -> tuple[tuple[_Pass, _Pass | None], _Streamed]:
+                        has_probe: bool, on_line: Callable[[ev.Line], None] | None = None,
+                        ) -> tuple[tuple[_Pass, _Pass | None], _Streamed]:
     """:func:`rederive`, with each derived file held against the bundle's as it is made and the
     journals read once each, line by line: what :func:`rederive` finds, in the same words."""
     task_ids = list(contract.task_ids)
     compared = _Comparison(tree)
     notes = CommandNotes(task_ids)
-    main, lines = _journal_pass(tree.root / JOURNAL, JOURNAL, contract, notes, probe=False, pack=pack)
+    main, lines = _journal_pass(tree.root / JOURNAL, JOURNAL, contract, notes, probe=False, pack=pack,
+                                on_line=on_line)
     cards = CardLines(b"")
     rate: Rate | None = None
     refusal: Refusal | None = None
@@ -1160,7 +1167,7 @@ def is_run_directory(directory: Path) -> bool:
 
 
 def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None,
-                  sealed: Path | None = None) -> VerifyReport:
+                  sealed: Path | None = None, on_line: Callable[[ev.Line], None] | None = None) -> VerifyReport:
     """Check a bundle end to end and report every discrepancy at once.
 
     Checks SHA256SUMS (every listed file, and no unlisted one), the signature when ``pubkey``
@@ -1174,7 +1181,8 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     part (``sealed``, by default ``<bundle>.sealed`` beside it) when that is present.
 
     Every file is read as a stream (see :func:`read_tree` and :func:`journal.scan_chain`): what
-    verify holds grows with the number of tasks, never with the size of a file.
+    verify holds grows with the number of tasks, never with the size of a file. ``on_line``
+    rides along the one read of the main journal (the report tells each task's story from it).
 
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
@@ -1202,7 +1210,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     if sealed is not None or sealed_dir.is_dir():
         sealed_files, sealed_problems = _read_sealed(sealed_dir)
         problems += sealed_problems
-    found, facts = check_bundle(tree, public_pem=public_pem, pack=finding, sealed=sealed_files)
+    found, facts = check_bundle(tree, public_pem=public_pem, pack=finding, sealed=sealed_files, on_line=on_line)
     problems += found
     if problems or facts is None:
         raise VerificationFailed(problems or ["the bundle does not verify"])

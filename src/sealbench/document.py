@@ -16,7 +16,7 @@ import base64
 import hashlib
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -84,7 +84,8 @@ class Table:
     one script, allowed by its hash in the Content-Security-Policy)."""
 
     header: tuple[str, ...]
-    rows: tuple[tuple[tuple[Span, ...], ...], ...]
+    rows: Sequence[tuple[tuple[Span, ...], ...]]
+    """Read once per rendering: rows made as they are read (the report's task table) are never all held."""
     sortable: bool = False
 
 
@@ -146,13 +147,14 @@ def _md_inline(parts: Sequence[Span], in_table: bool = False) -> str:
     return joined.replace("|", "\\|") if in_table else joined
 
 
-def _md_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]]) -> list[str]:
-    lines = ["| " + " | ".join(_md_text(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_md_inline(cell, in_table=True) for cell in row) + " |" for row in rows]
-    return lines
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]]) -> Iterator[str]:
+    yield "| " + " | ".join(_md_text(h) for h in header) + " |"
+    yield "|" + "---|" * len(header)
+    for row in rows:
+        yield "| " + " | ".join(_md_inline(cell, in_table=True) for cell in row) + " |"
 
 
-def _md_block(blk: Block, figure_files: Mapping[str, str]) -> list[str]:
+def _md_block(blk: Block, figure_files: Mapping[str, str]) -> Iterable[str]:
     if isinstance(blk, Para):
         text = _md_inline(blk.parts)
         if blk.label:
@@ -175,15 +177,49 @@ def render_markdown(title: str, sections: Sequence[Section], figure_files: Mappi
     Raises:
         KeyError: a figure has no entry in ``figure_files``.
     """
-    lines = [f"# {_md_text(title)}", ""]
-    for sec in sections:
-        if sec.title:
-            lines += [f"## {_md_text(sec.title)}", ""]
-        for blk in sec.blocks:
-            lines += [*_md_block(blk, figure_files), ""]
-    if footer:
-        lines += ["---", "", _md_text(footer), ""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return "".join(markdown_pieces(title, sections, figure_files, footer))
+
+
+def markdown_pieces(title: str, sections: Sequence[Section], figure_files: Mapping[str, str],
+                    footer: str = "") -> Iterator[str]:
+    """:func:`render_markdown`'s text in pieces, each table row made as it is written: a
+    document of 100,000 rows is never held whole.
+
+    Raises:
+        KeyError: a figure has no entry in ``figure_files``.
+    """
+    def lines() -> Iterator[str]:
+        yield from (f"# {_md_text(title)}", "")
+        for sec in sections:
+            if sec.title:
+                yield from (f"## {_md_text(sec.title)}", "")
+            for blk in sec.blocks:
+                yield from _md_block(blk, figure_files)
+                yield ""
+        if footer:
+            yield from ("---", "", _md_text(footer), "")
+
+    return _ending_in_one_newline(_joined(lines(), "\n"))
+
+
+def _joined(items: Iterable[str], sep: str) -> Iterator[str]:
+    """``sep.join(items)`` in pieces."""
+    for i, item in enumerate(items):
+        yield sep + item if i else item
+
+
+def _ending_in_one_newline(pieces: Iterable[str]) -> Iterator[str]:
+    """``"".join(pieces).rstrip("\n") + "\n"`` in pieces: trailing newlines are held back until
+    more text follows them."""
+    held = ""
+    for piece in pieces:
+        text = piece.rstrip("\n")
+        if text:
+            yield held + text
+            held = piece[len(text):]
+        else:
+            held += piece
+    yield "\n"
 
 
 # --------------------------------------------------------------------------- html
@@ -279,33 +315,33 @@ def _html_inline(parts: Sequence[Span]) -> str:
 
 
 def _html_table(header: Sequence[str], rows: Iterable[Sequence[Sequence[Span]]], head: bool = True,
-                sortable: bool = False) -> str:
-    parts = ['<table class="sortable">' if sortable else "<table>"]
+                sortable: bool = False) -> Iterator[str]:
+    yield '<table class="sortable">' if sortable else "<table>"
     if head:
-        parts.append("<thead><tr>" + "".join(f"<th>{_h(h)}</th>" for h in header) + "</tr></thead>")
-    parts.append("<tbody>")
-    parts += ["<tr>" + "".join(f"<td>{_html_inline(cell)}</td>" for cell in row) + "</tr>" for row in rows]
-    parts.append("</tbody></table>")
-    return "".join(parts)
+        yield "<thead><tr>" + "".join(f"<th>{_h(h)}</th>" for h in header) + "</tr></thead>"
+    yield "<tbody>"
+    for row in rows:
+        yield "<tr>" + "".join(f"<td>{_html_inline(cell)}</td>" for cell in row) + "</tr>"
+    yield "</tbody></table>"
 
 
-def _html_block(blk: Block, images: Mapping[str, tuple[str, bytes]]) -> str:
+def _html_block(blk: Block, images: Mapping[str, tuple[str, bytes]]) -> Iterable[str]:
     if isinstance(blk, Para):
         label = f"<strong>{_h(blk.label)}</strong>: " if blk.label else ""
         cls = f"banner {blk.tone}" if blk.tone in ("alert", "warn") else blk.tone
         return f'<p class="{cls}">{label}{_html_inline(blk.parts)}</p>'
     if isinstance(blk, Fields):
-        table = _html_table(("field", "value"), ((spans(n), v) for n, v in blk.rows), head=False)
+        table = "".join(_html_table(("field", "value"), ((spans(n), v) for n, v in blk.rows), head=False))
         cls = ' class="wide"' if blk.wide else ""
-        return f"<section{cls}><h3>{_h(blk.title)}</h3>{table}</section>"
+        return (f"<section{cls}><h3>{_h(blk.title)}</h3>{table}</section>",)
     if isinstance(blk, Table):
         return _html_table(blk.header, blk.rows, sortable=blk.sortable)
     if isinstance(blk, Bullets):
-        return "<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in blk.items) + "</ul>"
+        return ("<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in blk.items) + "</ul>",)
     mime, data = images[blk.name]
     b64 = base64.b64encode(data).decode("ascii")
     return (f'<figure><img src="data:{mime};base64,{b64}" alt="{_h(blk.alt)}" '
-            f'data-figure="{_h(blk.name)}"><figcaption>{_h(blk.caption)}</figcaption></figure>')
+            f'data-figure="{_h(blk.name)}"><figcaption>{_h(blk.caption)}</figcaption></figure>',)
 
 
 def render_html(title: str, sections: Sequence[Section], images: Mapping[str, tuple[str, bytes]],
@@ -317,25 +353,42 @@ def render_html(title: str, sections: Sequence[Section], images: Mapping[str, tu
     Raises:
         KeyError: a figure has no entry in ``images``.
     """
-    body = [f"<h1>{_h(title)}</h1>"]
-    for sec in sections:
-        if sec.title:
-            body.append(f"<h2>{_h(sec.title)}</h2>")
-        if sec.blocks and all(isinstance(b, Fields) for b in sec.blocks):
-            body.append('<div class="facts">' + "".join(_html_block(b, images) for b in sec.blocks) + "</div>")
-        else:
-            body.extend(_html_block(b, images) for b in sec.blocks)
-    if footer:
-        body.append(f"<footer>{_h(footer)}</footer>")
+    return "".join(html_pieces(title, sections, images, footer))
+
+
+def html_pieces(title: str, sections: Sequence[Section], images: Mapping[str, tuple[str, bytes]],
+                footer: str = "") -> Iterator[str]:
+    """:func:`render_html`'s page in pieces, each table row made as it is written: a page of
+    100,000 rows is never held whole.
+
+    Raises:
+        KeyError: a figure has no entry in ``images``.
+    """
     csp = CSP
-    if any(isinstance(b, Table) and b.sortable for sec in sections for b in sec.blocks):
-        body.append(f"<script>{SORT_SCRIPT}</script>")
+    sortable = any(isinstance(b, Table) and b.sortable for sec in sections for b in sec.blocks)
+    if sortable:
         csp += f"; script-src {SORT_SCRIPT_SOURCE}"
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{_h(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body>\n</html>\n"
-    )
+
+    def body() -> Iterator[Iterable[str]]:
+        yield (f"<h1>{_h(title)}</h1>",)
+        for sec in sections:
+            if sec.title:
+                yield (f"<h2>{_h(sec.title)}</h2>",)
+            if sec.blocks and all(isinstance(b, Fields) for b in sec.blocks):
+                yield ('<div class="facts">' + "".join(p for b in sec.blocks for p in _html_block(b, images)) + "</div>",)
+            else:
+                yield from (_html_block(b, images) for b in sec.blocks)
+        if footer:
+            yield (f"<footer>{_h(footer)}</footer>",)
+        if sortable:
+            yield (f"<script>{SORT_SCRIPT}</script>",)
+
+    yield ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+           f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
+           '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+           f"<title>{_h(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n")
+    for i, element in enumerate(body()):
+        if i:
+            yield "\n"
+        yield from element
+    yield "\n</body>\n</html>\n"

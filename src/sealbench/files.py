@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -98,12 +99,18 @@ def write_atomic(path: Path, data: bytes | str, *, durable: bool = True) -> None
     and swept by the next command (:mod:`sealbench.scratch`). ``durable=False`` skips the
     fsyncs, for files that are re-derived from the journal anyway.
     """
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    write_atomic_pieces(path, (data.encode("utf-8") if isinstance(data, str) else data,), durable=durable)
+
+
+def write_atomic_pieces(path: Path, pieces: Iterable[bytes | str], *, durable: bool = True) -> None:
+    """:func:`write_atomic` of the concatenation of ``pieces`` (text as UTF-8), each written
+    as it comes: a large file is never held whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(raw)
+            for piece in pieces:
+                f.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
             f.flush()
             if durable:
                 os.fsync(f.fileno())

@@ -17,45 +17,78 @@ How it is made: :func:`load_run` reads and checks the inputs (the only I/O besid
 document (:mod:`sealbench.document`), printed both as Markdown and as HTML so the two files
 carry the same facts; :func:`render_figures` draws the plots (:mod:`sealbench.plots`,
 imported only then, so importing this module or the CLI stays cheap).
+
+What it holds grows with the number of tasks, a few facts each (:class:`CardFacts`, a why),
+never with the run's events: a bundle's journal is read once, by verify, and each task's story
+told from that read (:class:`Reading`) is written as its page as soon as the task finishes,
+then dropped; the task table's rows are made as report.md and report.html are written.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
+import tempfile
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, overload
 
 from pydantic import ValidationError
 
 from . import events as ev
-from .agentfs import read_regular
+from .agentfs import open_folder, read_regular_at
 from .blobs import Blobs
 from .contract import load_contract
 from .derive import derive_iter
-from .document import Block, Bullets, Fields, Figure, Para, Section, Span, Table, spans
+from .document import (
+    Block,
+    Bullets,
+    Fields,
+    Figure,
+    Para,
+    Section,
+    Span,
+    Table,
+    html_pieces,
+    markdown_pieces,
+    spans,
+)
 from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
-from .errors import Refusal, ScoreRefusal, VerificationFailed
-from .files import read_model, write_atomic
-from .formats import AccessClass, Budget, ModelUsage, Provenance, Rate, Scorecard, ScoringContract
-from .journal import read_chain
+from .errors import ContractError, Refusal, ScoreRefusal, VerificationFailed
+from .files import read_model, write_atomic, write_atomic_pieces
+from .formats import (
+    AccessClass,
+    Budget,
+    ForgingFlags,
+    ModelUsage,
+    Provenance,
+    Rate,
+    Scorecard,
+    ScoringContract,
+)
+from .journal import ChainScan, scan_chain
 from .outcomes import Outcome, TaskState
 from .score import NOTE, score
 from .scoring_io import events_from
+from .scratch import sweep_temp_files
 from .show import cause
 from .stats import Interval, wilson_interval
-from .stories import TaskStory, stories
-from .task_pages import page_name, write_task_pages
+from .stories import TaskStory, Teller, stories
+from .task_pages import TASKS_DIR, page_name, render_task_page
 from .usage import cost_words, total
+
+if TYPE_CHECKING:
+    from .bundle import VerifyReport
 
 __all__ = [
     "FIGURE_FILES",
     "UNFINISHED",
+    "CardFacts",
     "CurvePoint",
     "ProbeResult",
     "RunView",
@@ -117,13 +150,38 @@ class ProbeResult:
     n: int
 
 
+@dataclass(frozen=True, slots=True)
+class CardFacts:
+    """What the report reads of one task's scorecard, under the scorecard's own names: a
+    tenth of the scorecard's memory, so a report of 100,000 tasks holds every task's."""
+
+    task_id: str
+    outcome: Outcome
+    attempts_used: int
+    max_attempts: int
+    first_attempt_passed: bool
+    elapsed_ms: int
+    scorecard_complete: bool
+    patched: bool
+    """Whether the task finished with a non-empty patch (``patch_sha256`` set)."""
+    model_usage: ModelUsage | None
+    forging_flags: ForgingFlags | None
+
+    @classmethod
+    def of(cls, card: Scorecard) -> CardFacts:
+        return cls(card.task_id, card.outcome, card.attempts_used, card.max_attempts, card.first_attempt_passed,
+                   card.elapsed_ms, card.scorecard_complete, card.patch_sha256 is not None, card.model_usage,
+                   card.forging_flags)
+
+
 @dataclass(frozen=True)
 class RunView:
     """Everything a report prints about one run, already checked against its journal."""
 
     contract: ScoringContract
-    cards: tuple[Scorecard, ...]
-    """Scorecards of the finished tasks, in denominator order, derived from the journal."""
+    cards: tuple[CardFacts, ...]
+    """What the report reads of each finished task's scorecard, in denominator order, derived
+    from the journal."""
     rate: Rate | None
     refusal: str | None
     """Why scoring emitted no rate; None when ``rate`` is set."""
@@ -143,8 +201,9 @@ class RunView:
     files_href: str = ""
     """URL prefix from the report's folder to the run's folder; '' when they are the same (kept
     for library users: the report itself links only to copies inside its own folder)."""
-    stories: Mapping[str, TaskStory] = field(default_factory=dict)
-    """Each task's events (:mod:`sealbench.show`), for the why column and the task pages."""
+    whys: Mapping[str, str] = field(default_factory=dict)
+    """Each task's why, from its story (:func:`sealbench.show.cause` of the journal's facts
+    alone): the task table's column; a task with a why has a page."""
     checked: str = RUN_DIR_CHECKED
     """What was verified before the report was made (a bundle is verified whole)."""
 
@@ -154,7 +213,7 @@ class RunView:
         return len(self.contract.task_ids)
 
 
-def attempt_curve(cards: Iterable[Scorecard], n: int, max_attempts: int) -> list[CurvePoint]:
+def attempt_curve(cards: Iterable[Scorecard | CardFacts], n: int, max_attempts: int) -> list[CurvePoint]:
     """Cumulative passes by attempt k = 1..max_attempts over the whole denominator ``n``.
 
     Tasks without a scorecard count as not passed: the denominator never shrinks.
@@ -206,14 +265,10 @@ def contamination(view: RunView) -> str | None:
 # --------------------------------------------------------------------------- loading
 
 
-def _sandbox_facts(events: Sequence[ev.Line]) -> tuple[dict[str, Any], ...]:
+def _sandbox_facts(header: ev.RunHeader) -> dict[str, Any]:
     # A resumed run may have continued under another sandbox: every start and resume counts.
-    out = []
-    for line in events:
-        if isinstance(line.event, ev.RunHeader):
-            facts = line.event.sandbox
-            out.append(dict(facts) if isinstance(facts, dict) else {})
-    return tuple(out)
+    facts = header.sandbox
+    return dict(facts) if isinstance(facts, dict) else {}
 
 
 def _provenance(header: ev.RunHeader) -> Provenance | None:
@@ -268,10 +323,121 @@ def _rate_problems(run_dir: Path, rate: Rate | None, refusal: str | None) -> lis
     return [f"rate.json differs from the rate derived from the journal in: {', '.join(keys)}"]
 
 
-def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
+def _checked_cards(run_dir: Path, contract: ScoringContract) -> tuple[list[CardFacts], Rate | None, str | None]:
+    """The scorecards and the rate a run directory's journal derives, with every file the
+    directory also holds (rate.json, scorecards.jsonl, traces/) checked against them.
+
+    Raises:
+        ScoreRefusal: an unreadable rate.json.
+        VerificationFailed: a broken journal chain, a journal made under another contract, or
+            a file disagreeing with the journal.
+    """
+    rate: Rate | None = None
+    refusal: str | None = None
+    try:
+        rate = score(contract, events_from(run_dir, contract))
+    except VerificationFailed:
+        raise
+    except Refusal as e:
+        refusal = str(e)
+    # events_from has verified the chain and its contract; read it again for the derived files.
+    lines = (line for _, line in scan_chain(run_dir / "journal.jsonl", ChainScan()) if line is not None)
+    cards: list[Scorecard] = []
+    differ: list[str] = []
+    # Each derived file is held against the directory's as it is made, then dropped.
+    for rel, data in derive_iter(lines, contract.task_ids, contract.model_endpoints or (), cards):
+        if rel == "events.json":
+            continue  # never read: the rate above was scored from the journal itself
+        path = run_dir / rel
+        if path.is_file() and path.read_bytes() != data:
+            differ.append(f"{rel} differs from what the journal derives")
+    problems = _rate_problems(run_dir, rate, refusal) + sorted(differ)
+    if problems:
+        raise VerificationFailed(problems)
+    return [CardFacts.of(c) for c in cards], rate, refusal
+
+
+class Told(NamedTuple):
+    """What the report reads of a journal beyond its derived files (:class:`Reading`)."""
+
+    header: ev.RunHeader
+    """The first line's header (an empty one when the first line is not a header)."""
+    sandboxes: tuple[dict[str, Any], ...]
+    """Sandbox facts of the run's start and of every resume, in journal order."""
+    whys: dict[str, str]
+    """Each task's why (:func:`sealbench.show.cause` of its story, the journal's facts alone)."""
+
+
+class Reading:
+    """A journal read line by line (:meth:`feed`) for the report: its first header, every
+    start's and resume's sandbox, and each task's story, handed to ``on_story`` as soon as
+    the task finishes and then dropped (:class:`sealbench.stories.Teller`)."""
+
+    def __init__(self, task_ids: Sequence[str], on_story: Callable[[TaskStory], None] | None = None) -> None:
+        self._ids = task_ids
+        self._on_story = on_story
+        self._first: ev.Event | None = None
+        self._headers: list[ev.RunHeader] = []
+        self._whys: dict[str, str] = {}
+        self._words: dict[str, str] = {}  # one string per distinct why: most tasks share a few
+        self._teller = Teller(task_ids)
+
+    def feed(self, line: ev.Line) -> None:
+        if self._first is None:
+            self._first = line.event
+        if isinstance(line.event, ev.RunHeader):
+            self._headers.append(line.event)
+        story = self._teller.add(line)
+        if story is not None:
+            self._told(story)
+
+    def _told(self, story: TaskStory) -> None:
+        why = cause(story, None)
+        self._whys[story.task_id] = self._words.setdefault(why, why)
+        if self._on_story is not None:
+            self._on_story(story)
+
+    def finish(self, journal: Path) -> Told:
+        """The stories not told yet, and what was read. A task with a line after it finished
+        is told again, whole, from a second read of ``journal`` for it alone."""
+        for story in self._teller.rest():
+            self._told(story)
+        late = self._teller.late
+        if late:
+            again = (line for _, line in scan_chain(journal, ChainScan())
+                     if line is not None and line.event.task_id in late)
+            for story in stories(again, [t for t in self._ids if t in late]).values():
+                self._told(story)
+        header = self._first if isinstance(self._first, ev.RunHeader) else ev.RunStarted()
+        return Told(header, tuple(_sandbox_facts(h) for h in self._headers), self._whys)
+
+
+def read_journal(journal: Path, task_ids: Sequence[str], on_story: Callable[[TaskStory], None] | None = None) -> Told:
+    """:class:`Reading` of one read of ``journal``."""
+    reading = Reading(task_ids, on_story)
+    for _, line in scan_chain(journal, ChainScan()):
+        if line is not None:
+            reading.feed(line)
+    return reading.finish(journal)
+
+
+class Verified(NamedTuple):
+    """A bundle that verified, and what the report read of its journal on the way."""
+
+    report: VerifyReport
+    told: Told
+
+
+def load_run(run_dir: Path, out_dir: Path | None = None, *, verified: Verified | None = None,
+             on_story: Callable[[TaskStory], None] | None = None) -> RunView:
     """Read a run directory or bundle and check what it holds against its journal.
 
     ``out_dir`` is where the report will be written; links are made relative to it.
+    ``verified`` is the bundle's verification, when it was verified (:func:`verify_first`):
+    what verify proved is not checked again, the rate and scorecards are the bundle's, and
+    the journal was read on the way. Else ``on_story`` is given each task's story as the
+    journal is read (the report writes its page); only the stories of tasks still running
+    are held.
 
     Raises:
         ContractError: no readable scoring_contract.json.
@@ -283,48 +449,32 @@ def load_run(run_dir: Path, out_dir: Path | None = None) -> RunView:
     journal = run_dir / "journal.jsonl"
     if not journal.is_file():
         raise ScoreRefusal(f"{run_dir}: no journal.jsonl; not a run directory or bundle")
-    rate: Rate | None = None
-    refusal: str | None = None
-    try:
-        rate = score(contract, events_from(run_dir, contract))
-    except VerificationFailed:
-        raise
-    except Refusal as e:
-        refusal = str(e)
-    # events_from has verified the chain and its contract; read it again for what it does not return.
-    events = read_chain(journal).lines
-    cards: list[Scorecard] = []
-    differ: list[str] = []
-    # Each derived file is held against the directory's as it is made, then dropped.
-    for rel, data in derive_iter(events, contract.task_ids, contract.model_endpoints or (), cards):
-        if rel == "events.json":
-            continue  # never read: the rate above was scored from the journal itself
-        path = run_dir / rel
-        if path.is_file() and path.read_bytes() != data:
-            differ.append(f"{rel} differs from what the journal derives")
-    problems = _rate_problems(run_dir, rate, refusal) + sorted(differ)
-    if problems:
-        raise VerificationFailed(problems)
-    first = events[0].event if events else None
-    header = first if isinstance(first, ev.RunHeader) else ev.RunStarted()
-    agent = header.agent
+    rate: Rate | None
     tids = contract.task_ids
+    if verified is not None:
+        cards, rate, refusal = [CardFacts.of(c) for c in verified.report.scorecards], verified.report.rate, None
+    else:
+        cards, rate, refusal = _checked_cards(run_dir, contract)
+    probe = _load_probe(run_dir / "narration_probe.json", tids)
+    told = verified.told if verified is not None else read_journal(journal, tids, on_story)
+    agent = told.header.agent
     rel_root = os.path.relpath(run_dir.resolve(), (out_dir if out_dir is not None else run_dir).resolve())
     return RunView(
         contract=contract,
         cards=tuple(cards),
         rate=rate,
         refusal=refusal,
-        sandboxes=_sandbox_facts(events),
+        sandboxes=told.sandboxes,
         agent=dict(agent) if isinstance(agent, dict) else {},
-        harness={k: str(v) for k, v in (("sealbench_version", header.sealbench_version), ("python", header.python),
-                                          ("platform", header.platform)) if v is not None},
-        probe=_load_probe(run_dir / "narration_probe.json", tids),
-        provenance=_provenance(header),
+        harness={k: str(v) for k, v in (("sealbench_version", told.header.sealbench_version),
+                                          ("python", told.header.python), ("platform", told.header.platform))
+                 if v is not None},
+        probe=probe,
+        provenance=_provenance(told.header),
         traces=frozenset(t for t in tids if (run_dir / "traces" / f"{t}.json").is_file()),
         patches=frozenset(t for t in tids if (run_dir / "patches" / f"{t}.patch").is_file()),
         files_href="" if rel_root == "." else urllib.parse.quote(Path(rel_root).as_posix()) + "/",
-        stories=stories(events, tids),
+        whys=told.whys,
     )
 
 
@@ -549,37 +699,64 @@ def _model_use(view: RunView) -> Section | None:
     return Section("Model use", (Fields("Every task's model calls, through the gateway", rows, wide=True),))
 
 
-def _passed_last(card: Scorecard | None) -> int:
+def _passed_last(card: CardFacts | None) -> int:
     """Sort key of the task table: what needs a look (unfinished, failed) before what passed."""
     return 1 if card is not None and card.outcome is Outcome.PASS else 0
 
 
-def _tasks(view: RunView) -> Section:
-    cards = {c.task_id: c for c in view.cards}
-    models = any(c.model_usage is not None for c in view.cards)
-    rows = []
-    for tid in sorted(view.contract.task_ids, key=lambda t: _passed_last(cards.get(t))):
-        c = cards.get(tid)
+class _TaskRows(Sequence[tuple[tuple[Span, ...], ...]]):
+    """The task table's rows, each made as it is read: a report of 100,000 tasks never holds
+    their spans, only what each row is made from."""
+
+    def __init__(self, view: RunView) -> None:
+        self._view = view
+        self._cards = {c.task_id: c for c in view.cards}
+        self._models = any(c.model_usage is not None for c in view.cards)
+        self._order = sorted(view.contract.task_ids, key=lambda t: _passed_last(self._cards.get(t)))
+
+    @property
+    def models(self) -> bool:
+        """Whether the table has the model use columns."""
+        return self._models
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __iter__(self) -> Iterator[tuple[tuple[Span, ...], ...]]:
+        for tid in self._order:
+            yield self._row(tid)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[tuple[Span, ...], ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[tuple[Span, ...], ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self._row(t) for t in self._order[index]]
+        return self._row(self._order[index])
+
+    def _row(self, tid: str) -> tuple[tuple[Span, ...], ...]:
+        view, c, models = self._view, self._cards.get(tid), self._models
         trace = (Span("trace", href=f"{FILES_DIR}/traces/{tid}.json") if tid in view.traces
                  else Span("none"))
         if tid in view.patches:
             patch = Span("patch", href=f"{FILES_DIR}/patches/{tid}.patch")
         else:
-            patch = Span("empty" if c is not None and c.patch_sha256 is None else "none")
-        story = view.stories.get(tid)
+            patch = Span("empty" if c is not None and not c.patched else "none")
+        why_words = view.whys.get(tid)
         # From the journal's facts alone (no stored output): the summary reads the same from a
         # run directory and from a bundle-shaped copy without blobs/.
-        why = spans(cause(story, None) if story is not None else "-")
-        task = spans(Span(tid, code=True, href=page_name(tid)) if story is not None else Span(tid, code=True))
+        why = spans(why_words if why_words is not None else "-")
+        task = spans(Span(tid, code=True, href=page_name(tid)) if why_words is not None else Span(tid, code=True))
         if c is None:
-            rows.append((task, spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"),
-                         spans("-"), spans("-"), spans("no"), *((spans("-"),) * 3 if models else ()), why, (trace,),
-                         (patch,)))
-            continue
+            return (task, spans(Span(UNFINISHED, mark=UNFINISHED)), spans("-"), spans("-"), spans("-"), spans("no"),
+                    *((spans("-"),) * 3 if models else ()), why, (trace,), (patch,))
         outcome = spans(Span(c.outcome.value, mark=c.outcome.value))
         if c.forging_flags is not None:
             outcome = (*outcome, Span(" (flagged)"))
-        rows.append((
+        return (
             task,
             outcome,
             spans(f"{c.attempts_used} of {c.max_attempts}"),
@@ -590,12 +767,16 @@ def _tasks(view: RunView) -> Section:
             why,
             (trace,),
             (patch,),
-        ))
+        )
+
+
+def _tasks(view: RunView) -> Section:
+    rows = _TaskRows(view)
     header = ("task", "outcome", "attempts", "first attempt", "elapsed", "scorecard complete",
-              *(("model calls", "tokens in / out", "cost") if models else ()), "why", "trace", "patch")
+              *(("model calls", "tokens in / out", "cost") if rows.models else ()), "why", "trace", "patch")
     note = Para(spans("Each task's page (its link) tells its story: every attempt's exit, output, patch and "
                       "grading. The trace and patch files are copies inside this report's folder."), tone="note")
-    return Section("Tasks", (note, Table(header, tuple(rows), sortable=True)))
+    return Section("Tasks", (note, Table(header, rows, sortable=True)))
 
 
 def _flags(view: RunView) -> Section | None:
@@ -637,9 +818,13 @@ def report_title(view: RunView) -> str:
 
 
 def report_footer(view: RunView) -> str:
-    """The closing line of both files."""
-    return (f"Derived from journal.jsonl of run {view.contract.run_id or 'not locked'} under contract "
-            f"{view.contract.contract_sha256 or 'none'}; {NOTE}; not a vendor ranking.")
+    """The closing line of both files (and of every task page)."""
+    return _footer(view.contract)
+
+
+def _footer(contract: ScoringContract) -> str:
+    return (f"Derived from journal.jsonl of run {contract.run_id or 'not locked'} under contract "
+            f"{contract.contract_sha256 or 'none'}; {NOTE}; not a vendor ranking.")
 
 
 def build_sections(view: RunView) -> list[Section]:
@@ -715,25 +900,40 @@ def default_out_dir(bundle_or_run_dir: Path) -> Path:
     return resolved.with_name(f"{resolved.name}-report")
 
 
-def verify_first(bundle_or_run_dir: Path) -> str | None:
-    """Verify a bundle (a directory with SHA256SUMS) before it is reported; None for a run directory.
+def verify_first(bundle_or_run_dir: Path, on_story: Callable[[TaskStory], None] | None = None) -> Verified | None:
+    """Verify a bundle (a directory with SHA256SUMS) before it is reported; None for a run
+    directory. The journal is read once: each task's story is told (to ``on_story``) from
+    the same read that verifies it, and trusted only when the whole bundle verifies.
 
     Returns:
-        What the verification proved, as the report's "checked" line.
+        What the verification proved (:func:`checked_words` says it as the report's line),
+        and what the report read of the journal.
 
     Raises:
         ScoreRefusal: the bundle does not verify; the message names every problem found.
     """
-    from .bundle import SIGNATURE, SUMS, verify_bundle
+    from .bundle import SUMS, verify_bundle
 
     if not (bundle_or_run_dir / SUMS).is_file():
         return None
     try:
-        report = verify_bundle(bundle_or_run_dir)
+        task_ids = load_contract(bundle_or_run_dir / "scoring_contract.json").task_ids
+    except ContractError:
+        task_ids = []  # the bundle does not verify: refused below with every problem named
+    reading = Reading(task_ids, on_story)
+    try:
+        report = verify_bundle(bundle_or_run_dir, on_line=reading.feed)
     except VerificationFailed as e:
         shown = "; ".join(e.problems[:5]) + (f"; and {len(e.problems) - 5} more" if len(e.problems) > 5 else "")
         raise ScoreRefusal(f"no report: the bundle {bundle_or_run_dir} does not verify ({len(e.problems)} "
                            f"problem(s)): {shown}; see `sealbench verify {bundle_or_run_dir}`") from None
+    return Verified(report, reading.finish(bundle_or_run_dir / "journal.jsonl"))
+
+
+def checked_words(report: VerifyReport) -> str:
+    """The report's "checked" line for a bundle that verified."""
+    from .bundle import SIGNATURE
+
     sig = ("not signed" if SIGNATURE not in report.signature else
            f"{SIGNATURE} present, not checked against a key here (sealbench verify BUNDLE --pubkey KEY checks it)")
     return (f"the bundle verifies (every sum, the journal chains, every derived file, each task's events); "
@@ -757,22 +957,72 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     """
     run_dir = Path(bundle_or_run_dir)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
-    checked = verify_first(run_dir)
-    view = load_run(run_dir, out)
-    if checked is not None:
-        view = replace(view, checked=checked)
-    sections = build_sections(view)
-    svgs = render_figures(view, figure_names(sections))
+    try:
+        contract = load_contract(run_dir / "scoring_contract.json")
+    except ContractError:
+        verify_first(run_dir)  # a bundle is refused for what verify finds, every problem named
+        raise
     _refuse_linked_folders(out, chosen=out_dir is not None)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, data in svgs.items():
-        write_atomic(out / FIGURE_FILES[name], data)
-    _copy_files(run_dir, out, view)
-    write_task_pages(out, str(view.contract.run_id), view.stories, Blobs(run_dir), report_footer(view))
-    md_path, html_path = out / "report.md", out / "report.html"
-    write_atomic(md_path, render_markdown(view, sections))
-    write_atomic(html_path, render_html(view, sections, svgs))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temp_files(out.parent)
+    # The task pages and the copied files are written into a folder of this process's own
+    # beside the report's (swept when a killed report leaves it), then moved into place: a
+    # refused report leaves nothing, and each page is written once, never through a link.
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    try:
+        blobs, run_id, footer = Blobs(run_dir), str(contract.run_id), _footer(contract)
+        (stage / TASKS_DIR).mkdir()
+
+        def page(story: TaskStory) -> None:
+            _write_new(stage / page_name(story.task_id), render_task_page(run_id, story, blobs, footer).encode("utf-8"))
+
+        verified = verify_first(run_dir, page)
+        view = load_run(run_dir, out, verified=verified, on_story=page)
+        if verified is not None:
+            view = replace(view, checked=checked_words(verified.report))
+        _copy_files(run_dir, stage, view)
+        sections = build_sections(view)
+        svgs = render_figures(view, figure_names(sections))
+        out.mkdir(exist_ok=True)
+        for name, data in svgs.items():
+            write_atomic(out / FIGURE_FILES[name], data)
+        _move_into(stage, out, (TASKS_DIR, FILES_DIR))
+        md_path, html_path = out / "report.md", out / "report.html"
+        images = {name: ("image/svg+xml", data) for name, data in svgs.items()}
+        write_atomic_pieces(md_path, markdown_pieces(report_title(view), sections, FIGURE_FILES, report_footer(view)))
+        write_atomic_pieces(html_path, html_pieces(report_title(view), sections, images, report_footer(view)))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return md_path, html_path
+
+
+def _write_new(path: Path | str, data: bytes, dir_fd: int | None = None) -> None:
+    """``data`` as the new file ``path`` (in ``dir_fd``) in a folder of this process's own,
+    never through a link; a file there already (a task's page told again) is replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    except FileExistsError:
+        os.unlink(path, dir_fd=dir_fd)
+        fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _move_into(stage: Path, out: Path, names: Iterable[str]) -> None:
+    """Each ``stage/<name>`` folder moved to ``out/<name>``; the one it replaces is moved into
+    ``stage`` (removed with it)."""
+    for name in names:
+        new, old = stage / name, out / name
+        if not new.is_dir():
+            continue
+        if old.is_dir() and not old.is_symlink():
+            old.rename(stage / f"old-{name}")
+        new.rename(old)
 
 
 def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
@@ -795,16 +1045,28 @@ def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
 
 
 def _copy_files(run_dir: Path, out: Path, view: RunView) -> None:
-    """Copy the traces and patches the task table links to into ``out/files/``, so the report's
-    folder can be sent on its own. Only regular files are copied, never through a link."""
+    """Copy the traces and patches the task table links to into ``out/files/`` (a folder of
+    this process's own), so the report's folder can be sent on its own. Only regular files
+    are copied, never through a link; each folder is opened once."""
     for sub, names in (("traces", (f"{t}.json" for t in sorted(view.traces))),
                        ("patches", (f"{t}.patch" for t in sorted(view.patches)))):
-        for name in names:
-            data = read_regular(run_dir, f"{sub}/{name}", _FILE_CAP)
-            if data is not None:
-                dest = out / FILES_DIR / sub / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(dest, data, durable=False)
+        src = open_folder(run_dir, sub)
+        if src is None:
+            continue
+        dst: int | None = None
+        try:
+            for name in names:
+                data = read_regular_at(src, name, _FILE_CAP)
+                if data is None:
+                    continue
+                if dst is None:
+                    (out / FILES_DIR / sub).mkdir(parents=True)
+                    dst = os.open(out / FILES_DIR / sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                _write_new(name, data, dst)
+        finally:
+            os.close(src)
+            if dst is not None:
+                os.close(dst)
 
 
 _FILE_CAP = 64 * 2**20

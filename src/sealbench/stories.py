@@ -4,7 +4,7 @@ view reads (``sealbench show``, the report's pages, a run's summary). Nothing he
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from . import events as ev
@@ -70,39 +70,93 @@ class StoryBook:
         self.tasks = {tid: TaskStory(tid) for tid in task_ids}
 
     def add(self, line: ev.Line) -> None:
+        tid = line.event.task_id
+        if tid is not None:
+            note(self.tasks.setdefault(tid, TaskStory(tid)), line.event)
+
+
+def note(task: TaskStory, e: ev.Event) -> None:
+    """``e`` (an event of ``task``) added to its story."""
+    n = e.attempt
+    if isinstance(e, ev.TaskStarted):
+        task.started = e
+    elif isinstance(e, ev.TaskFinished):
+        task.finished = e
+    elif isinstance(e, ev.TimeCharged):
+        task.charges.append(e)
+    elif isinstance(e, ev.HarnessFailed):
+        (task.attempt(n).errors if n is not None else task.errors).append(e)
+    elif n is not None:
+        _note_attempt(task.attempt(n), e)
+
+
+def _note_attempt(a: AttemptStory, e: ev.Event) -> None:
+    if isinstance(e, ev.AttemptStarted):
+        a.started = e
+    elif isinstance(e, ev.AgentFinished):
+        a.agent = e
+    elif isinstance(e, ev.PatchCaptured):
+        a.patch = e
+    elif isinstance(e, ev.Graded):
+        a.graded = e
+    elif isinstance(e, ev.Feedback):
+        a.feedback = e
+    elif isinstance(e, ev.AttemptFinished):
+        a.finished = e
+    elif isinstance(e, ev.AttemptInterrupted):
+        a.interrupted = e
+    elif isinstance(e, ev.ModelCall):
+        a.calls.append(e)
+    elif isinstance(e, ev.ModelCallStarted):
+        a.started_calls.append(e)
+
+
+class Teller:
+    """Each task's story told as soon as its task_finished is read (:meth:`add`), then the
+    rest (:meth:`rest`): a reader of a large run holds only the stories of tasks still
+    running, never the whole run.
+
+    A line of a task read after its story was told is left out of it and the task named in
+    :attr:`late`: its story is told again, whole, by :func:`stories` over a second read
+    restricted to those tasks. A journal the runner wrote has no such line.
+    """
+
+    def __init__(self, task_ids: Sequence[str]) -> None:
+        self._ids = task_ids
+        self._open: dict[str, TaskStory] = {}
+        self._told: set[str] = set()
+        self.late: set[str] = set()
+        """Tasks with a line read after their story was told."""
+
+    def add(self, line: ev.Line) -> TaskStory | None:
+        """``line`` added to its task's story; that story when ``line`` finished the task."""
         e = line.event
-        if e.task_id is None:
-            return
-        task = self.tasks.setdefault(e.task_id, TaskStory(e.task_id))
-        n = e.attempt
-        if isinstance(e, ev.TaskStarted):
-            task.started = e
-        elif isinstance(e, ev.TaskFinished):
-            task.finished = e
-        elif isinstance(e, ev.TimeCharged):
-            task.charges.append(e)
-        elif isinstance(e, ev.HarnessFailed):
-            (task.attempt(n).errors if n is not None else task.errors).append(e)
-        elif n is not None:
-            a = task.attempt(n)
-            if isinstance(e, ev.AttemptStarted):
-                a.started = e
-            elif isinstance(e, ev.AgentFinished):
-                a.agent = e
-            elif isinstance(e, ev.PatchCaptured):
-                a.patch = e
-            elif isinstance(e, ev.Graded):
-                a.graded = e
-            elif isinstance(e, ev.Feedback):
-                a.feedback = e
-            elif isinstance(e, ev.AttemptFinished):
-                a.finished = e
-            elif isinstance(e, ev.AttemptInterrupted):
-                a.interrupted = e
-            elif isinstance(e, ev.ModelCall):
-                a.calls.append(e)
-            elif isinstance(e, ev.ModelCallStarted):
-                a.started_calls.append(e)
+        tid = e.task_id
+        if tid is None:
+            return None
+        if tid in self._told:
+            self.late.add(tid)
+            return None
+        task = self._open.get(tid)
+        if task is None:
+            task = self._open[tid] = TaskStory(tid)
+        note(task, e)
+        if not isinstance(e, ev.TaskFinished):
+            return None
+        self._told.add(tid)
+        return self._open.pop(tid)
+
+    def rest(self) -> Iterator[TaskStory]:
+        """The stories not told yet: the denominator's in its order (a task with no event
+        included, unfinished), then those of tasks outside it in the order first read."""
+        for tid in self._ids:
+            if tid not in self._told:
+                self._told.add(tid)
+                yield self._open.pop(tid) if tid in self._open else TaskStory(tid)
+        while self._open:
+            tid = next(iter(self._open))
+            self._told.add(tid)
+            yield self._open.pop(tid)
 
 
 def stories(lines: Iterable[ev.Line], task_ids: Sequence[str]) -> dict[str, TaskStory]:
