@@ -9,6 +9,7 @@ the bundle that is a link aimed elsewhere.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -151,3 +152,102 @@ def test_exploit_a_listed_file_made_a_sparse_file_of_gigabytes_is_hashed_in_piec
     assert proc.returncode == 4, proc.stderr
     assert f"blobs/{blob.name}: content differs from its sha256 in SHA256SUMS line" in proc.stderr, proc.stderr
     assert f"blobs/{blob.name}: content does not match its name" in proc.stderr, proc.stderr
+
+
+def _forged_finished_twice_then_unsafe(bundle: Path) -> None:
+    """The journal with one task finished twice and a last line finishing a task whose id is
+    not a file name (``bad/id``): the chain is redone, so only the meaning is wrong."""
+    from conftest import rewrite_journal
+
+    journal = bundle / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_bytes().splitlines()]
+    finished = next(e for e in events if e["kind"] == "task_finished")
+    events.append(dict(finished))
+    events.append({**finished, "task_id": "bad/id"})
+    for seq, e in enumerate(events, 1):
+        e["seq"] = seq
+    rewrite_journal(journal, events)
+
+
+def test_exploit_a_task_finished_twice_then_a_task_named_with_a_slash_is_refused_by_verify_never_a_crash(
+        tmp_path: Path, cli: Any) -> None:
+    # The report tells each task's story from verify's read of the journal: what it cannot
+    # tell (a page named bad/id) must not replace or join verify's refusal.
+    bundle = copy(tmp_path)
+    _forged_finished_twice_then_unsafe(bundle)
+    code, _out, err = cli("verify", bundle)
+    assert code == 4, err
+    code, _out, err = cli("report", bundle)
+    assert code == 3 and "does not verify" in err, err
+    assert "unexpected error" not in err and "not a safe file name" not in err, err
+    assert not (tmp_path / "demo-reference-report").exists()
+
+
+def test_exploit_a_forged_bundle_with_a_link_beside_it_is_refused_for_what_verify_finds(
+        tmp_path: Path, cli: Any) -> None:
+    bundle = copy(tmp_path)
+    _forged_finished_twice_then_unsafe(bundle)
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "demo-reference-report").symlink_to(tmp_path / "victim")
+    code, _out, err = cli("report", bundle)
+    assert code == 3 and "does not verify" in err and "is a link" not in err, err
+    assert list((tmp_path / "victim").iterdir()) == []
+
+
+@pytest.mark.skipif(not sealbench_exe(), reason="console script not installed (run through make test)")
+def test_a_page_the_report_cannot_write_is_the_report_s_failure_never_the_bundle_s(tmp_path: Path) -> None:
+    import resource
+
+    bundle = copy(tmp_path)
+    out = tmp_path / "deep" / "er" / "report"
+
+    def small_files() -> None:  # a page is over 10 kB: writing one fails as a full disk would
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+
+    proc = subprocess.run([sealbench_exe(), "report", str(bundle), "--out", str(out)], capture_output=True,
+                          text=True, timeout=120, preexec_fn=small_files,
+                          env={**os.environ, "SEALBENCH_DATA_DIR": str(tmp_path / "data")})
+    assert proc.returncode not in (0, 3, 4), proc.stderr
+    assert "File too large" in proc.stderr and "does not verify" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "deep").exists()  # the folders it made are gone with the report
+
+
+def test_a_failed_report_leaves_the_earlier_report_as_it_was(tmp_path: Path, cli: Any) -> None:
+    bundle = copy(tmp_path)
+    out = tmp_path / "report"
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 0, err
+    before = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    _forged_finished_twice_then_unsafe(bundle)
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 3, err
+    after = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert after == before
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # nothing staged is left
+
+
+def test_a_report_leaves_nothing_of_an_earlier_report_of_another_run(tmp_path: Path, cli: Any) -> None:
+    bundle = copy(tmp_path)
+    out = tmp_path / "report"
+    (out / "files" / "traces").mkdir(parents=True)
+    (out / "files" / "traces" / "someone-else.json").write_text("{}")
+    (out / "tasks").mkdir()
+    (out / "tasks" / "someone-else.html").write_text("<p>another run</p>")
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 0, err
+    assert not (out / "tasks" / "someone-else.html").exists()
+    assert not (out / "files" / "traces" / "someone-else.json").exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK) or os.stat("/dev/shm").st_dev == os.stat(FIXTURE).st_dev,
+                    reason="no second file system to write to")
+def test_a_report_into_a_folder_on_another_file_system_is_written(tmp_path: Path, cli: Any) -> None:
+    import tempfile
+
+    bundle = copy(tmp_path)
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as elsewhere:
+        (tmp_path / "mine").symlink_to(elsewhere)
+        code, _out, err = cli("report", bundle, "--out", tmp_path / "mine")
+        assert code == 0, err
+        assert (Path(elsewhere) / "report.md").is_file() and any((Path(elsewhere) / "tasks").iterdir())

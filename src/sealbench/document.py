@@ -329,7 +329,7 @@ def _html_block(blk: Block, images: Mapping[str, tuple[str, bytes]]) -> Iterable
     if isinstance(blk, Para):
         label = f"<strong>{_h(blk.label)}</strong>: " if blk.label else ""
         cls = f"banner {blk.tone}" if blk.tone in ("alert", "warn") else blk.tone
-        return f'<p class="{cls}">{label}{_html_inline(blk.parts)}</p>'
+        return (f'<p class="{cls}">{label}{_html_inline(blk.parts)}</p>',)
     if isinstance(blk, Fields):
         table = "".join(_html_table(("field", "value"), ((spans(n), v) for n, v in blk.rows), head=False))
         cls = ' class="wide"' if blk.wide else ""

@@ -26,6 +26,7 @@ then dropped; the task table's rows are made as report.md and report.html are wr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -60,7 +61,7 @@ from .document import (
 from .document import render_html as _doc_html
 from .document import render_markdown as _doc_markdown
 from .errors import ContractError, Refusal, ScoreRefusal, VerificationFailed
-from .files import read_model, write_atomic, write_atomic_pieces
+from .files import fsync_dir, read_model, write_atomic_pieces
 from .formats import (
     AccessClass,
     Budget,
@@ -371,7 +372,13 @@ class Told(NamedTuple):
 class Reading:
     """A journal read line by line (:meth:`feed`) for the report: its first header, every
     start's and resume's sandbox, and each task's story, handed to ``on_story`` as soon as
-    the task finishes and then dropped (:class:`sealbench.stories.Teller`)."""
+    the task finishes and then dropped (:class:`sealbench.stories.Teller`).
+
+    :meth:`feed` never raises: it is fed from inside verify's read of the journal, whose
+    refusal must be the one a forged bundle gets, and whose findings must not include a
+    page the report failed to write (a full disk, say). The first failure stops the reading
+    and is raised by :meth:`finish`, once the journal has been judged.
+    """
 
     def __init__(self, task_ids: Sequence[str], on_story: Callable[[TaskStory], None] | None = None) -> None:
         self._ids = task_ids
@@ -381,15 +388,21 @@ class Reading:
         self._whys: dict[str, str] = {}
         self._words: dict[str, str] = {}  # one string per distinct why: most tasks share a few
         self._teller = Teller(task_ids)
+        self._failure: Exception | None = None
 
     def feed(self, line: ev.Line) -> None:
-        if self._first is None:
-            self._first = line.event
-        if isinstance(line.event, ev.RunHeader):
-            self._headers.append(line.event)
-        story = self._teller.add(line)
-        if story is not None:
-            self._told(story)
+        if self._failure is not None:
+            return
+        try:
+            if self._first is None:
+                self._first = line.event
+            if isinstance(line.event, ev.RunHeader):
+                self._headers.append(line.event)
+            story = self._teller.add(line)
+            if story is not None:
+                self._told(story)
+        except Exception as e:  # kept, and raised by finish() once the journal is judged
+            self._failure = e
 
     def _told(self, story: TaskStory) -> None:
         why = cause(story, None)
@@ -399,7 +412,13 @@ class Reading:
 
     def finish(self, journal: Path) -> Told:
         """The stories not told yet, and what was read. A task with a line after it finished
-        is told again, whole, from a second read of ``journal`` for it alone."""
+        is told again, whole, from a second read of ``journal`` for it alone.
+
+        Raises:
+            Exception: the first failure :meth:`feed` kept (a page that could not be written).
+        """
+        if self._failure is not None:
+            raise self._failure
         for story in self._teller.rest():
             self._told(story)
         late = self._teller.late
@@ -956,44 +975,70 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
         VerificationFailed: the directory's files disagree with its journal (see :func:`load_run`).
     """
     run_dir = Path(bundle_or_run_dir)
+    chosen = out_dir is not None
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
     try:
         contract = load_contract(run_dir / "scoring_contract.json")
-    except ContractError:
+        _refuse_linked_folders(out, chosen=chosen)
+    except (ContractError, ScoreRefusal):
         verify_first(run_dir)  # a bundle is refused for what verify finds, every problem named
         raise
-    _refuse_linked_folders(out, chosen=out_dir is not None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sweep_temp_files(out.parent)
-    # The task pages and the copied files are written into a folder of this process's own
-    # beside the report's (swept when a killed report leaves it), then moved into place: a
-    # refused report leaves nothing, and each page is written once, never through a link.
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    made = _make_folders(out)
+    # Everything is written into a folder of this process's own inside the report's (swept
+    # when a killed report leaves it), then moved into place, report.md last: a refused or
+    # failed report leaves the folder as it found it (and removes the folders it made), and
+    # each file is written once, never through a link.
+    stage: Path | None = None
     try:
-        blobs, run_id, footer = Blobs(run_dir), str(contract.run_id), _footer(contract)
-        (stage / TASKS_DIR).mkdir()
-
-        def page(story: TaskStory) -> None:
-            _write_new(stage / page_name(story.task_id), render_task_page(run_id, story, blobs, footer).encode("utf-8"))
-
-        verified = verify_first(run_dir, page)
-        view = load_run(run_dir, out, verified=verified, on_story=page)
-        if verified is not None:
-            view = replace(view, checked=checked_words(verified.report))
-        _copy_files(run_dir, stage, view)
-        sections = build_sections(view)
-        svgs = render_figures(view, figure_names(sections))
-        out.mkdir(exist_ok=True)
-        for name, data in svgs.items():
-            write_atomic(out / FIGURE_FILES[name], data)
-        _move_into(stage, out, (TASKS_DIR, FILES_DIR))
-        md_path, html_path = out / "report.md", out / "report.html"
-        images = {name: ("image/svg+xml", data) for name, data in svgs.items()}
-        write_atomic_pieces(md_path, markdown_pieces(report_title(view), sections, FIGURE_FILES, report_footer(view)))
-        write_atomic_pieces(html_path, html_pieces(report_title(view), sections, images, report_footer(view)))
+        sweep_temp_files(out)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out))
+        _stage_report(run_dir, contract, out, stage)
+        _refuse_linked_folders(out, chosen=chosen)  # again: the folder may have changed meanwhile
+        _move_into(stage, out)
+    except BaseException:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+            stage = None
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: nothing of anyone else's is removed
+        raise
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return md_path, html_path
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+    return out / "report.md", out / "report.html"
+
+
+def _make_folders(out: Path) -> list[Path]:
+    """Make ``out`` and its missing parents; returns the folders made, outermost first."""
+    missing = [p for p in (out, *out.parents) if not p.exists() and not p.is_symlink()]
+    out.mkdir(parents=True, exist_ok=True)
+    return missing[::-1]
+
+
+def _stage_report(run_dir: Path, contract: ScoringContract, out: Path, stage: Path) -> None:
+    """Every file of the report written under ``stage``: the task pages (each as its task
+    finishes, from verify's one read of a bundle's journal), the copies, the figures,
+    report.html and report.md; links in them are relative to ``out``."""
+    blobs, run_id, footer = Blobs(run_dir), str(contract.run_id), _footer(contract)
+    (stage / TASKS_DIR).mkdir()
+
+    def page(story: TaskStory) -> None:
+        _write_new(stage / page_name(story.task_id), render_task_page(run_id, story, blobs, footer).encode("utf-8"))
+
+    verified = verify_first(run_dir, page)
+    view = load_run(run_dir, out, verified=verified, on_story=page)
+    if verified is not None:
+        view = replace(view, checked=checked_words(verified.report))
+    _copy_files(run_dir, stage, view)
+    sections = build_sections(view)
+    svgs = render_figures(view, figure_names(sections))
+    for name, data in svgs.items():
+        _write_new(stage / FIGURE_FILES[name], data)
+    images = {name: ("image/svg+xml", data) for name, data in svgs.items()}
+    write_atomic_pieces(stage / "report.html", html_pieces(report_title(view), sections, images, report_footer(view)))
+    write_atomic_pieces(stage / "report.md", markdown_pieces(report_title(view), sections, FIGURE_FILES,
+                                                             report_footer(view)))
 
 
 def _write_new(path: Path | str, data: bytes, dir_fd: int | None = None) -> None:
@@ -1001,10 +1046,10 @@ def _write_new(path: Path | str, data: bytes, dir_fd: int | None = None) -> None
     never through a link; a file there already (a task's page told again) is replaced."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+        fd = os.open(path, flags, 0o600, dir_fd=dir_fd)
     except FileExistsError:
         os.unlink(path, dir_fd=dir_fd)
-        fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+        fd = os.open(path, flags, 0o600, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
@@ -1013,16 +1058,21 @@ def _write_new(path: Path | str, data: bytes, dir_fd: int | None = None) -> None
         os.close(fd)
 
 
-def _move_into(stage: Path, out: Path, names: Iterable[str]) -> None:
-    """Each ``stage/<name>`` folder moved to ``out/<name>``; the one it replaces is moved into
-    ``stage`` (removed with it)."""
-    for name in names:
+_REPORT_FILES: Final = (TASKS_DIR, FILES_DIR, *FIGURE_FILES.values(), "report.html", "report.md")
+"""What a report's folder holds, in the order a new report's files are moved in."""
+
+
+def _move_into(stage: Path, out: Path) -> None:
+    """Each of :data:`_REPORT_FILES` moved from ``stage`` into ``out``, report.md last; what it
+    replaces, and what an earlier report left that this one does not have (a figure, the
+    copies), is moved into ``stage`` (removed with it). Names are renamed, never followed."""
+    for name in _REPORT_FILES:
         new, old = stage / name, out / name
-        if not new.is_dir():
-            continue
-        if old.is_dir() and not old.is_symlink():
+        if old.exists() or old.is_symlink():
             old.rename(stage / f"old-{name}")
-        new.rename(old)
+        if new.exists():
+            new.rename(old)
+    fsync_dir(out)
 
 
 def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:

@@ -287,6 +287,9 @@ def environment() -> Any:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        # The templates are the package's own and never change while it runs: no stat of the
+        # file each time a page (or an include) asks for one.
+        auto_reload=False,
         # Every value printed is made inert before it is escaped: a control character from the
         # agent (a bidirectional override, an escape) cannot reorder or hide what the page says.
         finalize=lambda value: (inert(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup)
