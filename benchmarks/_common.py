@@ -46,6 +46,8 @@ class Measured:
     stdout: bytes
     cpu_seconds: float = 0.0
     """User + system time of the command and every descendant it waited for."""
+    system_seconds: float = 0.0
+    """Of :attr:`cpu_seconds`, the time spent in the kernel (making and removing files, say)."""
 
 
 def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> Measured:
@@ -56,7 +58,8 @@ def measure(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str]
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
-    return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out, usage.ru_utime + usage.ru_stime)
+    return Measured(seconds, usage.ru_maxrss / 1024, proc.returncode, out, usage.ru_utime + usage.ru_stime,
+                    usage.ru_stime)
 
 
 def floor_seconds(tries: int = 5) -> float:

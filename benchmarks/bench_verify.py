@@ -10,7 +10,8 @@ re-derives every derived file byte for byte and checks each task's events agains
 outcome, with `sealbench score CONTRACT BUNDLE --json`, which re-derives the rate from
 the journal, and with `sealbench report BUNDLE --out DIR`, which verifies the bundle and
 writes report.md, report.html, a page per task and a copy of every trace and patch (into a
-fresh DIR each time, removed after it is timed). Each is a process of its own: its wall-clock time, its CPU time and its peak
+folder of its own each time, all removed once every figure is taken; the script lets the
+disk settle for 30 s after each, see `settle`). Each is a process of its own: its wall-clock time, its CPU time and its peak
 resident memory (ru_maxrss of the child) are recorded.
 
 The floor, timed in the same run right before each figure, is the least any verify must do:
@@ -30,8 +31,10 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from _common import (
     CURRENT,
@@ -142,7 +145,7 @@ p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.
 err = p.stderr.read()
 _, status, usage = os.wait4(p.pid, 0)
 print(json.dumps([time.perf_counter() - t0, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status),
-                  usage.ru_utime + usage.ru_stime, err[-3000:].decode(errors="replace")]))
+                  usage.ru_utime + usage.ru_stime, usage.ru_stime, err[-3000:].decode(errors="replace")]))
 """
 
 
@@ -150,12 +153,23 @@ def fresh(argv: list[str], what: str) -> Measured:
     """``argv`` run to completion, started by :data:`LAUNCH`: its wall-clock and CPU time and
     its own peak resident memory."""
     m = check(measure([sys.executable, "-c", LAUNCH, *argv]), f"{what} (launcher)")
-    wall, peak, code, cpu, err = json.loads(m.stdout.decode().splitlines()[-1])
-    return check(Measured(wall, peak, code, err.encode(), cpu), what)
+    wall, peak, code, cpu, system, err = json.loads(m.stdout.decode().splitlines()[-1])
+    return check(Measured(wall, peak, code, err.encode(), cpu, system), what)
 
 
 def timed(build: Build, argv: list[str], what: str) -> Measured:
     return fresh([build.exe, *argv], f"{what} ({build.label})")
+
+
+SETTLE_S: Final = 30.0
+
+
+def settle() -> None:
+    """Let the disk settle after a report wrote a third of a million files: on this machine's
+    disk the writes (and, worse, removals) of that many files leave the kernel busy for a
+    while after, and whatever is timed next would pay for them."""
+    os.sync()
+    time.sleep(SETTLE_S)
 
 
 def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
@@ -167,18 +181,22 @@ def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
     score: dict[str, list[Measured]] = {b.label: [] for b in items}
     report: dict[str, list[Measured]] = {b.label: [] for b in items}
     contract = str(bundle / "scoring_contract.json")
-    out = bundle.parent.parent / f"report-{n}"
+    outs = bundle.parent.parent / f"reports-{n}"
+    shutil.rmtree(outs, ignore_errors=True)
+    settle()
     for run in range(runs):
         floors.append(fresh([sys.executable, "-c", FLOOR, str(bundle)], "floor"))
         for build in alternate(run, items):
             verify[build.label].append(timed(build, ["verify", str(bundle)], "verify"))
             score[build.label].append(timed(build, ["score", contract, str(bundle), "--json"], "score"))
-            shutil.rmtree(out, ignore_errors=True)
+            out = outs / f"{build.label}-{run}"
             report[build.label].append(timed(build, ["report", str(bundle), "--out", str(out)], "report"))
-            shutil.rmtree(out, ignore_errors=True)
-            # The file system finishes removing a report's 300,000 files after rmtree returns;
-            # left to run on, that work slows whatever is timed next by several seconds.
-            os.sync()
+            settle()
+    # Each report is kept until every figure is taken: removing a report's files (a third of
+    # a million of them at 100,000 tasks) slowed what this machine did next, all of it, for
+    # up to a minute.
+    shutil.rmtree(outs, ignore_errors=True)
+    settle()
     figure("floor: hash every file, read the journal's lines", [m.seconds for m in floors], seconds)
     figure("  peak memory", [m.peak_mb for m in floors], megabytes)
     for build in items:
@@ -189,6 +207,9 @@ def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
             wall, peak = targets.get(n, (None, None))
             figure(what, [m.seconds for m in measured], seconds, wall if build is CURRENT else None)
             figure("  CPU time (user + system)", [m.cpu_seconds for m in measured], seconds)
+            if measured is report[build.label]:
+                figure("    of which system (making the report's files)", [m.system_seconds for m in measured],
+                       seconds)
             figure("  peak memory", [m.peak_mb for m in measured], megabytes, peak if build is CURRENT else None)
             figure("  against the floor of the same run",
                    [m.seconds / f.seconds for m, f in zip(measured, floors, strict=True)], times)
