@@ -226,18 +226,25 @@ def test_a_failed_report_leaves_the_earlier_report_as_it_was(tmp_path: Path, cli
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # nothing staged is left
 
 
-def test_a_report_leaves_nothing_of_an_earlier_report_of_another_run(tmp_path: Path, cli: Any) -> None:
+def test_a_report_into_a_folder_of_the_user_s_replaces_its_own_files_and_touches_nothing_else(
+        tmp_path: Path, cli: Any) -> None:
+    # --out . is a folder of the user's: its tasks/ and files/ may be theirs, and only the
+    # report's own files (by name) are replaced.
     bundle = copy(tmp_path)
-    out = tmp_path / "report"
-    (out / "files" / "traces").mkdir(parents=True)
-    (out / "files" / "traces" / "someone-else.json").write_text("{}")
-    (out / "tasks").mkdir()
-    (out / "tasks" / "someone-else.html").write_text("<p>another run</p>")
+    out = tmp_path / "mine"
+    theirs = {Path("files/notes.txt"): b"mine", Path("files/traces/other.json"): b"{}",
+              Path("tasks/other.html"): b"<p>another run</p>", Path("report-old.svg"): b"<svg/>"}
+    for rel, data in theirs.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    stale = out / "tasks" / "csv-split-001.html"
+    stale.write_bytes(b"an earlier page of this task")
     code, _out, err = cli("report", bundle, "--out", out)
     assert code == 0, err
-    assert not (out / "tasks" / "someone-else.html").exists()
-    assert not (out / "files" / "traces" / "someone-else.json").exists()
-    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+    assert {rel: (out / rel).read_bytes() for rel in theirs} == theirs
+    assert b"csv-split-001" in stale.read_bytes() and stale.read_bytes() != b"an earlier page of this task"
+    assert (out / "report.md").is_file() and (out / "files" / "traces" / "csv-split-001.json").is_file()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
 
 
 @pytest.mark.skipif(not os.access("/dev/shm", os.W_OK) or os.stat("/dev/shm").st_dev == os.stat(FIXTURE).st_dev,

@@ -986,12 +986,12 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     made = _make_folders(out)
     # Everything is written into a folder of this process's own inside the report's (swept
     # when a killed report leaves it), then moved into place, report.md last: a refused or
-    # failed report leaves the folder as it found it (and removes the folders it made), and
-    # each file is written once, never through a link.
+    # failed report leaves the folder as it found it (and removes the folders it made), each
+    # file is written once, never through a link, and only the report's own files are replaced.
     stage: Path | None = None
     try:
         sweep_temp_files(out)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out))
+        stage = Path(tempfile.mkdtemp(prefix=f".sealbench-report.tmp-{os.getpid()}-", dir=out))
         _stage_report(run_dir, contract, out, stage)
         _refuse_linked_folders(out, chosen=chosen)  # again: the folder may have changed meanwhile
         _move_into(stage, out)
@@ -1063,16 +1063,24 @@ _REPORT_FILES: Final = (TASKS_DIR, FILES_DIR, *FIGURE_FILES.values(), "report.ht
 
 
 def _move_into(stage: Path, out: Path) -> None:
-    """Each of :data:`_REPORT_FILES` moved from ``stage`` into ``out``, report.md last; what it
-    replaces, and what an earlier report left that this one does not have (a figure, the
-    copies), is moved into ``stage`` (removed with it). Names are renamed, never followed."""
+    """Each of :data:`_REPORT_FILES` moved from ``stage`` into ``out``, report.md last. A
+    folder ``out`` lacks is moved in whole; into one it has, each file is moved on its own,
+    replacing only the file of its name: the folder may be the user's (``--out .``), and
+    nothing in it but the report's own files is touched. Names are renamed, never followed."""
     for name in _REPORT_FILES:
-        new, old = stage / name, out / name
-        if old.exists() or old.is_symlink():
-            old.rename(stage / f"old-{name}")
-        if new.exists():
-            new.rename(old)
+        _move(stage / name, out / name)
     fsync_dir(out)
+
+
+def _move(new: Path, old: Path) -> None:
+    if not new.exists():
+        return
+    if not new.is_dir() or not old.is_dir() or old.is_symlink():
+        new.replace(old)  # a file, or a folder where there is none (a link there is refused before)
+        return
+    with os.scandir(new) as entries:
+        for entry in entries:
+            _move(Path(entry.path), old / entry.name)
 
 
 def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
