@@ -258,3 +258,61 @@ def test_a_report_into_a_folder_on_another_file_system_is_written(tmp_path: Path
         code, _out, err = cli("report", bundle, "--out", tmp_path / "mine")
         assert code == 0, err
         assert (Path(elsewhere) / "report.md").is_file() and any((Path(elsewhere) / "tasks").iterdir())
+
+
+@pytest.mark.parametrize("where", ["the-bundle", "inside-the-bundle", "another-bundle"])
+def test_a_report_is_never_written_into_a_bundle(tmp_path: Path, cli: Any, where: str) -> None:
+    bundle = copy(tmp_path)
+    other = Path(shutil.copytree(FIXTURE, tmp_path / "other"))
+    out = {"the-bundle": bundle, "inside-the-bundle": bundle / "traces" / "r", "another-bundle": other}[where]
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 3 and "no report:" in err and "choose another folder with --out" in err, err
+    for b in (bundle, other):
+        code, _out, err = cli("verify", b)
+        assert code == 0, err  # nothing was added to either
+
+
+@pytest.mark.parametrize("plant", ["file", "dangling-link"])
+def test_a_report_folder_that_is_no_folder_is_refused_after_verify_s_words(
+        tmp_path: Path, cli: Any, plant: str) -> None:
+    bundle = copy(tmp_path)
+    out = tmp_path / "out"
+    if plant == "file":
+        out.write_text("mine")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 3 and f"{out} is not a folder" in err, err
+    _forged_finished_twice_then_unsafe(bundle)
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 3 and "does not verify" in err, err
+
+
+def test_a_report_sweeps_only_a_dead_report_s_staging_folder_never_the_user_s_hidden_files(
+        tmp_path: Path, cli: Any) -> None:
+    bundle = copy(tmp_path)
+    out = tmp_path / "home"
+    theirs = out / ".photos.tmp-20240501-backup"  # the shape of a scratch name, and no such process
+    (theirs / "album").mkdir(parents=True)
+    (out / ".notes.tmp-9999999999-x").write_text("a number no process has")
+    dead = out / ".sealbench-report.tmp-4194305-abc"  # above any pid this kernel gives
+    (dead / "tasks").mkdir(parents=True)
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 0, err
+    assert (theirs / "album").is_dir() and (out / ".notes.tmp-9999999999-x").is_file()
+    assert not dead.exists()
+
+
+def test_a_report_cut_short_while_moving_in_leaves_no_report_md_beside_the_new_pages(
+        tmp_path: Path, cli: Any) -> None:
+    bundle = copy(tmp_path)
+    out = tmp_path / "report"
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code == 0, err
+    page = out / "tasks" / "t_22_reject_network_call.html"
+    page.unlink()
+    page.mkdir()  # the last page cannot be moved in: the move stops there
+    code, _out, err = cli("report", bundle, "--out", out)
+    assert code != 0, err
+    assert not (out / "report.md").exists()  # never a report that looks whole and is not
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []

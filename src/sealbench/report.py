@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -76,7 +77,7 @@ from .journal import ChainScan, scan_chain
 from .outcomes import Outcome, TaskState
 from .score import NOTE, score
 from .scoring_io import events_from
-from .scratch import sweep_temp_files
+from .scratch import sweep
 from .show import cause
 from .stats import Interval, wilson_interval
 from .stories import TaskStory, Teller, stories
@@ -979,6 +980,7 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dir)
     try:
         contract = load_contract(run_dir / "scoring_contract.json")
+        _refuse_misplaced(out, run_dir, chosen=chosen)
         _refuse_linked_folders(out, chosen=chosen)
     except (ContractError, ScoreRefusal):
         verify_first(run_dir)  # a bundle is refused for what verify finds, every problem named
@@ -990,7 +992,7 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     # file is written once, never through a link, and only the report's own files are replaced.
     stage: Path | None = None
     try:
-        sweep_temp_files(out)
+        sweep(out, _STAGE)  # only a report's own: the folder may be the user's (--out ~)
         stage = Path(tempfile.mkdtemp(prefix=f".sealbench-report.tmp-{os.getpid()}-", dir=out))
         _stage_report(run_dir, contract, out, stage)
         _refuse_linked_folders(out, chosen=chosen)  # again: the folder may have changed meanwhile
@@ -1058,6 +1060,9 @@ def _write_new(path: Path | str, data: bytes, dir_fd: int | None = None) -> None
         os.close(fd)
 
 
+_STAGE: Final = re.compile(r"^\.sealbench-report\.tmp-(?P<pid>\d{1,10})-[A-Za-z0-9_]+$")
+"""The folder a report is staged in, inside the report's own (swept when its process is gone)."""
+
 _REPORT_FILES: Final = (TASKS_DIR, FILES_DIR, *FIGURE_FILES.values(), "report.html", "report.md")
 """What a report's folder holds, in the order a new report's files are moved in."""
 
@@ -1066,7 +1071,20 @@ def _move_into(stage: Path, out: Path) -> None:
     """Each of :data:`_REPORT_FILES` moved from ``stage`` into ``out``, report.md last. A
     folder ``out`` lacks is moved in whole; into one it has, each file is moved on its own,
     replacing only the file of its name: the folder may be the user's (``--out .``), and
-    nothing in it but the report's own files is touched. Names are renamed, never followed."""
+    nothing in it but the report's own files is touched. Names are renamed, never followed.
+
+    An earlier report.md is moved out first, so a move cut short leaves no report.md beside
+    the new pages: never a report that looks whole and is not.
+
+    Raises:
+        FileNotFoundError: report.md or report.html is gone from ``stage``.
+    """
+    for name in ("report.md", "report.html"):
+        if not (stage / name).is_file():
+            raise FileNotFoundError(f"{stage / name}: made by this report, gone before it was moved in")
+    old_md = out / "report.md"
+    if old_md.exists() or old_md.is_symlink():
+        old_md.rename(stage / "old-report.md")
     for name in _REPORT_FILES:
         _move(stage / name, out / name)
     fsync_dir(out)
@@ -1081,6 +1099,27 @@ def _move(new: Path, old: Path) -> None:
     with os.scandir(new) as entries:
         for entry in entries:
             _move(Path(entry.path), old / entry.name)
+
+
+def _refuse_misplaced(out: Path, run_dir: Path, *, chosen: bool) -> None:
+    """Refuse a report folder that is not a folder (a file, a link to nothing), that is the
+    run or bundle reported on or inside it, or that holds a bundle: a bundle's SHA256SUMS
+    lists every file it holds, so a report written into one would unmake it.
+
+    Raises:
+        ScoreRefusal: naming the folder and the way out.
+    """
+    fix = "choose another folder with --out" if chosen else "remove it, or choose the folder with --out"
+    if chosen and (out.is_symlink() or out.exists()) and not out.is_dir():
+        raise ScoreRefusal(f"no report: {out} is not a folder (a file, or a link to none); {fix}")
+    where, source = out.resolve(), run_dir.resolve()
+    if where == source or source in where.parents:
+        raise ScoreRefusal(f"no report: {out} is inside {run_dir}, the run it reports on; a report is written "
+                           f"beside what it reports on, never into it: {fix}")
+    from .bundle import SUMS
+
+    if (where / SUMS).exists():
+        raise ScoreRefusal(f"no report: {out} holds a bundle ({SUMS}), which a report's files would unmake; {fix}")
 
 
 def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
