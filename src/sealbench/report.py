@@ -1131,8 +1131,6 @@ def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
     Raises:
         ScoreRefusal: naming the link or the file in the way.
     """
-    from .task_pages import TASKS_DIR
-
     inside = (out / TASKS_DIR, out / FILES_DIR, out / FILES_DIR / "traces", out / FILES_DIR / "patches")
     for folder in inside if chosen else (out, *inside):
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
