@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import ValidationError
 
@@ -97,6 +97,9 @@ from .score import Tally, score
 from .scorecard import validate_scorecard
 from .scratch import PARTIAL_BUNDLE, sweep, tag
 from .signing import check_private_key, fingerprint, read_key, sign, signature_valid
+
+if TYPE_CHECKING:
+    from .progress import Steps
 
 SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.sig"
@@ -1095,8 +1098,9 @@ class BundleTree:
                 yield from (raw + b"\n" if complete else raw).splitlines()
 
 
-def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
-    """Every regular file under ``root``, hashed; anything else is a problem.
+def read_tree(root: Path, steps: Steps | None = None) -> tuple[BundleTree, list[str]]:
+    """Every regular file under ``root``, hashed; anything else is a problem. ``steps``
+    counts the files SHA256SUMS lists as they are hashed.
 
     Only the files SHA256SUMS lists are read (and SHA256SUMS and its signature): any other is
     named as not listed whatever it holds, so a sparse file of many gigabytes planted beside
@@ -1113,6 +1117,9 @@ def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
         tree.digests[SUMS] = hashlib.sha256(data).hexdigest()
         if _is_utf8(data):
             listed = {m.group(2) for line in text_lines(data) if (m := _SUMS_LINE_RE.match(line)) is not None}
+    if steps is not None:
+        steps.step(f"hashing {len(listed)} files" if listed is not None else "hashing files",
+                   len(listed) if listed is not None else None)
     # Plain strings and the directory entries' own types: a bundle holds a file or two per task.
     pending = [(os.fspath(root), "")]
     while pending:
@@ -1142,6 +1149,8 @@ def read_tree(root: Path) -> tuple[BundleTree, list[str]]:
                     tree.digests[rel] = hashlib.sha256(data).hexdigest()
                 else:
                     tree.digests[rel] = sha256_hex_of(entry.path)
+                    if steps is not None:
+                        steps.advance()
     return tree, problems
 
 
@@ -1167,7 +1176,8 @@ def is_run_directory(directory: Path) -> bool:
 
 
 def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None = None,
-                  sealed: Path | None = None, on_line: Callable[[ev.Line], None] | None = None) -> VerifyReport:
+                  sealed: Path | None = None, on_line: Callable[[ev.Line], None] | None = None,
+                  steps: Steps | None = None) -> VerifyReport:
     """Check a bundle end to end and report every discrepancy at once.
 
     Checks SHA256SUMS (every listed file, and no unlisted one), the signature when ``pubkey``
@@ -1183,6 +1193,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     Every file is read as a stream (see :func:`read_tree` and :func:`journal.scan_chain`): what
     verify holds grows with the number of tasks, never with the size of a file. ``on_line``
     rides along the one read of the main journal (the report tells each task's story from it).
+    ``steps`` shows how far the hashing of the files and the read of the journal are.
 
     Raises:
         UsageError: ``bundle`` is not a directory, or ``pubkey`` is not a readable Ed25519
@@ -1200,7 +1211,7 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     public_pem = read_key(pubkey) if pubkey is not None else None
     if public_pem is not None:
         fingerprint(public_pem, str(pubkey))
-    tree, problems = read_tree(bundle)
+    tree, problems = read_tree(bundle, steps)
     newer = newer_release(_first_json(tree, JOURNAL))
     if newer is not None:
         raise MadeByNewerRelease([f"{bundle}: {newer}"])
@@ -1210,6 +1221,9 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     if sealed is not None or sealed_dir.is_dir():
         sealed_files, sealed_problems = _read_sealed(sealed_dir)
         problems += sealed_problems
+    if steps is not None:
+        steps.step("reading the journal (tasks finished)", _task_count(tree))
+        on_line = _counting(steps, on_line)
     found, facts = check_bundle(tree, public_pem=public_pem, pack=finding, sealed=sealed_files, on_line=on_line)
     problems += found
     if problems or facts is None:
@@ -1222,6 +1236,27 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
         isolation=facts.isolation, run_nonce=facts.run_nonce, replay_of=facts.replay_of,
         withheld=facts.withheld, sealed_checked=facts.sealed_checked,
     )
+
+
+def _task_count(tree: BundleTree) -> int | None:
+    """How many tasks the bundle's contract names (for a progress bar); None when it cannot say."""
+    try:
+        ids = json.loads(tree.whole.get(CONTRACT, b"")).get("task_ids")
+    except (ValueError, AttributeError):
+        return None
+    return len(ids) if isinstance(ids, list) else None
+
+
+def _counting(steps: Steps, on_line: Callable[[ev.Line], None] | None) -> Callable[[ev.Line], None]:
+    """``on_line``, counting each task_finished line on ``steps`` first."""
+
+    def counted(line: ev.Line) -> None:
+        if isinstance(line.event, ev.TaskFinished):
+            steps.advance()
+        if on_line is not None:
+            on_line(line)
+
+    return counted
 
 
 def _read_sealed(root: Path) -> tuple[dict[str, str], list[str]]:

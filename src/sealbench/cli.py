@@ -526,12 +526,14 @@ def cmd_contract_lock(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     from .contract import load_contract
     from .errors import Refusal, ScoreRefusal
+    from .progress import Steps
     from .score import score
     from .scoring_io import events_from
 
     contract = load_contract(Path(args.contract))
     where = Path(args.events)
-    events = events_from(where, contract)
+    with Steps(False if args.no_progress else None, "score") as steps:
+        events = events_from(where, contract, steps)
     summary = where.is_dir() and not args.json
     try:
         rate = score(contract, events)
@@ -770,13 +772,15 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from .bundle import verify_bundle
     from .errors import VerificationFailed
+    from .progress import Steps
     from .runs_index import record_bundle, verify_status
 
     bundle = Path(args.bundle)
     try:
-        report = verify_bundle(bundle, pubkey=Path(args.pubkey) if args.pubkey else None,
-                               pack=Path(args.pack) if args.pack else None,
-                               sealed=Path(args.sealed) if args.sealed else None)
+        with Steps(False if args.no_progress else None, "verify") as steps:
+            report = verify_bundle(bundle, pubkey=Path(args.pubkey) if args.pubkey else None,
+                                   pack=Path(args.pack) if args.pack else None,
+                                   sealed=Path(args.sealed) if args.sealed else None, steps=steps)
     except VerificationFailed as e:
         record_bundle(bundle, f"does not verify: {len(e.problems)} problem(s); first: {e.problems[0]}")
         raise
@@ -825,11 +829,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .lock import hold_reader
+    from .progress import Steps
     from .report import write_report
 
     # A run directory is read whole, under its reader lock: never while a run writes it.
-    with hold_reader(Path(args.bundle), "report") or contextlib.nullcontext():
-        md, html = write_report(Path(args.bundle), Path(args.out) if args.out else None)
+    with (hold_reader(Path(args.bundle), "report") or contextlib.nullcontext(),
+          Steps(False if args.no_progress else None, "report") as steps):
+        md, html = write_report(Path(args.bundle), Path(args.out) if args.out else None, steps=steps)
     print(f"wrote {md} and {html}")
     return EXIT_OK
 
@@ -1073,6 +1079,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("contract", help="the locked contract")
     p.add_argument("events", help="events.json (seed events), or a run directory (its journal is scored)")
     p.add_argument("--json", action="store_true", help="print rate.json's content instead of the summary run prints")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(func=cmd_score)
 
     for name, func, help_text in (("run", cmd_run, "run a locked contract's agent over its denominator"),
@@ -1147,11 +1154,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pack", help="the sealed pack: check its digest against the contract too")
     p.add_argument("--sealed", metavar="DIR", help="a public bundle's sealed part: check the withheld outputs "
                    "against it (default: BUNDLE.sealed beside the bundle, when present)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("report", help="write report.md and a self-contained report.html for a bundle or run directory")
     p.add_argument("bundle", metavar="BUNDLE", help="a bundle (runs/<run_id>/) or a run directory")
     p.add_argument("--out", metavar="DIR", help="where to write (default: BUNDLE-report/ beside it; never inside a bundle)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("show", help="why each task ended as it did: a table of tasks, or one task's attempts in full")

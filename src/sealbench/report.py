@@ -86,6 +86,7 @@ from .usage import cost_words, total
 
 if TYPE_CHECKING:
     from .bundle import VerifyReport
+    from .progress import Steps
 
 __all__ = [
     "FIGURE_FILES",
@@ -920,7 +921,8 @@ def default_out_dir(bundle_or_run_dir: Path) -> Path:
     return resolved.with_name(f"{resolved.name}-report")
 
 
-def verify_first(bundle_or_run_dir: Path, on_story: Callable[[TaskStory], None] | None = None) -> Verified | None:
+def verify_first(bundle_or_run_dir: Path, on_story: Callable[[TaskStory], None] | None = None,
+                 steps: Steps | None = None) -> Verified | None:
     """Verify a bundle (a directory with SHA256SUMS) before it is reported; None for a run
     directory. The journal is read once: each task's story is told (to ``on_story``) from
     the same read that verifies it, and trusted only when the whole bundle verifies.
@@ -942,7 +944,7 @@ def verify_first(bundle_or_run_dir: Path, on_story: Callable[[TaskStory], None] 
         task_ids = []  # the bundle does not verify: refused below with every problem named
     reading = Reading(task_ids, on_story)
     try:
-        report = verify_bundle(bundle_or_run_dir, on_line=reading.feed)
+        report = verify_bundle(bundle_or_run_dir, on_line=reading.feed, steps=steps)
     except VerificationFailed as e:
         shown = "; ".join(e.problems[:5]) + (f"; and {len(e.problems) - 5} more" if len(e.problems) > 5 else "")
         raise ScoreRefusal(f"no report: the bundle {bundle_or_run_dir} does not verify ({len(e.problems)} "
@@ -960,11 +962,13 @@ def checked_words(report: VerifyReport) -> str:
             f"{sig}: without a checked signature this proves internal consistency only")
 
 
-def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[Path, Path]:
+def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None, *,
+                 steps: Steps | None = None) -> tuple[Path, Path]:
     """Write report.md (with its SVG figures beside it) and a self-contained report.html.
 
     Works on a bundle (``runs/<run_id>/``) and on a plain run directory alike. ``out_dir``
     defaults to :func:`default_out_dir`; links to traces and patches are relative to it.
+    ``steps`` shows how far the report is (verify's steps, then the copies and the pages).
 
     Returns:
         The paths of report.md and report.html.
@@ -994,7 +998,7 @@ def write_report(bundle_or_run_dir: Path, out_dir: Path | None = None) -> tuple[
     try:
         sweep(out, _STAGE)  # only a report's own: the folder may be the user's (--out ~)
         stage = Path(tempfile.mkdtemp(prefix=f".sealbench-report.tmp-{os.getpid()}-", dir=out))
-        _stage_report(run_dir, contract, out, stage)
+        _stage_report(run_dir, contract, out, stage, steps)
         _refuse_linked_folders(out, chosen=chosen)  # again: the folder may have changed meanwhile
         _move_into(stage, out)
     except BaseException:
@@ -1018,7 +1022,8 @@ def _make_folders(out: Path) -> list[Path]:
     return missing[::-1]
 
 
-def _stage_report(run_dir: Path, contract: ScoringContract, out: Path, stage: Path) -> None:
+def _stage_report(run_dir: Path, contract: ScoringContract, out: Path, stage: Path,
+                  steps: Steps | None = None) -> None:
     """Every file of the report written under ``stage``: the task pages (each as its task
     finishes, from verify's one read of a bundle's journal), the copies, the figures,
     report.html and report.md; links in them are relative to ``out``."""
@@ -1028,11 +1033,17 @@ def _stage_report(run_dir: Path, contract: ScoringContract, out: Path, stage: Pa
     def page(story: TaskStory) -> None:
         _write_new(stage / page_name(story.task_id), render_task_page(run_id, story, blobs, footer).encode("utf-8"))
 
-    verified = verify_first(run_dir, page)
+    verified = verify_first(run_dir, page, steps)
+    if verified is None and steps is not None:
+        steps.step("reading the run", None)
     view = load_run(run_dir, out, verified=verified, on_story=page)
     if verified is not None:
         view = replace(view, checked=checked_words(verified.report))
-    _copy_files(run_dir, stage, view)
+    if steps is not None:
+        steps.step("copying traces and patches", len(view.traces) + len(view.patches))
+    _copy_files(run_dir, stage, view, steps)
+    if steps is not None:
+        steps.step("figures, report.md and report.html", None)
     sections = build_sections(view)
     svgs = render_figures(view, figure_names(sections))
     for name, data in svgs.items():
@@ -1139,7 +1150,7 @@ def _refuse_linked_folders(out: Path, *, chosen: bool) -> None:
                                f"a report is written only into real folders: {fix}")
 
 
-def _copy_files(run_dir: Path, out: Path, view: RunView) -> None:
+def _copy_files(run_dir: Path, out: Path, view: RunView, steps: Steps | None = None) -> None:
     """Copy the traces and patches the task table links to into ``out/files/`` (a folder of
     this process's own), so the report's folder can be sent on its own. Only regular files
     are copied, never through a link; each folder is opened once."""
@@ -1151,6 +1162,8 @@ def _copy_files(run_dir: Path, out: Path, view: RunView) -> None:
         dst: int | None = None
         try:
             for name in names:
+                if steps is not None:
+                    steps.advance()
                 data = read_regular_at(src, name, _FILE_CAP)
                 if data is None:
                     continue
