@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from _common import (
     seconds,
     times,
 )
+from figures import cpu_model
 
 from sealbench import events
 from sealbench.contract import lock_contract
@@ -75,6 +77,20 @@ with open(os.path.join(root, "journal.jsonl"), "rb") as f:
         pass
 """
 """The floor: every byte of the bundle hashed in 1 MiB pieces, and the journal read line by line."""
+
+PARSE_FLOOR = r"""
+import hashlib, json, sys
+chained = b""
+with open(sys.argv[1] + "/journal.jsonl", "rb") as f:
+    for line in f:
+        value = json.loads(line)
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        chained = hashlib.sha256(chained + canonical).digest()
+"""
+"""The Python floor: each journal line parsed and written canonically again, its hash chained
+to the last; the least any check of the journal's chain does in Python. The floor above is
+mostly the disk's; this one is mostly the processor's, so a command's ratio to it says how
+much Python it runs per line, whatever the machine's speed."""
 
 TARGETS = {
     10_000: (Target(5, "< 5 s"), Target(300, "< 300 MB")),
@@ -175,8 +191,10 @@ def settle() -> None:
 def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
     lines = sum(1 for _ in (bundle / "journal.jsonl").open("rb"))
     size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
-    print(f"bench_verify: {n} tasks, {lines} journal events, {size / 1e6:.0f} MB in the bundle, {runs} runs", flush=True)
+    print(f"bench_verify: {n} tasks, {lines} journal events, {size / 1e6:.0f} MB in the bundle, {runs} runs; "
+          f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}", flush=True)
     floors: list[Measured] = []
+    parse_floors: list[Measured] = []
     verify: dict[str, list[Measured]] = {b.label: [] for b in items}
     score: dict[str, list[Measured]] = {b.label: [] for b in items}
     report: dict[str, list[Measured]] = {b.label: [] for b in items}
@@ -186,6 +204,7 @@ def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
     settle()
     for run in range(runs):
         floors.append(fresh([sys.executable, "-c", FLOOR, str(bundle)], "floor"))
+        parse_floors.append(fresh([sys.executable, "-c", PARSE_FLOOR, str(bundle)], "parse floor"))
         for build in alternate(run, items):
             verify[build.label].append(timed(build, ["verify", str(bundle)], "verify"))
             score[build.label].append(timed(build, ["score", contract, str(bundle), "--json"], "score"))
@@ -199,6 +218,7 @@ def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
     settle()
     figure("floor: hash every file, read the journal's lines", [m.seconds for m in floors], seconds)
     figure("  peak memory", [m.peak_mb for m in floors], megabytes)
+    figure("Python floor: parse each journal line, chain its hash", [m.seconds for m in parse_floors], seconds)
     for build in items:
         label = "" if build is CURRENT else f" ({build.label})"
         for what, measured, targets in ((f"sealbench verify{label}", verify[build.label], TARGETS),
@@ -213,6 +233,8 @@ def bench(bundle: Path, n: int, runs: int, items: list[Build]) -> None:
             figure("  peak memory", [m.peak_mb for m in measured], megabytes, peak if build is CURRENT else None)
             figure("  against the floor of the same run",
                    [m.seconds / f.seconds for m, f in zip(measured, floors, strict=True)], times)
+            figure("  against the Python floor of the same run",
+                   [m.seconds / f.seconds for m, f in zip(measured, parse_floors, strict=True)], times)
     if len(items) == 2:
         now, then = (verify[b.label] for b in items)
         for what, key in (("wall-clock", "seconds"), ("CPU", "cpu_seconds"), ("peak memory", "peak_mb")):
