@@ -702,13 +702,15 @@ def check_bundle(
     pack: PackFinding | None = None,
     sealed: Mapping[str, str] | None = None,
     on_line: Callable[[ev.Line], None] | None = None,
+    steps: Steps | None = None,
 ) -> tuple[list[str], BundleFacts | None]:
     """Every discrepancy in a bundle's files, and its facts when there is none.
 
     ``tree`` is the bundle as :func:`read_tree` found it; its journals are read here, line by
     line, once each; ``sealed``, a public bundle's sealed part (``blobs/<hex>`` to the sha256
     of its bytes) when it is at hand; ``on_line`` is given each parsed line of the main
-    journal as it is read (what it makes of them is trusted only once no problem is found).
+    journal as it is read (what it makes of them is trusted only once no problem is found);
+    ``steps`` counts the contract's tasks as the journal finishes them.
 
     Raises:
         UsageError: ``public_pem`` is not a PEM Ed25519 public key.
@@ -732,6 +734,9 @@ def check_bundle(
         return problems, None
     if pack is not None and pack.digest is not None and contract.pack is not None and pack.digest != contract.pack.sha256:
         problems.append(f"pack {pack.path}: digest {pack.digest} differs from {CONTRACT}'s {contract.pack.sha256}")
+    if steps is not None:
+        steps.step("reading the journal (tasks finished)", len(contract.task_ids))
+        on_line = _counting(steps, on_line)
     found, r = _rederive_streaming(tree, contract, pack, has_probe, on_line)
     main, probe = found
     problems += _chain_problems(main.scan, JOURNAL) + _chain_problems(probe.scan if probe else None, PROBE_JOURNAL)
@@ -1221,10 +1226,8 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
     if sealed is not None or sealed_dir.is_dir():
         sealed_files, sealed_problems = _read_sealed(sealed_dir)
         problems += sealed_problems
-    if steps is not None:
-        steps.step("reading the journal (tasks finished)", _task_count(tree))
-        on_line = _counting(steps, on_line)
-    found, facts = check_bundle(tree, public_pem=public_pem, pack=finding, sealed=sealed_files, on_line=on_line)
+    found, facts = check_bundle(tree, public_pem=public_pem, pack=finding, sealed=sealed_files, on_line=on_line,
+                                steps=steps)
     problems += found
     if problems or facts is None:
         raise VerificationFailed(problems or ["the bundle does not verify"])
@@ -1236,15 +1239,6 @@ def verify_bundle(bundle: Path, *, pubkey: Path | None = None, pack: Path | None
         isolation=facts.isolation, run_nonce=facts.run_nonce, replay_of=facts.replay_of,
         withheld=facts.withheld, sealed_checked=facts.sealed_checked,
     )
-
-
-def _task_count(tree: BundleTree) -> int | None:
-    """How many tasks the bundle's contract names (for a progress bar); None when it cannot say."""
-    try:
-        ids = json.loads(tree.whole.get(CONTRACT, b"")).get("task_ids")
-    except (ValueError, AttributeError):
-        return None
-    return len(ids) if isinstance(ids, list) else None
 
 
 def _counting(steps: Steps, on_line: Callable[[ev.Line], None] | None) -> Callable[[ev.Line], None]:
