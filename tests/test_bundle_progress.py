@@ -1,4 +1,5 @@
-"""verify and report show how far they are on a terminal, and nothing anywhere else.
+"""verify, score and report show how far they are on a terminal, and nothing anywhere else;
+a run's bar is drawn on stderr too, never into the summary on stdout.
 
 Each command runs as the console script in a process of its own, its stderr a real
 pseudo-terminal (so that it sees a terminal as a user's shell would give it), its stdout a pipe.
@@ -101,3 +102,15 @@ def test_steps_count_every_unit_and_draw_nothing_when_off(capsys: pytest.Capture
     assert (steps.done, steps.total) == (0, None)
     steps.close()
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_run_s_bar_is_drawn_on_stderr_never_into_its_summary_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    from sealbench.progress import Progress
+
+    bar = Progress(2, 0, True, "run")
+    bar.update("task-a", "pass")
+    bar.update("task-b", "fail")
+    bar.close()
+    out, err = capsys.readouterr()
+    assert out == "", out  # `sealbench run ... > summary.txt` on a terminal: the file holds the summary only
+    assert "run" in err and "2/2" in err, err

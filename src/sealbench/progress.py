@@ -18,6 +18,7 @@ class Progress:
         self.label = label
         self._bar: Any = None
         if self.live:
+            from rich.console import Console
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -27,9 +28,10 @@ class Progress:
             )
             from rich.progress import Progress as Bar
 
+            # On stderr, as the plain lines are: stdout carries the run's summary, perhaps to a file.
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                            TimeRemainingColumn(), transient=False)
+                            TimeRemainingColumn(), transient=False, console=Console(stderr=True))
             self._bar.start()
             self._task = self._bar.add_task(label, total=total, completed=done, counts="")
 
