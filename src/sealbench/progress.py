@@ -51,7 +51,7 @@ class Progress:
 
 
 class Steps:
-    """The steps of a long command over a bundle (verify, report), each a bar on a terminal
+    """The steps of a long command over a bundle (verify, score, report), each a bar on a terminal
     while it lasts and gone when the command ends: what the command prints is unchanged.
     Nothing is shown when stderr is not a terminal (``enabled`` None) or when ``enabled`` is
     False (``--no-progress``).
