@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from pydantic import ValidationError
 
@@ -93,13 +93,11 @@ from .files import describe_validation_error, fsync_dir, nearest_folders
 from .formats import Rate, Scorecard, ScoringContract, SeedEvent, check_id
 from .journal import TOO_LONG, ChainReport, ChainScan, iter_lines, read_chain, scan_chain
 from .lock import LOCK_NAME, hold_reader
+from .progress import JOURNAL_STEP, Steps
 from .score import Tally, score
 from .scorecard import validate_scorecard
 from .scratch import PARTIAL_BUNDLE, sweep, tag
 from .signing import check_private_key, fingerprint, read_key, sign, signature_valid
-
-if TYPE_CHECKING:
-    from .progress import Steps
 
 SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.sig"
@@ -735,7 +733,7 @@ def check_bundle(
     if pack is not None and pack.digest is not None and contract.pack is not None and pack.digest != contract.pack.sha256:
         problems.append(f"pack {pack.path}: digest {pack.digest} differs from {CONTRACT}'s {contract.pack.sha256}")
     if steps is not None:
-        steps.step("reading the journal (tasks finished)", len(contract.task_ids))
+        steps.step(JOURNAL_STEP, len(contract.task_ids))
         on_line = _counting(steps, on_line)
     found, r = _rederive_streaming(tree, contract, pack, has_probe, on_line)
     main, probe = found

@@ -50,6 +50,10 @@ class Progress:
             self._bar.stop()
 
 
+JOURNAL_STEP = "reading the journal (tasks finished)"
+"""The step of a journal's read, counted in task_finished lines (verify, score, report)."""
+
+
 class Steps:
     """The steps of a long command over a bundle (verify, score, report), each a bar on a terminal
     while it lasts and gone when the command ends: what the command prints is unchanged.

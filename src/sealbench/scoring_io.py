@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .consistency import Contradictions
 from .derive import FinishedTwice, derive_hashed, derive_iter
@@ -15,10 +15,8 @@ from .files import read_text
 from .formats import ScoringContract, SeedEvent
 from .journal import iter_verified
 from .lock import hold_reader
+from .progress import JOURNAL_STEP, Steps
 from .score import Tally, parse_events_json
-
-if TYPE_CHECKING:
-    from .progress import Steps
 
 
 def events_from(source: Path, contract: ScoringContract, steps: Steps | None = None) -> Tally:
@@ -58,7 +56,7 @@ def _seed_events(journal: Path, contract: ScoringContract, *, whole: bool, steps
     # whose outcomes were rewritten, chain and all, is refused, never scored.
     meaning = Contradictions(contract)
     if steps is not None:
-        steps.step("reading the journal (tasks finished)" + (", again whole" if whole else ""), len(contract.task_ids))
+        steps.step(JOURNAL_STEP + (", again whole" if whole else ""), len(contract.task_ids))
 
     def checked() -> Iterator[Line]:
         # Streamed: a long run's journal is never held in memory at once.
